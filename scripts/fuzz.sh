@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every Fuzz* target of the module for a short time each (default 10s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${1:-10s}
+found=0
+while IFS= read -r pkg; do
+	for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+		found=1
+		echo "fuzz: $pkg $target ($fuzztime)"
+		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" >/tmp/fuzz.$$.log 2>&1 || {
+			cat /tmp/fuzz.$$.log
+			rm -f /tmp/fuzz.$$.log
+			exit 1
+		}
+	done
+done < <(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u | sed 's|^\.|github.com/vmmigration/terraform-provider-vmmigration|')
+rm -f /tmp/fuzz.$$.log
+[[ $found == 1 ]] && echo "fuzz: all targets passed" || echo "fuzz: no targets"
