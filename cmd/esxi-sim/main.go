@@ -1,0 +1,201 @@
+// Command esxi-sim runs the ESXi simulator (internal/esxisim) standalone: an
+// SSH server that behaves like an ESXi host, serving a datastore tree from a
+// local directory.
+//
+//	esxi-sim --listen 127.0.0.1:2222 --root /tmp/esxi --password secret --demo
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "esxi-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fl := flag.NewFlagSet("esxi-sim", flag.ContinueOnError)
+	listen := fl.String("listen", "127.0.0.1:2222", "address to listen on")
+	root := fl.String("root", "", "directory served as /vmfs/volumes (required)")
+	user := fl.String("user", "root", "login name")
+	password := fl.String("password", "", "password for keyboard-interactive logins")
+	passwordFile := fl.String("password-file", "", "file holding the password (first line)")
+	authKeys := fl.String("authorized-keys", "", "authorized_keys file for public-key logins")
+	hostKeyFile := fl.String("host-key", "", "host private key file (PEM/OpenSSH); an ECDSA key is generated and written if missing")
+	fips := fl.Bool("fips", false, "behave like ESXi 8 in FIPS mode")
+	demo := fl.Bool("demo", false, "populate --root with demo VMs and register them")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if *root == "" {
+		return errors.New("--root is required")
+	}
+	if err := os.MkdirAll(*root, 0o755); err != nil {
+		return err
+	}
+	pw := *password
+	if *passwordFile != "" {
+		b, err := os.ReadFile(*passwordFile)
+		if err != nil {
+			return fmt.Errorf("reading --password-file: %w", err)
+		}
+		pw, _, _ = strings.Cut(string(b), "\n")
+		pw = strings.TrimSuffix(pw, "\r")
+	}
+	u := esxisim.User{Name: *user, Password: pw}
+	if *authKeys != "" {
+		keys, err := readAuthorizedKeys(*authKeys)
+		if err != nil {
+			return err
+		}
+		u.AuthorizedKeys = keys
+	}
+	if u.Password == "" && len(u.AuthorizedKeys) == 0 {
+		return errors.New("set --password, --password-file or --authorized-keys")
+	}
+	hostKey, err := loadHostKey(*hostKeyFile)
+	if err != nil {
+		return err
+	}
+	s, err := esxisim.New(esxisim.Options{Root: *root, Users: []esxisim.User{u}, HostKey: hostKey, FIPS: *fips})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if *demo {
+		if err := populateDemo(s); err != nil {
+			return err
+		}
+	} else if _, err := s.RegisterAll(); err != nil {
+		return err
+	}
+	if err := s.Start(*listen); err != nil {
+		return err
+	}
+	fmt.Printf("esxi-sim listening on %s\nhost key %s %s\n", s.Addr(), s.HostKey().Type(), s.Fingerprint())
+	for _, vm := range s.VMs() {
+		fmt.Printf("  vmid %d  %-11s %s\n", vm.Vmid, vm.Power, vm.VMXPath)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	<-sig
+	fmt.Println("esxi-sim: shutting down")
+	return nil
+}
+
+func readAuthorizedKeys(name string) ([]ssh.PublicKey, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("reading --authorized-keys: %w", err)
+	}
+	var keys []ssh.PublicKey
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+		if err != nil {
+			return nil, fmt.Errorf("parsing --authorized-keys: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// loadHostKey reads the host key, generating and writing an ECDSA P-256 key
+// (valid in FIPS mode too) when the file does not exist.
+func loadHostKey(name string) (ssh.Signer, error) {
+	if name == "" {
+		return esxisim.GenerateHostKey(esxisim.KeyECDSA)
+	}
+	b, err := os.ReadFile(name)
+	if err == nil {
+		k, err := ssh.ParsePrivateKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("parsing --host-key: %w", err)
+		}
+		return k, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	blk, err := ssh.MarshalPrivateKey(key, "esxi-sim host key")
+	if err != nil {
+		return nil, err
+	}
+	raw := pem.EncodeToMemory(blk)
+	if err := os.WriteFile(name, raw, 0o600); err != nil {
+		return nil, fmt.Errorf("writing --host-key: %w", err)
+	}
+	return ssh.ParsePrivateKey(raw)
+}
+
+// populateDemo writes demo VMs under Root and registers them.
+func populateDemo(s *esxisim.Server) error {
+	const gib = 1 << 30
+	specs := []esxisim.VMSpec{
+		{
+			Datastore: "datastore1", Name: "linux-bios", GuestOS: "rhel9-64", HardwareVersion: 19, Firmware: "bios",
+			CPUs: 2, MemoryMiB: 2048, Annotation: "Demo BIOS Linux VM\nowner: migration team",
+			Disks: []esxisim.DiskSpec{{CapacityBytes: 4 * gib, Thin: true}},
+			NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+			Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"192.168.10.21"},
+		},
+		{
+			Datastore: "datastore1", Name: "win-efi-secureboot", GuestOS: "windows2019srv-64", HardwareVersion: 20,
+			Firmware: "efi", SecureBoot: true, CPUs: 4, MemoryMiB: 8192,
+			Disks: []esxisim.DiskSpec{{CapacityBytes: 8 * gib}},
+			NICs:  []esxisim.NICSpec{{Network: "LAN", MAC: "00:50:56:9a:00:01", Adapter: "e1000e"}},
+			Power: esxisim.PoweredOff, Tools: esxisim.ToolsNotRunning,
+		},
+		{
+			Datastore: "datastore1", Name: "db two disks", GuestOS: "ubuntu-64", HardwareVersion: 19, CPUs: 2, MemoryMiB: 4096,
+			Disks: []esxisim.DiskSpec{
+				{CapacityBytes: 2 * gib, Thin: true},
+				{CapacityBytes: 1 * gib, Controller: "scsi0:1", Subdir: "data", Content: []esxisim.Extent{
+					{Offset: 0, Length: 4 << 20, Seed: 42},
+					{Offset: 512 << 20, Length: 1 << 20, Seed: 43},
+				}},
+			},
+			NICs:  []esxisim.NICSpec{{Network: "VM Network"}, {Network: "Backup"}},
+			Power: esxisim.PoweredOff,
+		},
+		{
+			Datastore: "datastore1", Name: "with-snapshot", GuestOS: "debian12-64", HardwareVersion: 20, CPUs: 1, MemoryMiB: 1024,
+			Disks:     []esxisim.DiskSpec{{CapacityBytes: 1 * gib, Thin: true}},
+			Snapshots: true, Power: esxisim.PoweredOff,
+		},
+	}
+	for _, spec := range specs {
+		if _, _, err := s.AddVM(spec); err != nil {
+			return fmt.Errorf("demo VM %s: %w", spec.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package esxisim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"time"
+)
+
+// shellEnv is the state of one exec's shell.
+type shellEnv struct {
+	ctx    context.Context
+	se     *session
+	stdout io.Writer
+	stderr io.Writer
+	status int
+}
+
+// cmdFunc is a command: args[0] is its name.
+type cmdFunc func(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer) int
+
+var commands map[string]cmdFunc
+
+func init() {
+	commands = map[string]cmdFunc{
+		"cat":       cmdCat,
+		"dd":        cmdDD,
+		"stat":      cmdStat,
+		"ls":        cmdLs,
+		"sha256sum": cmdHashSum,
+		"sha1sum":   cmdHashSum,
+		"md5sum":    cmdHashSum,
+		"echo":      cmdEcho,
+		"true":      func(*Server, *shellEnv, []string, io.Writer, io.Writer) int { return 0 },
+		"false":     func(*Server, *shellEnv, []string, io.Writer, io.Writer) int { return 1 },
+		"vmware":    cmdVmware,
+		"vim-cmd":   cmdVimCmd,
+	}
+}
+
+// runScript parses and runs a command line, returning its exit status.
+func (s *Server) runScript(env *shellEnv, script string) int {
+	lines, perr := parseScript(script)
+	for _, line := range lines {
+		for _, ao := range line {
+			if env.ctx.Err() != nil {
+				return env.status
+			}
+			s.runAndOr(env, ao)
+		}
+	}
+	if perr != nil {
+		fmt.Fprintf(env.stderr, "sh: %s\n", perr.Error())
+		return 2
+	}
+	return env.status
+}
+
+func (s *Server) runAndOr(env *shellEnv, ao andOr) {
+	env.status = s.runSimple(env, ao.cmds[0])
+	for i, op := range ao.ops {
+		if env.ctx.Err() != nil {
+			return
+		}
+		if (op == "&&") == (env.status == 0) {
+			env.status = s.runSimple(env, ao.cmds[i+1])
+		}
+	}
+}
+
+// runSimple expands, redirects and runs one command, applying the per-command
+// faults (delay, drop after N commands).
+func (s *Server) runSimple(env *shellEnv, c simpleCmd) int {
+	s.stats.commands.Add(1)
+	s.mu.Lock()
+	delay := s.delay
+	drop := false
+	if s.dropCmds == 0 {
+		drop = true
+		s.dropCmds = -1
+	} else if s.dropCmds > 0 {
+		s.dropCmds--
+	}
+	s.mu.Unlock()
+	if drop {
+		env.se.nc.Close()
+		<-env.ctx.Done()
+		return 255
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-env.ctx.Done():
+			t.Stop()
+			return 255
+		}
+	}
+	args := make([]string, len(c.words))
+	for i, w := range c.words {
+		args[i] = w.expand(env.status)
+	}
+	out, errw := env.stdout, env.stderr
+	for _, r := range c.redirs {
+		switch r {
+		case redirStdoutNull:
+			out = io.Discard
+		case redirStderrNull:
+			errw = io.Discard
+		case redirStderrOut:
+			errw = out
+		}
+	}
+	name := args[0]
+	if dir := path.Dir(name); name != "" && name[0] == '/' {
+		switch dir {
+		case "/bin", "/sbin", "/usr/bin", "/usr/sbin":
+			name = path.Base(name)
+		default:
+			name = ""
+		}
+	}
+	fn, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(errw, "sh: %s: not found\n", args[0])
+		return 127
+	}
+	return fn(s, env, args, out, errw)
+}
+
+func cmdEcho(_ *Server, _ *shellEnv, args []string, stdout, _ io.Writer) int {
+	args = args[1:]
+	nl := true
+	if len(args) > 0 && args[0] == "-n" {
+		nl = false
+		args = args[1:]
+	}
+	var b []byte
+	for i, a := range args {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, a...)
+	}
+	if nl {
+		b = append(b, '\n')
+	}
+	if _, err := stdout.Write(b); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func cmdVmware(s *Server, _ *shellEnv, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && (args[1] == "-v" || args[1] == "--version") {
+		fmt.Fprintln(stdout, s.opts.Version)
+		return 0
+	}
+	fmt.Fprintln(stderr, "Usage: vmware [-v|-l]")
+	return 1
+}

@@ -1,0 +1,528 @@
+package esxisim
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Extent is a region of a disk holding data; everything else reads as zeros.
+type Extent struct {
+	// Offset and Length locate the region in the disk, in bytes.
+	Offset, Length int64
+	// Data, when set, is the region's content (Length is then len(Data));
+	// otherwise the content is deterministic pseudo-random bytes derived
+	// from Seed and the absolute position (see PatternBytes).
+	Data []byte
+	Seed uint64
+}
+
+// DiskSpec describes one virtual disk for AddVM / WriteVM.
+type DiskSpec struct {
+	// CapacityBytes is the logical size (rounded up to 512-byte sectors).
+	CapacityBytes int64
+	// Thin marks the disk ddb.thinProvisioned = "1".
+	Thin bool
+	// Controller is the device node, e.g. "scsi0:0" (default scsi0:N),
+	// "sata0:1", "nvme0:0", "ide0:0".
+	Controller string
+	// Subdir places the disk in a subfolder of the VM folder (the .vmx then
+	// names it relative, "sub/x.vmdk").
+	Subdir string
+	// Datastore places the disk in the same-named folder on another
+	// datastore (the .vmx then names it with an absolute path).
+	Datastore string
+	// FileName is the descriptor's base name without ".vmdk" (default
+	// "<vm>" for the first disk, "<vm>_N" for the others).
+	FileName string
+	// Content is where the data lives; nil means DefaultContent.
+	Content []Extent
+}
+
+// NICSpec describes one network adapter.
+type NICSpec struct {
+	// Network is the port group name (ethernetN.networkName).
+	Network string
+	// MAC is a static address; a generated 00:50:56 address if empty.
+	MAC string
+	// Adapter is the virtualDev (default "vmxnet3").
+	Adapter string
+}
+
+// VMSpec describes a VM for AddVM / WriteVM.
+type VMSpec struct {
+	Datastore       string // datastore (folder under Root), default "datastore1"
+	Name            string // displayName and folder/file base name
+	GuestOS         string // .vmx guestOS, e.g. "rhel9-64" (default "otherlinux-64")
+	HardwareVersion int    // virtualHW.version (default 19)
+	Firmware        string // "bios" (default) or "efi"
+	SecureBoot      bool   // uefi.secureBoot.enabled (EFI only)
+	CPUs            int    // numvcpus (default 1)
+	MemoryMiB       int    // memSize (default 1024)
+	Disks           []DiskSpec
+	NICs            []NICSpec
+	Annotation      string // may span several lines
+	// Snapshots gives every disk a snapshot child (-000001.vmdk descriptor,
+	// vmfsSparse -delta.vmdk) that the .vmx runs on, and writes a .vmsd
+	// with one snapshot. Without it an empty .vmsd is written, as ESXi does.
+	Snapshots bool
+
+	// Power, Tools and IPs are the initial runtime state set by Server.AddVM.
+	Power PowerState
+	Tools ToolsState
+	IPs   []string
+}
+
+// DiskFiles are the files written for one disk.
+type DiskFiles struct {
+	Controller    string
+	CapacityBytes int64
+	Thin          bool
+	// Descriptor and Flat are host paths (/vmfs/volumes/...); Delta is the
+	// snapshot's -delta.vmdk and Child its descriptor, when Snapshots is set.
+	Descriptor, Flat, Child, Delta string
+	// LocalFlat is the flat file's path on this machine.
+	LocalFlat string
+	// Content is where the disk holds data.
+	Content []Extent
+}
+
+// SHA256 returns the hex SHA-256 of the disk's full logical content,
+// computed from the spec without reading the file.
+func (d DiskFiles) SHA256() string {
+	return ExpectedSHA256(d.CapacityBytes, d.Content)
+}
+
+// VMFiles are the files written for one VM.
+type VMFiles struct {
+	VMXPath  string // host path of the .vmx
+	LocalDir string // the VM folder on this machine
+	VMSD     string // host path of the .vmsd
+	Disks    []DiskFiles
+}
+
+// splitmix64 is the pattern generator's mixing function.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// PatternBytes fills p with the deterministic content of a seeded extent
+// at absolute disk offset off: byte i is a function of seed and off+i only.
+func PatternBytes(p []byte, seed uint64, off int64) {
+	for i := range p {
+		pos := uint64(off) + uint64(i)
+		w := splitmix64(seed ^ (pos>>3)*0x100000001b3)
+		p[i] = byte(w >> ((pos & 7) * 8))
+	}
+}
+
+// extentBytes fills p with extent e's content at absolute offset off.
+func extentBytes(e Extent, p []byte, off int64) {
+	if e.Data != nil {
+		copy(p, e.Data[off-e.Offset:])
+		return
+	}
+	PatternBytes(p, e.Seed, off)
+}
+
+func (e Extent) length() int64 {
+	if e.Data != nil {
+		return int64(len(e.Data))
+	}
+	return e.Length
+}
+
+// DefaultContent returns a realistic layout for a disk of the given size:
+// a 1 MiB "boot" region at the start, 2 MiB in the middle and 1 MiB plus
+// 512 bytes near the end (so the last block of a dd is partial), with long
+// zero runs between them.
+func DefaultContent(capacity int64, seed uint64) []Extent {
+	const mib = 1 << 20
+	var out []Extent
+	add := func(off, n int64) {
+		off = min(max(off, 0), capacity)
+		n = min(n, capacity-off)
+		if n <= 0 {
+			return
+		}
+		if len(out) > 0 {
+			prev := out[len(out)-1]
+			if off < prev.Offset+prev.Length {
+				return
+			}
+		}
+		out = append(out, Extent{Offset: off, Length: n, Seed: seed})
+	}
+	add(0, mib)
+	add(capacity/3&^511, 2*mib)
+	add(capacity-mib-512-4096, mib+512)
+	return out
+}
+
+// normalizeExtents sorts extents and clips them to capacity.
+func normalizeExtents(capacity int64, exts []Extent) []Extent {
+	out := make([]Extent, 0, len(exts))
+	for _, e := range exts {
+		if e.Data != nil {
+			e.Length = int64(len(e.Data))
+		}
+		if e.Offset < 0 || e.Offset >= capacity || e.Length <= 0 {
+			continue
+		}
+		if e.Offset+e.Length > capacity {
+			e.Length = capacity - e.Offset
+			if e.Data != nil {
+				e.Data = e.Data[:e.Length]
+			}
+		}
+		out = append(out, e)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Offset < out[j].Offset })
+	return out
+}
+
+// contentReader reads a disk's logical content (later extents win on overlap).
+type contentReader struct {
+	capacity int64
+	exts     []Extent
+	off      int64
+}
+
+func (r *contentReader) Read(p []byte) (int, error) {
+	if r.off >= r.capacity {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), r.capacity-r.off)]
+	clear(p)
+	for _, e := range r.exts {
+		s, t := max(e.Offset, r.off), min(e.Offset+e.length(), r.off+int64(len(p)))
+		if s < t {
+			extentBytes(e, p[s-r.off:t-r.off], s)
+		}
+	}
+	r.off += int64(len(p))
+	return len(p), nil
+}
+
+// ExpectedSHA256 returns the hex SHA-256 of a disk of capacity bytes with
+// the given content, as the simulator writes it.
+func ExpectedSHA256(capacity int64, exts []Extent) string {
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	_, _ = io.CopyBuffer(h, &contentReader{capacity: roundSector(capacity), exts: normalizeExtents(roundSector(capacity), exts)}, buf)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func roundSector(n int64) int64 { return (n + 511) &^ 511 }
+
+var controllerRE = regexp.MustCompile(`^(scsi|sata|nvme|ide)(\d+):(\d+)$`)
+
+// idBytes derives deterministic identifiers from a name.
+func idBytes(parts ...string) []byte {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return h[:]
+}
+
+func spacedHex(b []byte) string {
+	var parts []string
+	for i, c := range b {
+		sep := " "
+		if i == 8 {
+			sep = "-"
+		}
+		if i == 0 {
+			sep = ""
+		}
+		parts = append(parts, sep+hex.EncodeToString([]byte{c}))
+	}
+	return strings.Join(parts, "")
+}
+
+// WriteVM writes a realistic VM folder under root: the .vmx, one descriptor
+// and one SPARSE -flat.vmdk per disk (a 4 GiB disk with 10 MiB of data costs
+// 10 MiB), snapshot files and the .vmsd. It does not register the VM.
+func WriteVM(root string, spec VMSpec) (*VMFiles, error) {
+	if spec.Name == "" {
+		return nil, errors.New("esxisim: VMSpec.Name is required")
+	}
+	if strings.ContainsAny(spec.Name, "/\x00") || spec.Name == "." || spec.Name == ".." {
+		return nil, fmt.Errorf("esxisim: invalid VM name %q", spec.Name)
+	}
+	if spec.Datastore == "" {
+		spec.Datastore = "datastore1"
+	}
+	if spec.GuestOS == "" {
+		spec.GuestOS = "otherlinux-64"
+	}
+	if spec.HardwareVersion == 0 {
+		spec.HardwareVersion = 19
+	}
+	if spec.CPUs == 0 {
+		spec.CPUs = 1
+	}
+	if spec.MemoryMiB == 0 {
+		spec.MemoryMiB = 1024
+	}
+	dir := filepath.Join(root, spec.Datastore, spec.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("esxisim: creating VM folder: %w", err)
+	}
+	hostDir := volumesDir + "/" + spec.Datastore + "/" + spec.Name
+	files := &VMFiles{VMXPath: hostDir + "/" + spec.Name + ".vmx", LocalDir: dir, VMSD: hostDir + "/" + spec.Name + ".vmsd"}
+
+	var vmxLines []string
+	set := func(k, v string) { vmxLines = append(vmxLines, fmt.Sprintf("%s = \"%s\"", k, vmxEscape(v))) }
+	id := idBytes(spec.Datastore, spec.Name)
+	set(".encoding", "UTF-8")
+	set("config.version", "8")
+	set("virtualHW.version", fmt.Sprint(spec.HardwareVersion))
+	set("displayName", spec.Name)
+	set("guestOS", spec.GuestOS)
+	if strings.EqualFold(spec.Firmware, "efi") {
+		set("firmware", "efi")
+		if spec.SecureBoot {
+			set("uefi.secureBoot.enabled", "TRUE")
+		}
+	}
+	set("numvcpus", fmt.Sprint(spec.CPUs))
+	set("memSize", fmt.Sprint(spec.MemoryMiB))
+	set("uuid.bios", spacedHex(id[:16]))
+	set("uuid.location", spacedHex(id[:16]))
+	set("vc.uuid", spacedHex(id[16:32]))
+	set("pciBridge0.present", "TRUE")
+	set("svga.present", "TRUE")
+	set("tools.syncTime", "FALSE")
+	if spec.Annotation != "" {
+		set("annotation", spec.Annotation)
+	}
+
+	ctrlSeen := map[string]bool{}
+	for i, d := range spec.Disks {
+		if d.Controller == "" {
+			d.Controller = fmt.Sprintf("scsi0:%d", i)
+		}
+		m := controllerRE.FindStringSubmatch(d.Controller)
+		if m == nil {
+			return nil, fmt.Errorf("esxisim: invalid controller %q", d.Controller)
+		}
+		ctrl := m[1] + m[2]
+		if !ctrlSeen[ctrl] {
+			ctrlSeen[ctrl] = true
+			set(ctrl+".present", "TRUE")
+			switch m[1] {
+			case "scsi":
+				set(ctrl+".virtualDev", "pvscsi")
+			case "sata", "nvme":
+			}
+		}
+		base := d.FileName
+		if base == "" {
+			base = spec.Name
+			if i > 0 {
+				base = fmt.Sprintf("%s_%d", spec.Name, i)
+			}
+		}
+		df, ref, err := writeDisk(root, spec, d, base, i)
+		if err != nil {
+			return nil, err
+		}
+		df.Controller = d.Controller
+		files.Disks = append(files.Disks, df)
+		set(d.Controller+".present", "TRUE")
+		if m[1] == "scsi" {
+			set(d.Controller+".deviceType", "scsi-hardDisk")
+		}
+		set(d.Controller+".fileName", ref)
+	}
+	for i, n := range spec.NICs {
+		p := fmt.Sprintf("ethernet%d", i)
+		adapter := n.Adapter
+		if adapter == "" {
+			adapter = "vmxnet3"
+		}
+		network := n.Network
+		if network == "" {
+			network = "VM Network"
+		}
+		set(p+".present", "TRUE")
+		set(p+".virtualDev", adapter)
+		set(p+".networkName", network)
+		if n.MAC != "" {
+			set(p+".addressType", "static")
+			set(p+".address", n.MAC)
+		} else {
+			set(p+".addressType", "generated")
+			set(p+".generatedAddress", fmt.Sprintf("00:0c:29:%02x:%02x:%02x", id[20], id[21], byte(i)))
+		}
+	}
+	vmxData := strings.Join(vmxLines, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, spec.Name+".vmx"), []byte(vmxData), 0o644); err != nil {
+		return nil, fmt.Errorf("esxisim: writing .vmx: %w", err)
+	}
+	vmsd := ""
+	if spec.Snapshots {
+		created := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC).UnixMicro()
+		var b strings.Builder
+		fmt.Fprintf(&b, ".encoding = \"UTF-8\"\nsnapshot.lastUID = \"1\"\nsnapshot.current = \"1\"\n")
+		fmt.Fprintf(&b, "snapshot0.uid = \"1\"\nsnapshot0.filename = \"%s-Snapshot1.vmsn\"\n", spec.Name)
+		fmt.Fprintf(&b, "snapshot0.displayName = \"before-migration\"\nsnapshot0.description = \"fixture snapshot\"\n")
+		fmt.Fprintf(&b, "snapshot0.createTimeHigh = \"%d\"\nsnapshot0.createTimeLow = \"%d\"\n", created>>32, int32(uint32(created)))
+		fmt.Fprintf(&b, "snapshot0.numDisks = \"%d\"\n", len(files.Disks))
+		for i, d := range files.Disks {
+			fmt.Fprintf(&b, "snapshot0.disk%d.fileName = \"%s\"\nsnapshot0.disk%d.node = \"%s\"\n", i, hostRef(files.VMXPath, d.Descriptor), i, d.Controller)
+		}
+		b.WriteString("snapshot.numSnapshots = \"1\"\n")
+		vmsd = b.String()
+	}
+	if err := os.WriteFile(filepath.Join(dir, spec.Name+".vmsd"), []byte(vmsd), 0o644); err != nil {
+		return nil, fmt.Errorf("esxisim: writing .vmsd: %w", err)
+	}
+	return files, nil
+}
+
+// hostRef is how a .vmx refers to a file: relative inside the VM folder,
+// absolute elsewhere.
+func hostRef(vmxPath, p string) string {
+	dir := vmxPath[:strings.LastIndex(vmxPath, "/")+1]
+	if rel, ok := strings.CutPrefix(p, dir); ok {
+		return rel
+	}
+	return p
+}
+
+// writeDisk writes one disk's descriptor, sparse flat file and snapshot
+// child; it returns the files and the name the .vmx must use.
+func writeDisk(root string, spec VMSpec, d DiskSpec, base string, idx int) (DiskFiles, string, error) {
+	if d.CapacityBytes <= 0 {
+		return DiskFiles{}, "", fmt.Errorf("esxisim: disk %d: CapacityBytes must be positive", idx)
+	}
+	capacity := roundSector(d.CapacityBytes)
+	ds := spec.Datastore
+	if d.Datastore != "" {
+		ds = d.Datastore
+	}
+	rel := spec.Name
+	if d.Subdir != "" {
+		rel += "/" + d.Subdir
+	}
+	localDir := filepath.Join(root, ds, filepath.FromSlash(rel))
+	hostDir := volumesDir + "/" + ds + "/" + rel
+	if err := os.MkdirAll(localDir, 0o755); err != nil {
+		return DiskFiles{}, "", fmt.Errorf("esxisim: creating disk folder: %w", err)
+	}
+	content := d.Content
+	if content == nil {
+		content = DefaultContent(capacity, uint64(idx+1))
+	}
+	content = normalizeExtents(capacity, content)
+	df := DiskFiles{
+		CapacityBytes: capacity,
+		Thin:          d.Thin,
+		Descriptor:    hostDir + "/" + base + ".vmdk",
+		Flat:          hostDir + "/" + base + "-flat.vmdk",
+		LocalFlat:     filepath.Join(localDir, base+"-flat.vmdk"),
+		Content:       content,
+	}
+	if err := writeSparse(df.LocalFlat, capacity, content); err != nil {
+		return DiskFiles{}, "", err
+	}
+	id := idBytes(ds, rel, base)
+	cid := hex.EncodeToString(id[:4])
+	sectors := capacity / 512
+	cyl := min(sectors/(255*63), 65535)
+	adapter := "lsilogic"
+	if strings.HasPrefix(d.Controller, "ide") {
+		adapter = "ide"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=%s\nparentCID=ffffffff\nisNativeSnapshot=\"no\"\ncreateType=\"vmfs\"\n\n", cid)
+	fmt.Fprintf(&b, "# Extent description\nRW %d VMFS \"%s-flat.vmdk\"\n\n", sectors, base)
+	fmt.Fprintf(&b, "# The Disk Data Base\n#DDB\n\n")
+	fmt.Fprintf(&b, "ddb.adapterType = \"%s\"\n", adapter)
+	fmt.Fprintf(&b, "ddb.geometry.cylinders = \"%d\"\nddb.geometry.heads = \"255\"\nddb.geometry.sectors = \"63\"\n", cyl)
+	fmt.Fprintf(&b, "ddb.longContentID = \"%s%s\"\n", hex.EncodeToString(id[4:16]), cid)
+	if d.Thin {
+		b.WriteString("ddb.thinProvisioned = \"1\"\n")
+	}
+	fmt.Fprintf(&b, "ddb.uuid = \"60 00 C2 %s\"\n", spacedHex(id[16:29]))
+	fmt.Fprintf(&b, "ddb.virtualHWVersion = \"%d\"\n", spec.HardwareVersion)
+	if err := os.WriteFile(filepath.Join(localDir, base+".vmdk"), []byte(b.String()), 0o644); err != nil {
+		return DiskFiles{}, "", fmt.Errorf("esxisim: writing descriptor: %w", err)
+	}
+	vmxPath := volumesDir + "/" + spec.Datastore + "/" + spec.Name + "/" + spec.Name + ".vmx"
+	top := df.Descriptor
+	if spec.Snapshots {
+		child := base + "-000001"
+		df.Child = hostDir + "/" + child + ".vmdk"
+		df.Delta = hostDir + "/" + child + "-delta.vmdk"
+		var c strings.Builder
+		fmt.Fprintf(&c, "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=fffffffe\nparentCID=%s\nisNativeSnapshot=\"no\"\ncreateType=\"vmfsSparse\"\nparentFileNameHint=\"%s.vmdk\"\n", cid, base)
+		fmt.Fprintf(&c, "# Extent description\nRW %d VMFSSPARSE \"%s-delta.vmdk\"\n\n# The Disk Data Base\n#DDB\n\nddb.longContentID = \"%sfffffffe\"\n", sectors, child, hex.EncodeToString(id[4:16]))
+		if err := os.WriteFile(filepath.Join(localDir, child+".vmdk"), []byte(c.String()), 0o644); err != nil {
+			return DiskFiles{}, "", fmt.Errorf("esxisim: writing snapshot descriptor: %w", err)
+		}
+		delta := make([]byte, 4096)
+		copy(delta, "COWD")
+		binary.LittleEndian.PutUint32(delta[4:], 1)
+		binary.LittleEndian.PutUint64(delta[12:], uint64(sectors))
+		if err := os.WriteFile(filepath.Join(localDir, child+"-delta.vmdk"), delta, 0o600); err != nil {
+			return DiskFiles{}, "", fmt.Errorf("esxisim: writing delta: %w", err)
+		}
+		top = df.Child
+	}
+	return df, hostRef(vmxPath, top), nil
+}
+
+// writeSparse creates a file of the given size holding only the extents.
+func writeSparse(name string, capacity int64, exts []Extent) error {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("esxisim: creating %s: %w", name, err)
+	}
+	if err := f.Truncate(capacity); err != nil {
+		f.Close()
+		return fmt.Errorf("esxisim: sizing %s: %w", name, err)
+	}
+	buf := make([]byte, 1<<20)
+	for _, e := range exts {
+		for off := e.Offset; off < e.Offset+e.Length; {
+			n := min(int64(len(buf)), e.Offset+e.Length-off)
+			extentBytes(e, buf[:n], off)
+			if _, err := f.WriteAt(buf[:n], off); err != nil {
+				f.Close()
+				return fmt.Errorf("esxisim: writing %s: %w", name, err)
+			}
+			off += n
+		}
+	}
+	return f.Close()
+}
+
+// AddVM writes the VM's files under Root (see WriteVM), registers it and
+// sets its initial power state, Tools state and IPs from spec.
+func (s *Server) AddVM(spec VMSpec) (int, *VMFiles, error) {
+	files, err := WriteVM(s.opts.Root, spec)
+	if err != nil {
+		return 0, nil, err
+	}
+	id := s.Register(files.VMXPath)
+	if err := s.SetPowerState(id, spec.Power); err != nil {
+		return 0, nil, err
+	}
+	if err := s.SetGuest(id, spec.Tools, spec.IPs...); err != nil {
+		return 0, nil, err
+	}
+	return id, files, nil
+}

@@ -1,0 +1,910 @@
+package esxisim
+
+import (
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// VimFailure is how hostd fails in FailVimCmd.
+type VimFailure int
+
+// hostd failures, as real hosts print them (samples:
+// vcl-vimcmd-internal-errors-comment.txt).
+const (
+	// VimLoginReset prints "Failed to login: Connection reset by peer" on
+	// stderr, exit status 1.
+	VimLoginReset VimFailure = iota
+	// VimLoginSSL prints "Failed to login: SSL Exception: The SSL handshake
+	// timed out ..." on stderr, exit status 1.
+	VimLoginSSL
+	// VimBadAlloc is the std::bad_alloc crash: the C++ runtime's message and
+	// the shell's "Aborted" on stderr, exit status 134.
+	VimBadAlloc
+	// VimObjectNotFound prints a (vmodl.fault.ManagedObjectNotFound) dump on
+	// stdout, exit status 1.
+	VimObjectNotFound
+)
+
+// FailVimCmd makes the next n vim-cmd invocations fail with f (n <= 0 clears).
+func (s *Server) FailVimCmd(n int, f VimFailure) {
+	s.mu.Lock()
+	s.vimFail, s.vimMode = max(n, 0), f
+	s.mu.Unlock()
+}
+
+// SetCommandDelay makes every simple command wait d before running (real
+// vim-cmd calls cost about half a second).
+func (s *Server) SetCommandDelay(d time.Duration) {
+	s.mu.Lock()
+	s.delay = d
+	s.mu.Unlock()
+}
+
+// DropAfterBytes arms a one-shot fault: after n more bytes of stdout have
+// been sent (counted across all channels and connections), the connection
+// that sends the next byte is closed abruptly, without an exit status.
+// A negative n disarms it.
+func (s *Server) DropAfterBytes(n int64) {
+	s.mu.Lock()
+	s.dropBytes = n
+	if n < 0 {
+		s.dropBytes = -1
+	}
+	s.mu.Unlock()
+}
+
+// DropAfterCommands arms a one-shot fault: the next n simple commands run
+// normally, then the connection running the following one is closed
+// abruptly before it runs. A negative n disarms it.
+func (s *Server) DropAfterCommands(n int) {
+	s.mu.Lock()
+	s.dropCmds = n
+	if n < 0 {
+		s.dropCmds = -1
+	}
+	s.mu.Unlock()
+}
+
+// ClearFaults disarms every injected fault and the command delay.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	s.dropBytes, s.dropCmds, s.vimFail, s.delay = -1, -1, 0, 0
+	s.mu.Unlock()
+}
+
+// --- vim object dumps ---------------------------------------------------
+
+type dnode any
+
+// dobj is `(type) { fields }`.
+type dobj struct {
+	typ    string
+	fields []dfield
+}
+
+type dfield struct {
+	k string
+	v dnode
+}
+
+// darr is `(type) [ items ]`.
+type darr struct {
+	typ   string
+	items []dnode
+}
+
+// draw is printed as is.
+type draw string
+
+func dstr(s string) draw { return draw(`"` + s + `"`) }
+func dnum[T int | int64 | uint64](n T) draw {
+	return draw(strconv.FormatInt(int64(n), 10))
+}
+func dbool(b bool) draw {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+func dnull(t string) draw { return draw("(" + t + ") null") }
+
+const dunset = draw("<unset>")
+
+// render prints a dump in the host's style: 3-space indent, strings in
+// double quotes without escaping; ESXi 6.5+ separates fields with commas and
+// omits the last one, Legacy (ESXi 4/5) adds dynamicType and a comma after
+// every field.
+func (s *Server) render(n dnode) string {
+	var b strings.Builder
+	s.renderTo(&b, n, "")
+	return b.String()
+}
+
+func (s *Server) renderTo(b *strings.Builder, n dnode, indent string) {
+	legacy := s.opts.Legacy
+	switch n := n.(type) {
+	case draw:
+		b.WriteString(string(n))
+	case dobj:
+		fields := n.fields
+		if legacy {
+			fields = append([]dfield{{"dynamicType", dunset}}, fields...)
+		}
+		b.WriteString("(" + n.typ + ") {\n")
+		for i, f := range fields {
+			b.WriteString(indent + "   " + f.k + " = ")
+			s.renderTo(b, f.v, indent+"   ")
+			if legacy || i < len(fields)-1 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString(indent + "}")
+	case darr:
+		b.WriteString("(" + n.typ + ") [\n")
+		for i, it := range n.items {
+			b.WriteString(indent + "   ")
+			s.renderTo(b, it, indent+"   ")
+			if legacy || i < len(n.items)-1 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString(indent + "]")
+	}
+}
+
+// fault returns a vim fault dump with the fields common to all faults.
+func (s *Server) fault(typ, msg string, extra ...dfield) string {
+	fields := []dfield{{"faultCause", dnull("vmodl.MethodFault")}}
+	if !s.opts.Legacy {
+		fields = append(fields, dfield{"faultMessage", dunset})
+	}
+	fields = append(fields, extra...)
+	fields = append(fields, dfield{"msg", dstr(msg)})
+	return s.render(dobj{typ: typ, fields: fields}) + "\n"
+}
+
+func (s *Server) notFound(arg string) string {
+	return s.fault("vim.fault.NotFound", `Unable to find a VM corresponding to "`+arg+`"`)
+}
+
+func (s *Server) invalidPowerState(requested, existing PowerState) string {
+	state := map[PowerState]string{PoweredOff: "Powered Off", PoweredOn: "Powered On", Suspended: "Suspended"}[existing]
+	return s.fault("vim.fault.InvalidPowerState",
+		"The attempted operation cannot be performed in the current state ("+state+").",
+		dfield{"requestedState", dstr(requested.vim())},
+		dfield{"existingState", dstr(existing.vim())})
+}
+
+// --- vim-cmd --------------------------------------------------------------
+
+// vmView is a snapshot of a VM's state and .vmx taken for one command.
+type vmView struct {
+	vmEntry
+	v     vmx
+	valid bool
+}
+
+func (s *Server) view(vmid int) (vmView, bool) {
+	s.mu.Lock()
+	vm, err := s.vmLocked(vmid)
+	if err != nil {
+		s.mu.Unlock()
+		return vmView{}, false
+	}
+	vv := vmView{vmEntry: *vm}
+	vv.ips = append([]string(nil), vm.ips...)
+	s.mu.Unlock()
+	if b, err := s.readHostFile(vv.vmxPath); err == nil {
+		vv.v, vv.valid = parseVMX(b), true
+	}
+	return vv, true
+}
+
+func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer) int {
+	s.stats.vimcmds.Add(1)
+	s.mu.Lock()
+	fail := s.vimFail > 0
+	mode := s.vimMode
+	if fail {
+		s.vimFail--
+	}
+	s.mu.Unlock()
+	if fail {
+		switch mode {
+		case VimLoginSSL:
+			fmt.Fprintln(stderr, "Failed to login: SSL Exception: The SSL handshake timed out local: 127.0.0.1:52713 peer: 127.0.0.1:443.")
+			return 1
+		case VimBadAlloc:
+			fmt.Fprint(stderr, "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\nAborted\n")
+			return 128 + int(syscall.SIGABRT)
+		case VimObjectNotFound:
+			fmt.Fprint(stdout, s.render(dobj{typ: "vmodl.fault.ManagedObjectNotFound", fields: []dfield{
+				{"faultCause", dnull("vmodl.MethodFault")},
+				{"obj", draw("'vim.VirtualMachine:672'")},
+				{"msg", dstr("The object has already been deleted or has not been completely created")},
+			}})+"\n")
+			return 1
+		default:
+			fmt.Fprintln(stderr, "Failed to login: Connection reset by peer")
+			return 1
+		}
+	}
+	if len(args) < 2 {
+		fmt.Fprint(stdout, "Commands available under /:\nhbrsvc/       internalsvc/  solo/         vmsvc/\nhostsvc/      proxysvc/     vimsvc/       help\n")
+		return 0
+	}
+	op := args[1]
+	rest := args[2:]
+	if !strings.Contains(op, "/") && len(rest) > 0 {
+		op, rest = op+"/"+rest[0], rest[1:]
+	}
+	switch op {
+	case "vmsvc/getallvms":
+		return s.getAllVMs(stdout)
+	case "vmsvc/power.getstate", "vmsvc/power.on", "vmsvc/power.off", "vmsvc/power.shutdown",
+		"vmsvc/get.guest", "vmsvc/get.summary", "vmsvc/snapshot.get":
+	default:
+		fmt.Fprintf(stderr, "Invalid command '%s'\n", strings.Join(args[1:], " "))
+		return 1
+	}
+	if len(rest) < 1 {
+		fmt.Fprintln(stdout, "Insufficient arguments.")
+		return 1
+	}
+	vmid, err := strconv.Atoi(rest[0])
+	vv, ok := s.view(vmid)
+	if err != nil || !ok {
+		fmt.Fprint(stdout, s.notFound(rest[0]))
+		return 1
+	}
+	switch op {
+	case "vmsvc/power.getstate":
+		fmt.Fprintf(stdout, "Retrieved runtime info\n%s\n", vv.power)
+		return 0
+	case "vmsvc/power.on":
+		return s.powerOn(vmid, stdout)
+	case "vmsvc/power.off":
+		return s.powerOff(vmid, stdout)
+	case "vmsvc/power.shutdown":
+		return s.powerShutdown(vmid, stdout)
+	case "vmsvc/get.guest":
+		fmt.Fprint(stdout, "Guest information:\n\n"+s.render(s.guestInfo(vv))+"\n")
+		return 0
+	case "vmsvc/get.summary":
+		fmt.Fprint(stdout, "Listsummary:\n"+s.render(s.summary(vv))+"\n")
+		return 0
+	default: // snapshot.get
+		fmt.Fprint(stdout, "Get Snapshot:\n"+s.snapshotTree(vv))
+		return 0
+	}
+}
+
+func (s *Server) powerOn(vmid int, stdout io.Writer) int {
+	s.mu.Lock()
+	vm, err := s.vmLocked(vmid)
+	if err != nil {
+		s.mu.Unlock()
+		fmt.Fprint(stdout, s.notFound(strconv.Itoa(vmid)))
+		return 1
+	}
+	cur := vm.power
+	if cur != PoweredOn {
+		s.setPowerLocked(vm, PoweredOn)
+	}
+	s.mu.Unlock()
+	fmt.Fprint(stdout, "Powering on VM:\n")
+	if cur == PoweredOn {
+		if s.opts.Legacy {
+			fmt.Fprint(stdout, s.invalidPowerState(PoweredOn, PoweredOn))
+		} else {
+			fmt.Fprint(stdout, "Power on failed\n")
+		}
+		return 1
+	}
+	return 0
+}
+
+func (s *Server) powerOff(vmid int, stdout io.Writer) int {
+	s.mu.Lock()
+	vm, err := s.vmLocked(vmid)
+	if err != nil {
+		s.mu.Unlock()
+		fmt.Fprint(stdout, s.notFound(strconv.Itoa(vmid)))
+		return 1
+	}
+	cur := vm.power
+	if cur != PoweredOff {
+		s.setPowerLocked(vm, PoweredOff)
+	}
+	s.mu.Unlock()
+	fmt.Fprint(stdout, "Powering off VM:\n")
+	if cur == PoweredOff {
+		fmt.Fprint(stdout, s.invalidPowerState(PoweredOff, PoweredOff))
+		return 1
+	}
+	return 0
+}
+
+func (s *Server) powerShutdown(vmid int, stdout io.Writer) int {
+	s.mu.Lock()
+	vm, err := s.vmLocked(vmid)
+	if err != nil {
+		s.mu.Unlock()
+		fmt.Fprint(stdout, s.notFound(strconv.Itoa(vmid)))
+		return 1
+	}
+	cur, tools := vm.power, vm.tools
+	if cur == PoweredOn && tools == ToolsRunning {
+		s.startShutdownLocked(vm)
+	}
+	s.mu.Unlock()
+	switch {
+	case cur != PoweredOn:
+		fmt.Fprint(stdout, s.invalidPowerState(PoweredOn, cur))
+		return 1
+	case tools != ToolsRunning:
+		fmt.Fprint(stdout, s.fault("vim.fault.ToolsUnavailable",
+			"Cannot complete operation because VMware Tools is not running in this virtual machine."))
+		return 1
+	}
+	return 0
+}
+
+// vimName escapes a display name as vim presents it.
+var vimName = strings.NewReplacer("%", "%25", "/", "%2f", "\\", "%5c")
+
+// getAllVMs prints `vim-cmd vmsvc/getallvms`. Layout, derived from the
+// samples (getallvms_*.txt): every column is as wide as its widest value or
+// header plus three spaces (the Annotation column without the three); header
+// titles are centred on the values' width (rounded down), values are left
+// aligned; rows keep their trailing spaces; later lines of a multi-line
+// annotation print as bare lines.
+func (s *Server) getAllVMs(stdout io.Writer) int {
+	uuidToName, _ := s.datastoreAliases()
+	headers := []string{"Vmid", "Name", "File", "Guest OS", "Version", "Annotation"}
+	var rows [][]string
+	var out strings.Builder
+	for _, vm := range s.VMs() {
+		vv, ok := s.view(vm.Vmid)
+		if !ok || !vv.valid {
+			fmt.Fprintf(&out, "Skipping invalid VM '%d'\n", vm.Vmid)
+			continue
+		}
+		name := vv.v.get("displayName")
+		if !vv.v.has("displayName") {
+			name = strings.TrimSuffix(path.Base(vm.VMXPath), ".vmx")
+		}
+		rows = append(rows, []string{
+			strconv.Itoa(vm.Vmid),
+			vimName.Replace(name),
+			s.dsPath(vm.VMXPath, uuidToName),
+			vimGuestID(vv.v.get("guestOS")),
+			hwVersion(vv.v),
+			vv.v.get("annotation"),
+		})
+	}
+	widths := make([]int, len(headers))
+	for i, h := range headers {
+		widths[i] = len(h)
+		for _, r := range rows {
+			widths[i] = max(widths[i], len(r[i]))
+		}
+	}
+	last := len(headers) - 1
+	for i, h := range headers {
+		left := (widths[i] - len(h)) / 2
+		out.WriteString(strings.Repeat(" ", left) + h)
+		if i < last {
+			out.WriteString(strings.Repeat(" ", widths[i]-left-len(h)+3))
+		}
+	}
+	out.WriteString("\n")
+	for _, r := range rows {
+		for i, c := range r {
+			pad := widths[i] - len(c)
+			if i < last {
+				pad += 3
+			}
+			out.WriteString(c + strings.Repeat(" ", pad))
+		}
+		out.WriteString("\n")
+	}
+	if _, err := io.WriteString(stdout, out.String()); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// hwVersion returns "vmx-NN" from virtualHW.version.
+func hwVersion(v vmx) string {
+	n, err := strconv.Atoi(v.get("virtualHW.version"))
+	if err != nil {
+		return "vmx-" + v.get("virtualHW.version")
+	}
+	return fmt.Sprintf("vmx-%02d", n)
+}
+
+// vimGuestIDs are the .vmx guestOS values whose vim guest id does not follow
+// the usual rule.
+var vimGuestIDs = map[string]string{
+	"other":                 "otherGuest",
+	"other-64":              "otherGuest64",
+	"otherlinux":            "otherLinuxGuest",
+	"otherlinux-64":         "otherLinux64Guest",
+	"winxppro":              "winXPProGuest",
+	"windows7srv-64":        "windows7Server64Guest",
+	"windows8srv-64":        "windows8Server64Guest",
+	"windows9srv-64":        "windows9Server64Guest",
+	"windows2019srv-64":     "windows2019srv_64Guest",
+	"windows2022srvnext-64": "windows2022srvNext_64Guest",
+	"":                      "otherGuest",
+}
+
+// vimGuestID maps a .vmx guestOS (e.g. "rhel9-64") to its vim id ("rhel9_64Guest").
+func vimGuestID(g string) string {
+	g = strings.ToLower(g)
+	if id, ok := vimGuestIDs[g]; ok {
+		return id
+	}
+	if base, ok := strings.CutSuffix(g, "-64"); ok {
+		if base != "" && base[len(base)-1] >= '0' && base[len(base)-1] <= '9' {
+			return base + "_64Guest"
+		}
+		return base + "64Guest"
+	}
+	return g + "Guest"
+}
+
+// guestFullNames gives vim's guestFullName for common guest ids.
+var guestFullNames = map[string]string{
+	"otherGuest":             "Other (32-bit)",
+	"otherGuest64":           "Other (64-bit)",
+	"otherLinux64Guest":      "Other Linux (64-bit)",
+	"rhel8_64Guest":          "Red Hat Enterprise Linux 8 (64-bit)",
+	"rhel9_64Guest":          "Red Hat Enterprise Linux 9 (64-bit)",
+	"ubuntu64Guest":          "Ubuntu Linux (64-bit)",
+	"debian12_64Guest":       "Debian GNU/Linux 12 (64-bit)",
+	"centos9_64Guest":        "CentOS Stream 9 (64-bit)",
+	"windows9_64Guest":       "Microsoft Windows 10 (64-bit)",
+	"windows2019srv_64Guest": "Microsoft Windows Server 2019 (64-bit)",
+	"winXPProGuest":          "Microsoft Windows XP Professional (32-bit)",
+}
+
+func guestFullName(id string) string {
+	if n, ok := guestFullNames[id]; ok {
+		return n
+	}
+	return id
+}
+
+func guestFamily(id string) string {
+	switch {
+	case strings.HasPrefix(id, "win"):
+		return "windowsGuest"
+	case strings.HasPrefix(id, "other") && !strings.Contains(id, "Linux"):
+		return "otherGuestFamily"
+	}
+	return "linuxGuest"
+}
+
+// vmUUID formats a .vmx uuid ("56 4d 36 cf ...-...") as vim does.
+func vmUUID(raw string) string {
+	h := strings.NewReplacer(" ", "", "-", "").Replace(raw)
+	if len(h) != 32 {
+		return ""
+	}
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// nics returns the present ethernetN devices of a .vmx, in order.
+func nics(v vmx) []int {
+	var out []int
+	for i := 0; i < 10; i++ {
+		if strings.EqualFold(v.get(fmt.Sprintf("ethernet%d.present", i)), "TRUE") {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// disks returns the .vmdk file names of present disks, in key order.
+func disks(v vmx) []string {
+	var out []string
+	for _, k := range v.keys {
+		if !strings.HasSuffix(k, ".filename") || !strings.HasSuffix(strings.ToLower(v.vals[k]), ".vmdk") {
+			continue
+		}
+		dev := strings.TrimSuffix(k, ".filename")
+		if strings.EqualFold(v.get(dev+".present"), "FALSE") || strings.EqualFold(v.get(dev+".deviceType"), "cdrom-image") {
+			continue
+		}
+		out = append(out, v.vals[k])
+	}
+	return out
+}
+
+func (s *Server) toolsRunning(vv vmView) bool {
+	return vv.power == PoweredOn && vv.tools == ToolsRunning
+}
+
+// guestInfo builds `get.guest` (sample:
+// get_guest_jenkins_vsphere_cloud_esxi8_tools_not_installed.txt for the
+// field set and style, get-guest-tools-running-issue101.txt for a running guest).
+func (s *Server) guestInfo(vv vmView) dobj {
+	on := vv.power == PoweredOn
+	guestID := vimGuestID(vv.v.get("guestOS"))
+	f := func(k string, v dnode) dfield { return dfield{k, v} }
+	var fields []dfield
+	switch {
+	case vv.tools == ToolsNotInstalled:
+		fields = append(fields,
+			f("toolsStatus", dstr("toolsNotInstalled")),
+			f("toolsVersionStatus", dstr("guestToolsNotInstalled")),
+			f("toolsVersionStatus2", dstr("guestToolsNotInstalled")),
+			f("toolsRunningStatus", dstr("guestToolsNotRunning")),
+			f("toolsVersion", dstr("0")),
+			f("toolsInstallType", dstr("guestToolsTypeUnknown")))
+	case s.toolsRunning(vv):
+		fields = append(fields,
+			f("toolsStatus", dstr("toolsOk")),
+			f("toolsVersionStatus", dstr("guestToolsCurrent")),
+			f("toolsVersionStatus2", dstr("guestToolsCurrent")),
+			f("toolsRunningStatus", dstr("guestToolsRunning")),
+			f("toolsVersion", dstr("12352")),
+			f("toolsInstallType", dstr("guestToolsTypeOpenVMTools")))
+	default:
+		fields = append(fields,
+			f("toolsStatus", dstr("toolsNotRunning")),
+			f("toolsVersionStatus", dstr("guestToolsCurrent")),
+			f("toolsVersionStatus2", dstr("guestToolsCurrent")),
+			f("toolsRunningStatus", dstr("guestToolsNotRunning")),
+			f("toolsVersion", dstr("12352")),
+			f("toolsInstallType", dstr("guestToolsTypeOpenVMTools")))
+	}
+	fields = append(fields, f("toolsUpdateStatus", dnull("vim.vm.GuestInfo.ToolsUpdateStatus")))
+	if s.toolsRunning(vv) {
+		host := strings.ToLower(strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+				return r
+			}
+			return '-'
+		}, vv.v.get("displayName")))
+		var ip dnode = dunset
+		if len(vv.ips) > 0 {
+			ip = dstr(vv.ips[0])
+		}
+		var nicItems []dnode
+		for i, n := range nics(vv.v) {
+			var ips []dnode
+			var cfg []dnode
+			if i == 0 {
+				for _, a := range vv.ips {
+					ips = append(ips, dstr(a))
+					prefix := 24
+					if strings.Contains(a, ":") {
+						prefix = 64
+					}
+					cfg = append(cfg, dobj{typ: "vim.net.IpConfigInfo.IpAddress", fields: []dfield{
+						f("ipAddress", dstr(a)), f("prefixLength", dnum(prefix)), f("origin", dunset),
+						f("state", dstr("preferred")), f("lifetime", dunset)}})
+				}
+			}
+			var ipArr, cfgArr dnode = dunset, dunset
+			if len(ips) > 0 {
+				ipArr = darr{typ: "string", items: ips}
+				cfgArr = darr{typ: "vim.net.IpConfigInfo.IpAddress", items: cfg}
+			}
+			mac := vv.v.get(fmt.Sprintf("ethernet%d.address", n))
+			if mac == "" {
+				mac = vv.v.get(fmt.Sprintf("ethernet%d.generatedAddress", n))
+			}
+			nicItems = append(nicItems, dobj{typ: "vim.vm.GuestInfo.NicInfo", fields: []dfield{
+				f("network", dstr(vv.v.get(fmt.Sprintf("ethernet%d.networkName", n)))),
+				f("ipAddress", ipArr),
+				f("macAddress", dstr(strings.ToLower(mac))),
+				f("connected", dbool(true)),
+				f("deviceConfigId", dnum(4000+i)),
+				f("dnsConfig", dnull("vim.net.DnsConfigInfo")),
+				f("ipConfig", dobj{typ: "vim.net.IpConfigInfo", fields: []dfield{
+					f("ipAddress", cfgArr),
+					f("dhcp", dnull("vim.net.DhcpConfigInfo")),
+					f("autoConfigurationEnabled", dunset)}}),
+				f("netBIOSConfig", dnull("vim.net.NetBIOSConfigInfo")),
+			}})
+		}
+		var net dnode = dunset
+		if len(nicItems) > 0 {
+			net = darr{typ: "vim.vm.GuestInfo.NicInfo", items: nicItems}
+		}
+		fields = append(fields,
+			f("guestId", dstr(guestID)),
+			f("guestFamily", dstr(guestFamily(guestID))),
+			f("guestFullName", dstr(guestFullName(guestID))),
+			f("guestDetailedData", dunset),
+			f("hostName", dstr(host)),
+			f("ipAddress", ip),
+			f("net", net))
+	} else {
+		fields = append(fields,
+			f("guestId", dunset), f("guestFamily", dunset), f("guestFullName", dunset),
+			f("guestDetailedData", dunset), f("hostName", dunset), f("ipAddress", dunset), f("net", dunset))
+	}
+	fields = append(fields, f("ipStack", dunset), f("disk", dunset))
+	if on {
+		fields = append(fields, f("screen", dobj{typ: "vim.vm.GuestInfo.ScreenInfo", fields: []dfield{
+			f("width", dnum(1024)), f("height", dnum(768))}}))
+		fields = append(fields, f("guestState", dstr("running")))
+	} else {
+		fields = append(fields, f("screen", dunset), f("guestState", dstr("notRunning")))
+	}
+	fields = append(fields,
+		f("hwVersion", dstr(hwVersion(vv.v))),
+		f("customizationInfo", dobj{typ: "vim.vm.GuestInfo.CustomizationInfo", fields: []dfield{
+			f("customizationStatus", dstr("TOOLSDEPLOYPKG_IDLE")),
+			f("startTime", dunset), f("endTime", dunset), f("errorMsg", dunset)}}))
+	return dobj{typ: "vim.vm.GuestInfo", fields: fields}
+}
+
+// summary builds `get.summary` (field set of get_summary_apache_vcl_poweredOn_winxp.txt).
+func (s *Server) summary(vv vmView) dobj {
+	f := func(k string, v dnode) dfield { return dfield{k, v} }
+	v := vv.v
+	guestID := vimGuestID(v.get("guestOS"))
+	mem, _ := strconv.Atoi(v.get("memSize"))
+	cpus, _ := strconv.Atoi(v.get("numvcpus"))
+	if cpus == 0 {
+		cpus = 1
+	}
+	on := vv.power == PoweredOn
+	var boot dnode = dunset
+	maxCPU, maxMem := dnode(dunset), dnode(dunset)
+	if on {
+		boot = dstr(vv.bootTime.Format("2006-01-02T15:04:05.000000Z"))
+		maxCPU, maxMem = dnum(cpus*2000), dnum(mem)
+	}
+	toolsStatus, toolsVersion, toolsRunning := "toolsNotInstalled", "guestToolsNotInstalled", "guestToolsNotRunning"
+	switch {
+	case s.toolsRunning(vv):
+		toolsStatus, toolsVersion, toolsRunning = "toolsOk", "guestToolsCurrent", "guestToolsRunning"
+	case vv.tools != ToolsNotInstalled:
+		toolsStatus, toolsVersion = "toolsNotRunning", "guestToolsCurrent"
+	}
+	var gid, gname, host, ip dnode = dunset, dunset, dunset, dunset
+	if s.toolsRunning(vv) {
+		gid, gname = dstr(guestID), dstr(guestFullName(guestID))
+		host = dstr(strings.ToLower(v.get("displayName")))
+		if len(vv.ips) > 0 {
+			ip = dstr(vv.ips[0])
+		}
+	}
+	committed, uncommitted := s.storageUsage(vv)
+	name := v.get("displayName")
+	return dobj{typ: "vim.vm.Summary", fields: []dfield{
+		f("vm", draw(fmt.Sprintf("'vim.VirtualMachine:%d'", vv.id))),
+		f("runtime", dobj{typ: "vim.vm.RuntimeInfo", fields: []dfield{
+			f("host", draw("'vim.HostSystem:ha-host'")),
+			f("connectionState", dstr("connected")),
+			f("powerState", dstr(vv.power.vim())),
+			f("faultToleranceState", dstr("notConfigured")),
+			f("toolsInstallerMounted", dbool(false)),
+			f("suspendTime", dunset),
+			f("bootTime", boot),
+			f("suspendInterval", dnum(0)),
+			f("question", dnull("vim.vm.QuestionInfo")),
+			f("memoryOverhead", dunset),
+			f("maxCpuUsage", maxCPU),
+			f("maxMemoryUsage", maxMem),
+			f("numMksConnections", dnum(0)),
+			f("recordReplayState", dstr("inactive")),
+			f("cleanPowerOff", dunset),
+			f("needSecondaryReason", dunset),
+		}}),
+		f("guest", dobj{typ: "vim.vm.Summary.GuestSummary", fields: []dfield{
+			f("guestId", gid),
+			f("guestFullName", gname),
+			f("toolsStatus", dstr(toolsStatus)),
+			f("toolsVersionStatus", dstr(toolsVersion)),
+			f("toolsRunningStatus", dstr(toolsRunning)),
+			f("hostName", host),
+			f("ipAddress", ip),
+		}}),
+		f("config", dobj{typ: "vim.vm.Summary.ConfigSummary", fields: []dfield{
+			f("name", dstr(vimName.Replace(name))),
+			f("template", dbool(false)),
+			f("vmPathName", dstr(s.dsPath(vv.vmxPath, nil))),
+			f("memorySizeMB", dnum(mem)),
+			f("cpuReservation", dnum(0)),
+			f("memoryReservation", dnum(0)),
+			f("numCpu", dnum(cpus)),
+			f("numEthernetCards", dnum(len(nics(v)))),
+			f("numVirtualDisks", dnum(len(disks(v)))),
+			f("uuid", dstr(vmUUID(v.get("uuid.bios")))),
+			f("instanceUuid", dstr(vmUUID(v.get("vc.uuid")))),
+			f("guestId", dstr(guestID)),
+			f("guestFullName", dstr(guestFullName(guestID))),
+			f("annotation", dstr(v.get("annotation"))),
+			f("product", dnull("vim.vApp.ProductInfo")),
+			f("installBootRequired", dbool(false)),
+			f("ftInfo", dnull("vim.vm.FaultToleranceConfigInfo")),
+			f("managedBy", dnull("vim.ext.ManagedByInfo")),
+			f("tpmPresent", dbool(v.has("vtpm.present") && strings.EqualFold(v.get("vtpm.present"), "TRUE"))),
+			f("numVmiopBackings", dnum(0)),
+			f("hwVersion", dstr(hwVersion(v))),
+		}}),
+		f("storage", dobj{typ: "vim.vm.Summary.StorageSummary", fields: []dfield{
+			f("committed", dnum(committed)),
+			f("uncommitted", dnum(uncommitted)),
+			f("unshared", dnum(committed)),
+			f("timestamp", dstr(time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"))),
+		}}),
+		f("quickStats", dobj{typ: "vim.vm.Summary.QuickStats", fields: []dfield{
+			f("overallCpuUsage", dnum(0)),
+			f("overallCpuDemand", dnum(0)),
+			f("guestMemoryUsage", dnum(0)),
+			f("hostMemoryUsage", dnum(0)),
+			f("guestHeartbeatStatus", dstr(map[bool]string{true: "green", false: "gray"}[s.toolsRunning(vv)])),
+			f("distributedCpuEntitlement", dnum(0)),
+			f("distributedMemoryEntitlement", dnum(0)),
+			f("staticCpuEntitlement", dnum(0)),
+			f("staticMemoryEntitlement", dnum(0)),
+			f("privateMemory", dnum(0)),
+			f("sharedMemory", dnum(0)),
+			f("swappedMemory", dnum(0)),
+			f("balloonedMemory", dnum(0)),
+			f("consumedOverheadMemory", dnum(0)),
+			f("ftLogBandwidth", dnum(-1)),
+			f("ftSecondaryLatency", dnum(-1)),
+			f("ftLatencyStatus", dstr("gray")),
+			f("uptimeSeconds", dnum(0)),
+		}}),
+		f("overallStatus", dstr("green")),
+	}}
+}
+
+// storageUsage returns the bytes allocated by the files of the VM's
+// directory and the disks' capacity not yet allocated.
+func (s *Server) storageUsage(vv vmView) (committed, uncommitted int64) {
+	dir := path.Dir(vv.vmxPath)
+	names, _ := s.readDir(dir)
+	for _, n := range names {
+		if fi, err := s.statPath(dir + "/" + n); err == nil && !fi.IsDir() {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				committed += st.Blocks * 512
+			} else {
+				committed += fi.Size()
+			}
+		}
+	}
+	var capacity int64
+	for _, d := range disks(vv.v) {
+		b, err := s.readHostFile(resolveIn(dir, d))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) >= 4 && (fs[0] == "RW" || fs[0] == "RDONLY") {
+				if n, err := strconv.ParseInt(fs[1], 10, 64); err == nil {
+					capacity += n * 512
+				}
+			}
+		}
+	}
+	return committed, max(capacity-committed, 0)
+}
+
+// snapNode is one snapshot of a .vmsd.
+type snapNode struct {
+	idx               int
+	uid, parent       string
+	name, desc, state string
+	created           time.Time
+	children          []*snapNode
+}
+
+// snapshotTree renders the snapshot tree of the VM's .vmsd as `snapshot.get`
+// prints it after "Get Snapshot:" (samples: snapshot-get-nested-tree.txt,
+// snapshot_get_jenkins_*); nothing when there is no .vmsd or no snapshot.
+func (s *Server) snapshotTree(vv vmView) string {
+	vmsd := strings.TrimSuffix(vv.vmxPath, path.Ext(vv.vmxPath)) + ".vmsd"
+	b, err := s.readHostFile(vmsd)
+	if err != nil {
+		return ""
+	}
+	v := parseVMX(b)
+	byIdx := map[int]*snapNode{}
+	for _, k := range v.keys {
+		rest, ok := strings.CutPrefix(k, "snapshot")
+		if !ok {
+			continue
+		}
+		num, field, ok := strings.Cut(rest, ".")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			continue
+		}
+		node := byIdx[n]
+		if node == nil {
+			node = &snapNode{idx: n, state: "powered off"}
+			byIdx[n] = node
+		}
+		val := v.vals[k]
+		switch field {
+		case "uid":
+			node.uid = val
+		case "parent":
+			node.parent = val
+		case "displayname":
+			node.name = val
+		case "description":
+			node.desc = val
+		case "type":
+			if val == "1" {
+				node.state = "powered on"
+			}
+		}
+	}
+	var nodes []*snapNode
+	byUID := map[string]*snapNode{}
+	for _, n := range byIdx {
+		if n.uid == "" {
+			continue
+		}
+		hi, _ := strconv.ParseInt(v.get(fmt.Sprintf("snapshot%d.createTimeHigh", n.idx)), 10, 64)
+		lo, _ := strconv.ParseInt(v.get(fmt.Sprintf("snapshot%d.createTimeLow", n.idx)), 10, 64)
+		n.created = time.UnixMicro(hi<<32 | int64(uint32(lo))).UTC()
+		nodes = append(nodes, n)
+		byUID[n.uid] = n
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].idx < nodes[j].idx })
+	var roots []*snapNode
+	for _, n := range nodes {
+		if p, ok := byUID[n.parent]; ok && n.parent != "" && p != n {
+			p.children = append(p.children, n)
+		} else {
+			roots = append(roots, n)
+		}
+	}
+	var out strings.Builder
+	var walk func(n *snapNode, depth int, seen map[*snapNode]bool)
+	walk = func(n *snapNode, depth int, seen map[*snapNode]bool) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		marker := "|-CHILD"
+		if depth == 0 {
+			marker = "|-ROOT"
+		}
+		pre := strings.Repeat("--", depth+1)
+		out.WriteString(strings.Repeat("--", depth) + marker + "\n")
+		out.WriteString(pre + "Snapshot Name        : " + n.name + "\n")
+		if !s.opts.Legacy {
+			out.WriteString(pre + "Snapshot Id        : " + n.uid + "\n")
+		}
+		out.WriteString(pre + "Snapshot Desciption  :")
+		if n.desc != "" {
+			out.WriteString(" " + n.desc)
+		}
+		out.WriteString("\n")
+		c := n.created
+		fmt.Fprintf(&out, "%sSnapshot Created On  : %d/%d/%d %d:%d:%d\n", pre, c.Month(), c.Day(), c.Year(), c.Hour(), c.Minute(), c.Second())
+		out.WriteString(pre + "Snapshot State       : " + n.state + "\n")
+		for _, ch := range n.children {
+			walk(ch, depth+1, seen)
+		}
+	}
+	seen := map[*snapNode]bool{}
+	for _, r := range roots {
+		walk(r, 0, seen)
+	}
+	return out.String()
+}
