@@ -1,0 +1,110 @@
+package kube
+
+import (
+	"context"
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Labels the provider puts on every object it creates. An object with the
+// same name but without our migration label (or with another value) is not
+// ours and is never overwritten.
+const (
+	// LabelMigration names the migration (its destination VM name, unique in
+	// the namespace) that created the object.
+	LabelMigration = "vmmigration.io/migration"
+	// LabelManagedBy is the well-known managed-by label.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is LabelManagedBy's value on our objects.
+	ManagedByValue = "terraform-provider-vmmigration"
+)
+
+// NamespaceExists reports whether a namespace exists.
+func (c *Client) NamespaceExists(ctx context.Context, namespace string) (bool, error) {
+	return c.exists(ctx, "Namespace", "", namespace, &corev1.Namespace{})
+}
+
+// StorageClassExists reports whether a StorageClass exists.
+func (c *Client) StorageClassExists(ctx context.Context, name string) (bool, error) {
+	return c.exists(ctx, "StorageClass", "", name, &storagev1.StorageClass{})
+}
+
+// VirtualMachineOwner reports whether a VirtualMachine exists and the value
+// of its LabelMigration ("" when it has none).
+func (c *Client) VirtualMachineOwner(ctx context.Context, namespace, name string) (bool, string, error) {
+	vm := &kubevirtv1.VirtualMachine{}
+	ok, err := c.exists(ctx, "VirtualMachine", namespace, name, vm)
+	return ok, vm.Labels[LabelMigration], err
+}
+
+// DataVolumeOwner is VirtualMachineOwner for DataVolumes.
+func (c *Client) DataVolumeOwner(ctx context.Context, namespace, name string) (bool, string, error) {
+	dv := &cdiv1beta1.DataVolume{}
+	ok, err := c.exists(ctx, "DataVolume", namespace, name, dv)
+	return ok, dv.Labels[LabelMigration], err
+}
+
+func (c *Client) exists(ctx context.Context, kind, namespace, name string, obj client.Object) (bool, error) {
+	err := c.get(ctx, kind, namespace, name, obj)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// StorageQuotaRemaining returns the least storage-request headroom that the
+// namespace's ResourceQuotas leave for new claims of a StorageClass (from
+// both requests.storage and <class>.storageclass.storage.k8s.io/requests.storage),
+// and whether any quota limits it.
+func (c *Client) StorageQuotaRemaining(ctx context.Context, namespace, storageClass string) (int64, bool, error) {
+	cl, err := c.Raw()
+	if err != nil {
+		return 0, false, err
+	}
+	var list corev1.ResourceQuotaList
+	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return 0, false, wrap("list", "ResourceQuota", namespace, "", err)
+	}
+	names := []corev1.ResourceName{
+		corev1.ResourceRequestsStorage,
+		corev1.ResourceName(storageClass + ".storageclass.storage.k8s.io/requests.storage"),
+	}
+	var least int64
+	limited := false
+	for _, q := range list.Items {
+		for _, n := range names {
+			hard, ok := q.Spec.Hard[n]
+			if !ok {
+				continue
+			}
+			used := q.Status.Used[n]
+			left := hard.DeepCopy()
+			left.Sub(orZero(used))
+			v := left.Value()
+			if v < 0 {
+				v = 0
+			}
+			if !limited || v < least {
+				least, limited = v, true
+			}
+		}
+	}
+	return least, limited, nil
+}
+
+func orZero(q resource.Quantity) resource.Quantity {
+	if q.IsZero() {
+		return resource.MustParse("0")
+	}
+	return q
+}

@@ -1,0 +1,105 @@
+package testcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Versions of the binaries the test cluster runs, as built by
+// tools/build-testcluster.sh (keep in step with it).
+const (
+	KubeAPIServerVersion = "v1.37.2"
+	EtcdVersion          = "v3.6.16"
+)
+
+// EnvTestBin names the environment variable that, when set, is the folder
+// holding the kube-apiserver and etcd binaries. It defaults to .testbin in
+// the repository root.
+const EnvTestBin = "VMMIGRATION_TESTBIN"
+
+// buildHint says how to get the binaries.
+const buildHint = `build them with "make testbin" (which runs tools/build-testcluster.sh; the first build takes several minutes), ` +
+	`or set ` + EnvTestBin + ` to a folder holding kube-apiserver ` + KubeAPIServerVersion + ` and etcd ` + EtcdVersion
+
+// binaries are the absolute paths of the programs a cluster runs.
+type binaries struct {
+	etcd, apiServer string
+}
+
+// findBinaries locates etcd and kube-apiserver in dir, or, when dir is empty,
+// in $VMMIGRATION_TESTBIN or <repository root>/.testbin. A binary whose
+// "<name>.version" stamp (written by the build script) names another
+// version is refused; a binary without a stamp is trusted.
+func findBinaries(dir string) (binaries, error) {
+	where := "Options.BinDir"
+	if dir == "" {
+		where = "$" + EnvTestBin
+		dir = os.Getenv(EnvTestBin)
+	}
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return binaries{}, fmt.Errorf("testcluster: %s is not set and the repository root cannot be found (%v); %s", EnvTestBin, err, buildHint)
+		}
+		where = "the repository's .testbin folder"
+		dir = filepath.Join(root, ".testbin")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return binaries{}, err
+	}
+	var problems []string
+	check := func(name, version string) string {
+		p := filepath.Join(abs, name)
+		st, err := os.Stat(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			problems = append(problems, fmt.Sprintf("%s is missing (no %s)", name, p))
+			return ""
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+			return ""
+		case st.IsDir() || st.Mode()&0o111 == 0:
+			problems = append(problems, fmt.Sprintf("%s is not an executable file", p))
+			return ""
+		}
+		if b, err := os.ReadFile(p + ".version"); err == nil {
+			if got := strings.TrimSpace(string(b)); got != version {
+				problems = append(problems, fmt.Sprintf("%s is %s, want %s (stamp %s.version)", p, got, version, p))
+				return ""
+			}
+		}
+		return p
+	}
+	b := binaries{
+		etcd:      check("etcd", EtcdVersion),
+		apiServer: check("kube-apiserver", KubeAPIServerVersion),
+	}
+	if len(problems) > 0 {
+		return binaries{}, fmt.Errorf("testcluster: cannot run a test cluster from %s (%s): %s; %s",
+			abs, where, strings.Join(problems, "; "), buildHint)
+	}
+	return b, nil
+}
+
+// repoRoot walks up from the working directory (a test's package folder) to
+// the folder holding go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod in the working directory or above")
+		}
+		dir = parent
+	}
+}
