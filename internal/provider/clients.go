@@ -1,20 +1,70 @@
 package provider
 
 import (
+	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
-// clients is what Configure hands every resource and data source: the
-// settings and, once they exist, the lazily connected clients built from them.
-// Nothing here connects until a resource or data source asks for it.
+// inventoryTTL is how long one host inventory is reused by the data sources
+// and resources of a run. A plan reads every data source within seconds, so
+// N data sources on one host cost one batched inventory read.
+const inventoryTTL = 30 * time.Second
+
+// clients is what Configure hands every resource and data source: settings
+// and lazily connected clients. Nothing here connects until a resource or
+// data source asks for it, so validate and unrelated plans work offline.
 type clients struct {
 	settings settings
+	esxi     *esxi.Registry
+	kube     *kube.Client
+
+	mu          sync.Mutex
+	inventories map[string]*inventoryEntry
 }
 
-func newClients(s settings) *clients {
-	return &clients{settings: s}
+type inventoryEntry struct {
+	done     chan struct{}
+	at       time.Time
+	vms      []esxi.VM
+	problems []esxi.Problem
+	err      error
+}
+
+func newClients(s settings) (*clients, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	c := &clients{
+		settings:    s,
+		esxi:        esxi.NewRegistry(nil),
+		kube:        kube.New(s.Kubernetes.kubeConfig()),
+		inventories: map[string]*inventoryEntry{},
+	}
+	for _, h := range s.Hosts {
+		_, err := c.esxi.Add(esxi.HostConfig{
+			Name:                  h.Name,
+			Address:               h.Address,
+			Port:                  h.Port,
+			User:                  h.User,
+			Password:              h.Password,
+			PrivateKeyPEM:         h.PrivateKeyPEM,
+			HostKeyFingerprint:    h.HostKeyFingerprint,
+			KnownHostsFile:        h.KnownHostsFile,
+			InsecureIgnoreHostKey: h.InsecureIgnoreHostKey,
+			MaxSessions:           h.MaxSessions,
+		})
+		if err != nil {
+			diags.AddError("Invalid ESXi host configuration",
+				fmt.Sprintf("ESXi host %q: %v", h.Name, err))
+		}
+	}
+	return c, diags
 }
 
 // clientsFrom recovers the clients from ProviderData. ProviderData is nil
@@ -31,4 +81,92 @@ func clientsFrom(data any) (*clients, diag.Diagnostics) {
 		return nil, diags
 	}
 	return c, diags
+}
+
+// esxiClient returns the client of a configured host.
+func (c *clients) esxiClient(host string) (*esxi.Client, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	if c == nil {
+		diags.AddError("Provider not configured", "The provider was not configured before use. This is a bug in the provider; please report it.")
+		return nil, diags
+	}
+	cl, err := c.esxi.Client(host)
+	if err != nil {
+		names := c.esxi.Names()
+		diags.AddError("Unknown ESXi host",
+			fmt.Sprintf("No esxi_host block of the provider is named %q (configured: %v). Add one or fix the name.", host, names))
+		return nil, diags
+	}
+	return cl, diags
+}
+
+// destination is the destination cluster as the pre-flight checks see it.
+// The client connects on its first request.
+func (c *clients) destination(_ context.Context) (preflight.Cluster, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	if c == nil {
+		diags.AddError("Provider not configured", "The provider was not configured before use. This is a bug in the provider; please report it.")
+		return nil, diags
+	}
+	return c.kube, diags
+}
+
+// inventory reads a host's inventory once per inventoryTTL, however many
+// data sources and resources ask for it concurrently.
+func (c *clients) inventory(ctx context.Context, host string) ([]esxi.VM, []esxi.Problem, diag.Diagnostics) {
+	cl, diags := c.esxiClient(host)
+	if diags.HasError() {
+		return nil, nil, diags
+	}
+	c.mu.Lock()
+	e, ok := c.inventories[host]
+	if ok {
+		select {
+		case <-e.done:
+			if e.err != nil || time.Since(e.at) > inventoryTTL {
+				ok = false
+			}
+		default:
+		}
+	}
+	if !ok {
+		e = &inventoryEntry{done: make(chan struct{})}
+		c.inventories[host] = e
+		c.mu.Unlock()
+		e.vms, e.problems, e.err = cl.Inventory(ctx)
+		e.at = time.Now()
+		close(e.done)
+	} else {
+		c.mu.Unlock()
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			diags.AddError("Error reading ESXi inventory", fmt.Sprintf("Reading the inventory of ESXi host %q was cancelled: %v", host, ctx.Err()))
+			return nil, nil, diags
+		}
+	}
+	if e.err != nil {
+		diags.AddError("Error reading ESXi inventory", esxiErrorDetail(host, e.err))
+		return nil, nil, diags
+	}
+	return e.vms, e.problems, diags
+}
+
+// invalidateInventory forgets a host's cached inventory after a change.
+func (c *clients) invalidateInventory(host string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.inventories, host)
+}
+
+// esxiErrorDetail says what kind of failure an ESXi error is and what to do.
+func esxiErrorDetail(host string, err error) string {
+	switch esxi.Classify(err) {
+	case esxi.Transient:
+		return fmt.Sprintf("ESXi host %q could not be read because of a temporary failure; running the command again usually succeeds. %v", host, err)
+	case esxi.NeedsHuman:
+		return fmt.Sprintf("ESXi host %q refused the provider and needs your attention (credentials, host key, lockdown mode or SSH service). %v", host, err)
+	default:
+		return fmt.Sprintf("Reading ESXi host %q failed: %v", host, err)
+	}
 }

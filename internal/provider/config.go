@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
 // Environment variables read when the matching attribute is not set. The
@@ -448,29 +450,26 @@ func (k kubernetesModel) settings(env func(string) (string, bool)) (kubeSettings
 		}
 		ks.Insecure = b
 	}
-	if ks.ConfigPath != "" && len(ks.ConfigPaths) > 0 {
-		diags.AddAttributeError(p.AtName("config_paths"), "Conflicting kubeconfig settings",
-			"Both config_path and config_paths are set (directly or through $"+envKubeConfigPath+
-				" and $"+envKubeConfigPaths+"). Use one of them.")
-	}
-	if (ks.ClientCertificate == "") != (ks.ClientKey == "") && !k.ClientCertificate.IsUnknown() && !k.ClientKey.IsUnknown() {
-		diags.AddAttributeError(p.AtName("client_key"), "Incomplete client certificate",
-			"client_certificate and client_key go together: set both, or neither.")
-	}
-	for _, pem := range []struct {
-		name, value string
-	}{{"cluster_ca_certificate", ks.ClusterCACertificate}, {"client_certificate", ks.ClientCertificate}} {
-		if pem.value != "" && !strings.Contains(pem.value, "-----BEGIN CERTIFICATE-----") {
-			diags.AddAttributeError(p.AtName(pem.name), "Invalid "+pem.name,
-				pem.name+" must be a PEM-encoded certificate (starting with -----BEGIN CERTIFICATE-----), "+
-					"for example file(\"ca.crt\") or base64decode() of a kubeconfig's *-data field.")
-		}
-	}
-	if ks.Insecure && ks.ClusterCACertificate != "" {
-		diags.AddAttributeError(p.AtName("insecure"), "Conflicting TLS settings",
-			"insecure = true turns certificate verification off, so cluster_ca_certificate would be ignored. Remove one of them.")
+	for _, e := range ks.kubeConfig().Validate() {
+		diags.AddAttributeError(p.AtName(e.Attribute), "Invalid Kubernetes setting",
+			fmt.Sprintf("kubernetes.%s %s (set in the kubernetes block or its environment variable).", e.Attribute, e.Detail))
 	}
 	return ks, diags
+}
+
+// kubeConfig is the settings in the Kubernetes client's terms.
+func (ks kubeSettings) kubeConfig() kube.Config {
+	return kube.Config{
+		ConfigPath:           ks.ConfigPath,
+		ConfigPaths:          ks.ConfigPaths,
+		ConfigContext:        ks.ConfigContext,
+		Host:                 ks.Host,
+		Token:                ks.Token,
+		ClusterCACertificate: ks.ClusterCACertificate,
+		ClientCertificate:    ks.ClientCertificate,
+		ClientKey:            ks.ClientKey,
+		Insecure:             ks.Insecure,
+	}
 }
 
 func stringOr(v types.String, env func(string) (string, bool), envName, def string) string {

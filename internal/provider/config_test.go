@@ -180,14 +180,25 @@ func TestSettingsErrors(t *testing.T) {
 			errs:   []string{`Invalid ESXi private key: The private key of ESXi host "esxi-a" could not be parsed: ssh: no key found.`},
 		},
 		{
-			name:   "client cert without key",
-			mutate: func(m *providerModel) { m.Kubernetes = []kubernetesModel{{ClientCertificate: types.StringValue("-----BEGIN CERTIFICATE-----\nx")}} },
-			errs:   []string{"Incomplete client certificate: client_certificate and client_key go together: set both, or neither."},
+			name: "client cert without key",
+			mutate: func(m *providerModel) {
+				m.Kubernetes = []kubernetesModel{{ClientCertificate: types.StringValue("-----BEGIN CERTIFICATE-----\nx")}}
+			},
+			errs: []string{
+				"Invalid Kubernetes setting: kubernetes.host must be set when client_certificate is set without config_path or config_paths",
+				"Invalid Kubernetes setting: kubernetes.client_key must be set when client_certificate is set",
+				"Invalid Kubernetes setting: kubernetes.client_certificate is not a PEM certificate",
+			},
 		},
 		{
-			name:   "ca not pem",
-			mutate: func(m *providerModel) { m.Kubernetes = []kubernetesModel{{ClusterCACertificate: types.StringValue("abc")}} },
-			errs:   []string{"Invalid cluster_ca_certificate: cluster_ca_certificate must be a PEM-encoded certificate"},
+			name: "ca not pem",
+			mutate: func(m *providerModel) {
+				m.Kubernetes = []kubernetesModel{{ClusterCACertificate: types.StringValue("abc")}}
+			},
+			errs: []string{
+				"Invalid Kubernetes setting: kubernetes.host must be set when cluster_ca_certificate is set without config_path or config_paths",
+				"Invalid Kubernetes setting: kubernetes.cluster_ca_certificate is not a PEM certificate",
+			},
 		},
 		{
 			name:   "bad KUBE_INSECURE",
@@ -199,7 +210,7 @@ func TestSettingsErrors(t *testing.T) {
 			name:   "config_path and config_paths",
 			mutate: func(m *providerModel) { m.Kubernetes = []kubernetesModel{{ConfigPath: types.StringValue("/a")}} },
 			env:    map[string]string{envKubeConfigPaths: "/b:/c"},
-			errs:   []string{"Conflicting kubeconfig settings: Both config_path and config_paths are set"},
+			errs:   []string{"Invalid Kubernetes setting: kubernetes.config_paths conflicts with config_path; set only one of them (set in the kubernetes block or its environment variable)."},
 		},
 	}
 	for _, tt := range tests {

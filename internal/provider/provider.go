@@ -61,7 +61,11 @@ func (p *vmmigrationProvider) Configure(ctx context.Context, req provider.Config
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	clients := newClients(s)
+	clients, diags := newClients(s)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
 	resp.DataSourceData = clients
 	resp.ResourceData = clients
 }
@@ -71,5 +75,9 @@ func (p *vmmigrationProvider) Resources(_ context.Context) []func() resource.Res
 }
 
 func (p *vmmigrationProvider) DataSources(_ context.Context) []func() datasource.DataSource {
-	return nil
+	return []func() datasource.DataSource{
+		NewESXiVMsDataSource,
+		NewESXiVMDataSource,
+		NewPreflightDataSource,
+	}
 }

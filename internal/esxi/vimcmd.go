@@ -1,0 +1,368 @@
+package esxi
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PowerState is a VM's power state.
+type PowerState string
+
+// Power states, as vSphere names them.
+const (
+	PowerStateUnknown PowerState = ""
+	PoweredOn         PowerState = "poweredOn"
+	PoweredOff        PowerState = "poweredOff"
+	Suspended         PowerState = "suspended"
+)
+
+// ParsePowerState parses `vim-cmd vmsvc/power.getstate` output
+// ("Retrieved runtime info" then "Powered on", "Powered off" or "Suspended").
+func ParsePowerState(out string) (PowerState, []Problem) {
+	var (
+		state PowerState
+		probs []Problem
+	)
+	for i, raw := range strings.Split(out, "\n") {
+		line := strings.TrimSpace(raw)
+		var s PowerState
+		switch line {
+		case "", "Retrieved runtime info":
+			continue
+		case "Powered on":
+			s = PoweredOn
+		case "Powered off":
+			s = PoweredOff
+		case "Suspended":
+			s = Suspended
+		default:
+			probs = append(probs, Problem{Line: i + 1, Message: fmt.Sprintf("unexpected line %q", truncate(line, 120))})
+			continue
+		}
+		if state != "" && state != s {
+			probs = append(probs, Problem{Line: i + 1, Message: "more than one power state printed"})
+			return PowerStateUnknown, withSource(probs, "power.getstate")
+		}
+		state = s
+	}
+	if state == "" {
+		probs = append(probs, Problem{Message: "no power state in output"})
+	}
+	return state, withSource(probs, "power.getstate")
+}
+
+// GuestInfo is the parsed output of `vim-cmd vmsvc/get.guest`.
+type GuestInfo struct {
+	ToolsStatus        string // "toolsOk", "toolsNotInstalled", "toolsNotRunning", "toolsOld"
+	ToolsRunningStatus string // "guestToolsRunning", "guestToolsNotRunning", ...
+	ToolsVersionStatus string
+	ToolsVersion       string
+	GuestID            string
+	GuestFullName      string
+	GuestState         string // "running", "notRunning"
+	HostName           string
+	IPAddress          string
+	NICs               []GuestNIC
+}
+
+// ToolsRunning reports toolsRunningStatus = guestToolsRunning.
+func (g GuestInfo) ToolsRunning() bool { return g.ToolsRunningStatus == "guestToolsRunning" }
+
+// GuestNIC is one entry of GuestInfo.net.
+type GuestNIC struct {
+	Network        string
+	MAC            string
+	IPs            []string
+	Connected      bool
+	DeviceConfigID int
+}
+
+func dumpRoot(out, typ, src string) (*dumpValue, []Problem) {
+	d, probs := parseDump(out)
+	for _, r := range d.roots {
+		if r.kind == dumpObject && r.typ == typ {
+			return r, withSource(probs, src)
+		}
+	}
+	probs = append(probs, Problem{Message: fmt.Sprintf("no (%s) object in output", typ)})
+	return nil, withSource(probs, src)
+}
+
+func dumpStr(v *dumpValue, keys ...string) string {
+	s, _ := v.path(keys...).str()
+	return s
+}
+
+func dumpInt(v *dumpValue, probs *[]Problem, keys ...string) int64 {
+	s, ok := v.path(keys...).str()
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		*probs = append(*probs, Problem{Message: fmt.Sprintf("%s = %q is not a number", strings.Join(keys, "."), s)})
+	}
+	return n
+}
+
+// ParseGuestInfo parses `vim-cmd vmsvc/get.guest` output. A truncated dump
+// yields the fields before the cut plus a Problem.
+func ParseGuestInfo(out string) (GuestInfo, []Problem) {
+	r, probs := dumpRoot(out, "vim.vm.GuestInfo", "get.guest")
+	if r == nil {
+		return GuestInfo{}, probs
+	}
+	g := GuestInfo{
+		ToolsStatus:        dumpStr(r, "toolsStatus"),
+		ToolsRunningStatus: dumpStr(r, "toolsRunningStatus"),
+		ToolsVersionStatus: dumpStr(r, "toolsVersionStatus"),
+		ToolsVersion:       dumpStr(r, "toolsVersion"),
+		GuestID:            dumpStr(r, "guestId"),
+		GuestFullName:      dumpStr(r, "guestFullName"),
+		GuestState:         dumpStr(r, "guestState"),
+		HostName:           dumpStr(r, "hostName"),
+		IPAddress:          dumpStr(r, "ipAddress"),
+	}
+	if net := r.field("net"); net != nil && net.kind == dumpArray {
+		for _, it := range net.items {
+			if it.kind != dumpObject {
+				continue
+			}
+			n := GuestNIC{
+				Network: dumpStr(it, "network"),
+				MAC:     strings.ToLower(dumpStr(it, "macAddress")),
+			}
+			n.Connected = dumpStr(it, "connected") == "true"
+			n.DeviceConfigID = int(dumpInt(it, &probs, "deviceConfigId"))
+			if ips := it.field("ipAddress"); ips != nil && ips.kind == dumpArray {
+				for _, ip := range ips.items {
+					if s, ok := ip.str(); ok {
+						n.IPs = append(n.IPs, s)
+					}
+				}
+			}
+			g.NICs = append(g.NICs, n)
+		}
+	}
+	return g, probs
+}
+
+// Summary is the parsed output of `vim-cmd vmsvc/get.summary`.
+type Summary struct {
+	PowerState         PowerState
+	ConnectionState    string
+	Name               string
+	VMPathName         string // "[datastore] dir/vm.vmx"
+	Annotation         string
+	UUID               string
+	InstanceUUID       string
+	GuestID            string
+	GuestFullName      string
+	ToolsStatus        string
+	ToolsRunningStatus string
+	HostName           string
+	IPAddress          string
+	MemoryMiB          int
+	CPUs               int
+	NumEthernetCards   int
+	NumVirtualDisks    int
+	CommittedBytes     int64
+	UncommittedBytes   int64
+	OverallStatus      string
+	Template           bool
+}
+
+// ParseSummary parses `vim-cmd vmsvc/get.summary` output.
+func ParseSummary(out string) (Summary, []Problem) {
+	r, probs := dumpRoot(out, "vim.vm.Summary", "get.summary")
+	if r == nil {
+		return Summary{}, probs
+	}
+	s := Summary{
+		ConnectionState:    dumpStr(r, "runtime", "connectionState"),
+		Name:               dumpStr(r, "config", "name"),
+		VMPathName:         dumpStr(r, "config", "vmPathName"),
+		Annotation:         dumpStr(r, "config", "annotation"),
+		UUID:               dumpStr(r, "config", "uuid"),
+		InstanceUUID:       dumpStr(r, "config", "instanceUuid"),
+		GuestID:            dumpStr(r, "config", "guestId"),
+		GuestFullName:      dumpStr(r, "config", "guestFullName"),
+		ToolsStatus:        dumpStr(r, "guest", "toolsStatus"),
+		ToolsRunningStatus: dumpStr(r, "guest", "toolsRunningStatus"),
+		HostName:           dumpStr(r, "guest", "hostName"),
+		IPAddress:          dumpStr(r, "guest", "ipAddress"),
+		MemoryMiB:          int(dumpInt(r, &probs, "config", "memorySizeMB")),
+		CPUs:               int(dumpInt(r, &probs, "config", "numCpu")),
+		NumEthernetCards:   int(dumpInt(r, &probs, "config", "numEthernetCards")),
+		NumVirtualDisks:    int(dumpInt(r, &probs, "config", "numVirtualDisks")),
+		CommittedBytes:     dumpInt(r, &probs, "storage", "committed"),
+		UncommittedBytes:   dumpInt(r, &probs, "storage", "uncommitted"),
+		OverallStatus:      dumpStr(r, "overallStatus"),
+		Template:           dumpStr(r, "config", "template") == "true",
+	}
+	switch ps := dumpStr(r, "runtime", "powerState"); ps {
+	case "poweredOn", "poweredOff", "suspended":
+		s.PowerState = PowerState(ps)
+	case "":
+	default:
+		probs = append(probs, Problem{Source: "get.summary", Message: fmt.Sprintf("unknown powerState %q", ps)})
+	}
+	return s, probs
+}
+
+// Snapshot is one node of a VM's snapshot tree.
+type Snapshot struct {
+	Name string
+	// ID is the snapshot id; 0 on hosts that do not print it.
+	ID          int
+	Description string
+	// Created is the creation time as printed ("2/23/2015 18:12:50", host
+	// local time).
+	Created string
+	// CreatedTime is Created parsed as host local time expressed in UTC
+	// (ESXi hosts run in UTC); zero when it does not parse.
+	CreatedTime time.Time
+	// State is the VM's power state when the snapshot was taken
+	// ("powered on", "powered off", "suspended").
+	State    string
+	Children []Snapshot
+}
+
+var (
+	snapNodeRE = regexp.MustCompile(`^(-*)\|-(ROOT|CHILD)\s*$`)
+	snapAttrRE = regexp.MustCompile(`^(-+)Snapshot ([A-Za-z ]+?)\s*:(.*)$`)
+)
+
+// ParseSnapshotGet parses `vim-cmd vmsvc/snapshot.get` output into the list
+// of root snapshots (usually one) with their children. `Get Snapshot:` alone
+// means no snapshots.
+func ParseSnapshotGet(out string) ([]Snapshot, []Problem) {
+	type node struct {
+		s        Snapshot
+		depth    int
+		children []*node
+		lastAttr string
+	}
+	var (
+		roots  []*node
+		path   []*node // path[d] is the latest node at depth d
+		probs  []Problem
+		header bool
+	)
+	for i, raw := range strings.Split(out, "\n") {
+		ln := i + 1
+		line := strings.TrimRight(raw, " \t\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if !header {
+			if line == "Get Snapshot:" {
+				header = true
+				continue
+			}
+			probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("expected \"Get Snapshot:\", got %q", truncate(line, 120))})
+			header = true
+			if !snapNodeRE.MatchString(line) {
+				continue
+			}
+		}
+		if m := snapNodeRE.FindStringSubmatch(line); m != nil {
+			depth := len(m[1]) / 2
+			if len(m[1])%2 != 0 || (m[2] == "ROOT") != (depth == 0) || depth > len(path) {
+				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot node %q at an impossible depth", line)})
+				path = nil // attributes until the next valid node are dropped
+				continue
+			}
+			n := &node{depth: depth}
+			if depth == 0 {
+				roots = append(roots, n)
+			} else {
+				parent := path[depth-1]
+				parent.children = append(parent.children, n)
+			}
+			path = append(path[:depth], n)
+			continue
+		}
+		if m := snapAttrRE.FindStringSubmatch(line); m != nil {
+			depth := len(m[1])/2 - 1
+			if len(m[1])%2 != 0 || depth < 0 || depth != len(path)-1 {
+				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot attribute %q does not belong to the current node", truncate(line, 120))})
+				continue
+			}
+			n := path[depth]
+			val := strings.TrimSpace(m[3])
+			key := m[2]
+			n.lastAttr = key
+			switch key {
+			case "Name":
+				n.s.Name = val
+			case "Id":
+				id, err := strconv.Atoi(val)
+				if err != nil {
+					probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot id %q is not a number", val)})
+				}
+				n.s.ID = id
+			case "Desciption", "Description":
+				n.s.Description = val
+			case "Created On":
+				n.s.Created = val
+				if t, err := time.Parse("1/2/2006 15:4:5", val); err == nil {
+					n.s.CreatedTime = t
+				}
+			case "State":
+				n.s.State = val
+			default:
+				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("unknown snapshot attribute %q", key)})
+			}
+			continue
+		}
+		// A bare line continues a multi-line description.
+		if len(path) > 0 && (path[len(path)-1].lastAttr == "Desciption" || path[len(path)-1].lastAttr == "Description") {
+			n := path[len(path)-1]
+			n.s.Description += "\n" + line
+			continue
+		}
+		probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("unrecognised line %q", truncate(line, 120))})
+	}
+	if !header {
+		probs = append(probs, Problem{Message: "empty output: expected \"Get Snapshot:\""})
+	}
+	var build func(n *node) Snapshot
+	build = func(n *node) Snapshot {
+		s := n.s
+		for _, c := range n.children {
+			s.Children = append(s.Children, build(c))
+		}
+		return s
+	}
+	var out2 []Snapshot
+	for _, r := range roots {
+		out2 = append(out2, build(r))
+	}
+	return out2, withSource(probs, "snapshot.get")
+}
+
+// HostVersion is the parsed output of `vmware -v`.
+type HostVersion struct {
+	Product string // "VMware ESXi"
+	Version string // "8.0.2"
+	Build   string // "22380479"
+}
+
+var versionRE = regexp.MustCompile(`^(VMware ESXi)\s+(\d+(?:\.\d+)*)(?:\s+(?:Update\s+\d+\s+)?build-(\d+))?`)
+
+// ParseVersion parses `vmware -v` ("VMware ESXi 8.0.2 build-22380479").
+func ParseVersion(out string) (HostVersion, []Problem) {
+	line := strings.TrimSpace(out)
+	if i := strings.IndexByte(line, '\n'); i >= 0 {
+		line = strings.TrimSpace(line[:i])
+	}
+	m := versionRE.FindStringSubmatch(line)
+	if m == nil {
+		return HostVersion{}, []Problem{{Source: "vmware -v", Message: fmt.Sprintf("unrecognised version %q", truncate(line, 120))}}
+	}
+	return HostVersion{Product: m[1], Version: m[2], Build: m[3]}, nil
+}

@@ -1,0 +1,403 @@
+// Package preflight runs the checks a migration's Validated phase makes
+// before anything irreversible happens: is the source VM one that can move,
+// and is the destination ready for it. Each check says what to do when it
+// fails. The package reads; it never changes the source or the cluster.
+package preflight
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+)
+
+// Severity says whether a failed check stops a migration.
+type Severity string
+
+// Severities.
+const (
+	Blocker Severity = "blocker"
+	Warning Severity = "warning"
+)
+
+// Power-off policies, as the migration resource names them.
+const (
+	PolicyGraceful         = "graceful"
+	PolicyGracefulThenHard = "graceful_then_hard"
+	PolicyHard             = "hard"
+	PolicyManual           = "manual"
+)
+
+// PowerOffPolicies lists every policy, for validators and documentation.
+var PowerOffPolicies = []string{PolicyGraceful, PolicyGracefulThenHard, PolicyHard, PolicyManual}
+
+// PodNetwork is the network-map value that puts a NIC on the pod network;
+// any other value names a Multus NetworkAttachmentDefinition as
+// "<namespace>/<name>" or "<name>".
+const PodNetwork = "pod"
+
+// Check IDs. Stable: users may match on them.
+const (
+	CheckGuestOS         = "guest_os_supported"
+	CheckFirmware        = "firmware_supported"
+	CheckSnapshots       = "no_snapshots"
+	CheckDisks           = "disks_supported"
+	CheckInventory       = "inventory_complete"
+	CheckNICsMapped      = "nics_mapped"
+	CheckDestinationName = "destination_name_valid"
+	CheckNamespace       = "namespace_exists"
+	CheckDestinationFree = "destination_name_free"
+	CheckStorageClass    = "storage_class_exists"
+	CheckQuota           = "storage_quota_fits"
+	CheckTools           = "vmware_tools"
+	CheckPowerPolicy     = "power_off_policy"
+)
+
+// Check is one check's outcome.
+type Check struct {
+	ID       string
+	Severity Severity
+	Passed   bool
+	Message  string
+}
+
+// Destination is where the VM is meant to go.
+type Destination struct {
+	Namespace    string
+	Name         string
+	StorageClass string
+	// NetworkMap maps each source network name to PodNetwork or a Multus
+	// network.
+	NetworkMap     map[string]string
+	PowerOffPolicy string
+	// Owner is the migration label value that marks objects as this
+	// migration's own; objects with another value (or none) are not ours.
+	Owner string
+}
+
+// DiskName is the deterministic DataVolume name of disk index i.
+func DiskName(vmName string, i int) string {
+	return fmt.Sprintf("%s-disk-%d", vmName, i)
+}
+
+// Cluster is what the checks need to know about the destination cluster.
+type Cluster interface {
+	NamespaceExists(ctx context.Context, namespace string) (bool, error)
+	StorageClassExists(ctx context.Context, name string) (bool, error)
+	// VirtualMachineOwner reports whether a VirtualMachine exists and the
+	// value of its migration label ("" when unlabelled).
+	VirtualMachineOwner(ctx context.Context, namespace, name string) (exists bool, owner string, err error)
+	// DataVolumeOwner is VirtualMachineOwner for DataVolumes.
+	DataVolumeOwner(ctx context.Context, namespace, name string) (exists bool, owner string, err error)
+	// StorageQuotaRemaining returns the smallest storage request headroom
+	// any ResourceQuota of the namespace leaves for the storage class, and
+	// whether any quota limits it at all.
+	StorageQuotaRemaining(ctx context.Context, namespace, storageClass string) (remaining int64, limited bool, err error)
+}
+
+// Result is the outcome of all checks.
+type Result struct {
+	Checks []Check
+}
+
+// Passed is false iff a blocker failed.
+func (r Result) Passed() bool {
+	return len(r.Failed(Blocker)) == 0
+}
+
+// Failed returns the failed checks of a severity.
+func (r Result) Failed(s Severity) []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if !c.Passed && c.Severity == s {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Run evaluates every check. Source-side checks need only the inventory;
+// destination checks ask the cluster. An error means a check could not be
+// evaluated (the cluster was unreachable), not that it failed.
+func Run(ctx context.Context, vm esxi.VM, dest Destination, cluster Cluster) (Result, error) {
+	var r Result
+	add := func(c Check) { r.Checks = append(r.Checks, c) }
+
+	for _, c := range sourceChecks(vm, dest) {
+		add(c)
+	}
+	dc, err := destinationChecks(ctx, vm, dest, cluster)
+	if err != nil {
+		return r, err
+	}
+	for _, c := range dc {
+		add(c)
+	}
+	return r, nil
+}
+
+func pass(id string, sev Severity, msg string) Check {
+	return Check{ID: id, Severity: sev, Passed: true, Message: msg}
+}
+
+func fail(id string, sev Severity, msg string) Check {
+	return Check{ID: id, Severity: sev, Passed: false, Message: msg}
+}
+
+// unsupportedGuests are guestOS prefixes KubeVirt cannot run: other
+// architectures' or operating systems without virtio or emulated-device
+// support worth attempting.
+var unsupportedGuests = []string{"darwin", "netware", "solaris", "os2", "dos", "win31", "win95", "win98", "winme", "winnt", "vmkernel", "vmwarephoton"}
+
+func sourceChecks(vm esxi.VM, dest Destination) []Check {
+	var out []Check
+	g := strings.ToLower(vm.GuestOS)
+	switch {
+	case g == "":
+		out = append(out, fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q does not declare a guest OS (guestOS is unset in its .vmx): check by hand that the guest has virtio or SATA/e1000 drivers before migrating.", vm.Name)))
+	case hasAnyPrefix(g, unsupportedGuests):
+		out = append(out, fail(CheckGuestOS, Blocker, fmt.Sprintf("VM %q runs guest OS %q, which KubeVirt cannot run. Migrate it another way or retire it.", vm.Name, vm.GuestOS)))
+	case strings.HasPrefix(g, "other"):
+		out = append(out, fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q declares guest OS %q; the provider cannot tell whether it boots on KubeVirt. Test the migrated VM before cutting over.", vm.Name, vm.GuestOS)))
+	default:
+		out = append(out, pass(CheckGuestOS, Blocker, fmt.Sprintf("Guest OS %q is supported.", vm.GuestOS)))
+	}
+
+	switch {
+	case vm.Firmware == esxi.FirmwareEFI && vm.SecureBoot:
+		out = append(out, fail(CheckFirmware, Warning, fmt.Sprintf("VM %q boots with EFI and Secure Boot. The destination VM keeps both; the cluster's nodes must support SMM (KubeVirt's default) or the VM will not start.", vm.Name)))
+	case vm.Firmware == esxi.FirmwareEFI || vm.Firmware == esxi.FirmwareBIOS:
+		out = append(out, pass(CheckFirmware, Blocker, fmt.Sprintf("Firmware %s is supported.", vm.Firmware)))
+	default:
+		out = append(out, fail(CheckFirmware, Blocker, fmt.Sprintf("VM %q has firmware %q, which the provider does not know how to reproduce. Set firmware to \"bios\" or \"efi\" on the source.", vm.Name, vm.Firmware)))
+	}
+
+	onDelta := false
+	for _, d := range vm.Disks {
+		onDelta = onDelta || d.OnSnapshotDelta
+	}
+	switch {
+	case len(vm.Snapshots) > 0:
+		out = append(out, fail(CheckSnapshots, Blocker, fmt.Sprintf("VM %q has %d snapshot(s) (%s). Copying the base disks would lose the data written since. Delete or consolidate the snapshots first (vim-cmd vmsvc/snapshot.removeall %d, or Delete All in the host client).", vm.Name, countSnapshots(vm.Snapshots), strings.Join(snapshotNames(vm.Snapshots), ", "), vm.VMID)))
+	case onDelta:
+		out = append(out, fail(CheckSnapshots, Blocker, fmt.Sprintf("VM %q runs on a snapshot delta disk although it lists no snapshots. Consolidate its disks (Snapshots > Consolidate in the host client) first.", vm.Name)))
+	default:
+		out = append(out, pass(CheckSnapshots, Blocker, "No snapshots."))
+	}
+
+	var bad []string
+	for _, d := range vm.Disks {
+		switch {
+		case d.RDM:
+			bad = append(bad, fmt.Sprintf("%s is a raw device mapping", d.Device))
+		case d.Independent:
+			bad = append(bad, fmt.Sprintf("%s is %s", d.Device, d.Mode))
+		case d.DataPath == "" || d.CapacityBytes <= 0:
+			bad = append(bad, fmt.Sprintf("%s has no readable data file or size", d.Device))
+		}
+	}
+	switch {
+	case len(vm.Disks) == 0:
+		out = append(out, fail(CheckDisks, Blocker, fmt.Sprintf("VM %q has no disks the provider could read. Check its .vmx and descriptors on the host.", vm.Name)))
+	case len(bad) > 0:
+		out = append(out, fail(CheckDisks, Blocker, fmt.Sprintf("VM %q has disks a cold copy cannot move: %s. Convert them to ordinary persistent virtual disks (or detach them) on the source first.", vm.Name, strings.Join(bad, "; "))))
+	default:
+		out = append(out, pass(CheckDisks, Blocker, fmt.Sprintf("%d disk(s), %s in all.", len(vm.Disks), humanBytes(totalBytes(vm.Disks)))))
+	}
+
+	if len(vm.Problems) > 0 {
+		var ps []string
+		for _, p := range vm.Problems {
+			ps = append(ps, p.String())
+		}
+		out = append(out, fail(CheckInventory, Blocker, fmt.Sprintf("Parts of VM %q could not be read from the host, so the migration could miss something: %s. Fix the files on the host or report the output as a bug.", vm.Name, strings.Join(ps, "; "))))
+	} else {
+		out = append(out, pass(CheckInventory, Blocker, "The whole inventory was read."))
+	}
+
+	var unmapped []string
+	for _, n := range vm.NICs {
+		if _, ok := dest.NetworkMap[n.NetworkName]; !ok {
+			unmapped = append(unmapped, fmt.Sprintf("%s on %q", n.Device, n.NetworkName))
+		}
+	}
+	if len(unmapped) > 0 {
+		out = append(out, fail(CheckNICsMapped, Blocker, fmt.Sprintf("NICs without a destination network: %s. Add each source network to network_map, as \"pod\" or a Multus network \"<namespace>/<name>\".", strings.Join(unmapped, ", "))))
+	} else {
+		out = append(out, pass(CheckNICsMapped, Blocker, fmt.Sprintf("All %d NIC(s) are mapped.", len(vm.NICs))))
+	}
+
+	if vm.ToolsRunning {
+		out = append(out, pass(CheckTools, Warning, "VMware Tools is running."))
+	} else {
+		out = append(out, fail(CheckTools, Warning, fmt.Sprintf("VMware Tools is not running in VM %q (status %q): the guest cannot be shut down gracefully and its IP address is unknown.", vm.Name, vm.ToolsStatus)))
+	}
+
+	out = append(out, powerCheck(vm, dest.PowerOffPolicy))
+	return out
+}
+
+func powerCheck(vm esxi.VM, policy string) Check {
+	if vm.PowerState == esxi.PoweredOff {
+		return pass(CheckPowerPolicy, Blocker, "The source VM is already powered off.")
+	}
+	if vm.PowerState == esxi.Suspended {
+		return fail(CheckPowerPolicy, Blocker, fmt.Sprintf("VM %q is suspended: its memory state would be lost. Resume it and shut it down from the guest, then migrate.", vm.Name))
+	}
+	switch policy {
+	case PolicyManual:
+		return fail(CheckPowerPolicy, Blocker, fmt.Sprintf("VM %q is %s and power_off_policy is \"manual\": shut it down yourself before applying, or choose \"graceful\".", vm.Name, vm.PowerState))
+	case PolicyGraceful:
+		if !vm.ToolsRunning {
+			return fail(CheckPowerPolicy, Blocker, fmt.Sprintf("VM %q is %s, power_off_policy is \"graceful\", but VMware Tools is not running, so the guest cannot be asked to shut down. Start Tools in the guest, shut it down yourself, or choose \"graceful_then_hard\" or \"hard\".", vm.Name, vm.PowerState))
+		}
+		return pass(CheckPowerPolicy, Blocker, "The guest will be shut down through VMware Tools.")
+	case PolicyGracefulThenHard:
+		if !vm.ToolsRunning {
+			return fail(CheckPowerPolicy, Warning, fmt.Sprintf("VM %q is %s and VMware Tools is not running: it will be powered off hard (like pulling the plug). Shut it down from the guest first to avoid that.", vm.Name, vm.PowerState))
+		}
+		return pass(CheckPowerPolicy, Blocker, "The guest will be shut down through VMware Tools, and powered off hard if it does not stop in time.")
+	case PolicyHard:
+		return fail(CheckPowerPolicy, Warning, fmt.Sprintf("VM %q is %s and power_off_policy is \"hard\": it will be powered off without a guest shutdown (like pulling the plug).", vm.Name, vm.PowerState))
+	default:
+		return fail(CheckPowerPolicy, Blocker, fmt.Sprintf("power_off_policy %q is not one of %s.", policy, strings.Join(PowerOffPolicies, ", ")))
+	}
+}
+
+func destinationChecks(ctx context.Context, vm esxi.VM, dest Destination, cluster Cluster) ([]Check, error) {
+	var out []Check
+	nameOK := true
+	if errs := validation.IsDNS1123Label(dest.Name); len(errs) > 0 {
+		nameOK = false
+		out = append(out, fail(CheckDestinationName, Blocker, fmt.Sprintf("Destination name %q is not a valid Kubernetes name: %s. Use lower-case letters, digits and '-', starting and ending with a letter or digit.", dest.Name, strings.Join(errs, "; "))))
+	} else if longest := DiskName(dest.Name, max(len(vm.Disks)-1, 0)); len(longest) > validation.DNS1123LabelMaxLength {
+		nameOK = false
+		out = append(out, fail(CheckDestinationName, Blocker, fmt.Sprintf("Destination name %q is too long: its DataVolume %q would exceed 63 characters. Shorten the name to at most %d characters.", dest.Name, longest, validation.DNS1123LabelMaxLength-len(longest)+len(dest.Name))))
+	} else {
+		out = append(out, pass(CheckDestinationName, Blocker, fmt.Sprintf("%q is a valid name.", dest.Name)))
+	}
+
+	nsOK, err := cluster.NamespaceExists(ctx, dest.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("checking namespace %q: %w", dest.Namespace, err)
+	}
+	if !nsOK {
+		out = append(out, fail(CheckNamespace, Blocker, fmt.Sprintf("Namespace %q does not exist in the destination cluster. Create it first (for example with a kubernetes_namespace resource the migration depends on).", dest.Namespace)))
+	} else {
+		out = append(out, pass(CheckNamespace, Blocker, fmt.Sprintf("Namespace %q exists.", dest.Namespace)))
+	}
+
+	if nameOK && nsOK {
+		c, err := freeCheck(ctx, vm, dest, cluster)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+
+	scOK, err := cluster.StorageClassExists(ctx, dest.StorageClass)
+	if err != nil {
+		return nil, fmt.Errorf("checking StorageClass %q: %w", dest.StorageClass, err)
+	}
+	if !scOK {
+		out = append(out, fail(CheckStorageClass, Blocker, fmt.Sprintf("StorageClass %q does not exist. Use one listed by `kubectl get storageclass`.", dest.StorageClass)))
+	} else {
+		out = append(out, pass(CheckStorageClass, Blocker, fmt.Sprintf("StorageClass %q exists.", dest.StorageClass)))
+	}
+
+	if nsOK {
+		need := totalBytes(vm.Disks)
+		remaining, limited, err := cluster.StorageQuotaRemaining(ctx, dest.Namespace, dest.StorageClass)
+		if err != nil {
+			return nil, fmt.Errorf("reading ResourceQuotas of %q: %w", dest.Namespace, err)
+		}
+		switch {
+		case !limited:
+			out = append(out, pass(CheckQuota, Blocker, fmt.Sprintf("No storage quota limits namespace %q.", dest.Namespace)))
+		case remaining < need:
+			out = append(out, fail(CheckQuota, Blocker, fmt.Sprintf("The disks need %s but the ResourceQuota of namespace %q leaves %s for StorageClass %q. Raise the quota or free space first.", humanBytes(need), dest.Namespace, humanBytes(remaining), dest.StorageClass)))
+		default:
+			out = append(out, pass(CheckQuota, Blocker, fmt.Sprintf("The disks need %s; the quota leaves %s.", humanBytes(need), humanBytes(remaining))))
+		}
+	}
+	return out, nil
+}
+
+func freeCheck(ctx context.Context, vm esxi.VM, dest Destination, cluster Cluster) (Check, error) {
+	var taken []string
+	exists, owner, err := cluster.VirtualMachineOwner(ctx, dest.Namespace, dest.Name)
+	if err != nil {
+		return Check{}, fmt.Errorf("looking up VirtualMachine %s/%s: %w", dest.Namespace, dest.Name, err)
+	}
+	if exists && (owner == "" || owner != dest.Owner) {
+		taken = append(taken, "VirtualMachine "+dest.Name)
+	}
+	for i := range vm.Disks {
+		name := DiskName(dest.Name, i)
+		exists, owner, err := cluster.DataVolumeOwner(ctx, dest.Namespace, name)
+		if err != nil {
+			return Check{}, fmt.Errorf("looking up DataVolume %s/%s: %w", dest.Namespace, name, err)
+		}
+		if exists && (owner == "" || owner != dest.Owner) {
+			taken = append(taken, "DataVolume "+name)
+		}
+	}
+	if len(taken) > 0 {
+		return fail(CheckDestinationFree, Blocker, fmt.Sprintf("Namespace %q already has %s, not created by this migration. The provider never overwrites what it does not own: choose another destination name, or remove or import the existing objects.", dest.Namespace, strings.Join(taken, " and "))), nil
+	}
+	return pass(CheckDestinationFree, Blocker, fmt.Sprintf("No other object uses the name %q.", dest.Name)), nil
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func countSnapshots(ss []esxi.Snapshot) int {
+	n := 0
+	for _, s := range ss {
+		n += 1 + countSnapshots(s.Children)
+	}
+	return n
+}
+
+func snapshotNames(ss []esxi.Snapshot) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, fmt.Sprintf("%q", s.Name))
+		out = append(out, snapshotNames(s.Children)...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func totalBytes(ds []esxi.Disk) int64 {
+	var n int64
+	for _, d := range ds {
+		n += d.CapacityBytes
+	}
+	return n
+}
+
+// humanBytes formats a size in binary units with its exact byte count when
+// not whole, e.g. "40 GiB" or "1.5 GiB (1610612736 bytes)".
+func humanBytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	v, u := float64(n), 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	if v == float64(int64(v)) {
+		return fmt.Sprintf("%d %s", int64(v), units[u])
+	}
+	return fmt.Sprintf("%.1f %s (%d bytes)", v, units[u], n)
+}

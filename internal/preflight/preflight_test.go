@@ -1,0 +1,234 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+)
+
+type fakeCluster struct {
+	namespaces     map[string]bool
+	storageClasses map[string]bool
+	vms, dvs       map[string]string // name -> owner label
+	remaining      int64
+	limited        bool
+	err            error
+}
+
+func (f fakeCluster) NamespaceExists(_ context.Context, ns string) (bool, error) {
+	return f.namespaces[ns], f.err
+}
+func (f fakeCluster) StorageClassExists(_ context.Context, n string) (bool, error) {
+	return f.storageClasses[n], nil
+}
+func (f fakeCluster) VirtualMachineOwner(_ context.Context, _, n string) (bool, string, error) {
+	o, ok := f.vms[n]
+	return ok, o, nil
+}
+func (f fakeCluster) DataVolumeOwner(_ context.Context, _, n string) (bool, string, error) {
+	o, ok := f.dvs[n]
+	return ok, o, nil
+}
+func (f fakeCluster) StorageQuotaRemaining(context.Context, string, string) (int64, bool, error) {
+	return f.remaining, f.limited, nil
+}
+
+func goodVM() esxi.VM {
+	return esxi.VM{
+		VMID: 7, Name: "web-01", GuestOS: "ubuntu64Guest", Firmware: esxi.FirmwareBIOS,
+		PowerState: esxi.PoweredOn, ToolsRunning: true, ToolsStatus: "toolsOk",
+		Disks: []esxi.Disk{{Device: "scsi0:0", DataPath: "/vmfs/volumes/ds1/web-01/web-01-flat.vmdk", CapacityBytes: 10 << 30}},
+		NICs:  []esxi.NIC{{Device: "ethernet0", NetworkName: "VM Network", MAC: "00:50:56:aa:bb:cc"}},
+	}
+}
+
+func goodDest() Destination {
+	return Destination{Namespace: "apps", Name: "web-01", StorageClass: "fast", PowerOffPolicy: PolicyGraceful,
+		NetworkMap: map[string]string{"VM Network": PodNetwork}, Owner: "apps.web-01"}
+}
+
+func goodCluster() fakeCluster {
+	return fakeCluster{namespaces: map[string]bool{"apps": true}, storageClasses: map[string]bool{"fast": true}}
+}
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name    string
+		vm      func(*esxi.VM)
+		dest    func(*Destination)
+		cluster func(*fakeCluster)
+		// failed lists "id/severity: message prefix" of every failed check.
+		failed []string
+	}{
+		{name: "all pass"},
+		{
+			name: "snapshots",
+			vm: func(v *esxi.VM) {
+				v.Snapshots = []esxi.Snapshot{{Name: "before upgrade", Children: []esxi.Snapshot{{Name: "after"}}}}
+			},
+			failed: []string{`no_snapshots/blocker: VM "web-01" has 2 snapshot(s) ("after", "before upgrade"). Copying the base disks would lose the data written since. Delete or consolidate the snapshots first (vim-cmd vmsvc/snapshot.removeall 7, or Delete All in the host client).`},
+		},
+		{
+			name:   "running on delta",
+			vm:     func(v *esxi.VM) { v.Disks[0].OnSnapshotDelta = true },
+			failed: []string{`no_snapshots/blocker: VM "web-01" runs on a snapshot delta disk although it lists no snapshots.`},
+		},
+		{
+			name: "rdm and independent",
+			vm: func(v *esxi.VM) {
+				v.Disks = append(v.Disks, esxi.Disk{Device: "scsi0:1", RDM: true, DataPath: "x", CapacityBytes: 1},
+					esxi.Disk{Device: "scsi0:2", Independent: true, Mode: "independent-persistent", DataPath: "y", CapacityBytes: 1})
+			},
+			failed: []string{`disks_supported/blocker: VM "web-01" has disks a cold copy cannot move: scsi0:1 is a raw device mapping; scsi0:2 is independent-persistent.`},
+		},
+		{
+			name:   "unmapped nic",
+			dest:   func(d *Destination) { d.NetworkMap = map[string]string{} },
+			failed: []string{`nics_mapped/blocker: NICs without a destination network: ethernet0 on "VM Network". Add each source network to network_map`},
+		},
+		{
+			name:   "bad name",
+			dest:   func(d *Destination) { d.Name = "Web_01" },
+			failed: []string{`destination_name_valid/blocker: Destination name "Web_01" is not a valid Kubernetes name`},
+		},
+		{
+			name:   "name too long for disks",
+			dest:   func(d *Destination) { d.Name = strings.Repeat("a", 60) },
+			failed: []string{`destination_name_valid/blocker: Destination name "` + strings.Repeat("a", 60) + `" is too long: its DataVolume "` + strings.Repeat("a", 60) + `-disk-0" would exceed 63 characters. Shorten the name to at most 56 characters.`},
+		},
+		{
+			name: "vm taken",
+			cluster: func(c *fakeCluster) {
+				c.vms = map[string]string{"web-01": ""}
+				c.dvs = map[string]string{"web-01-disk-0": "someone-else"}
+			},
+			failed: []string{`destination_name_free/blocker: Namespace "apps" already has VirtualMachine web-01 and DataVolume web-01-disk-0, not created by this migration.`},
+		},
+		{
+			name:    "ours is fine",
+			cluster: func(c *fakeCluster) { c.vms = map[string]string{"web-01": "apps.web-01"} },
+		},
+		{
+			name:    "no namespace",
+			cluster: func(c *fakeCluster) { c.namespaces = nil },
+			failed:  []string{`namespace_exists/blocker: Namespace "apps" does not exist in the destination cluster.`},
+		},
+		{
+			name:    "no storage class",
+			cluster: func(c *fakeCluster) { c.storageClasses = nil },
+			failed:  []string{`storage_class_exists/blocker: StorageClass "fast" does not exist.`},
+		},
+		{
+			name:    "quota too small",
+			cluster: func(c *fakeCluster) { c.limited = true; c.remaining = 5 << 30 },
+			failed:  []string{`storage_quota_fits/blocker: The disks need 10 GiB but the ResourceQuota of namespace "apps" leaves 5 GiB for StorageClass "fast".`},
+		},
+		{
+			name: "graceful without tools",
+			vm:   func(v *esxi.VM) { v.ToolsRunning = false; v.ToolsStatus = "toolsNotRunning" },
+			failed: []string{
+				`vmware_tools/warning: VMware Tools is not running in VM "web-01" (status "toolsNotRunning")`,
+				`power_off_policy/blocker: VM "web-01" is poweredOn, power_off_policy is "graceful", but VMware Tools is not running`,
+			},
+		},
+		{
+			name:   "manual while on",
+			dest:   func(d *Destination) { d.PowerOffPolicy = PolicyManual },
+			failed: []string{`power_off_policy/blocker: VM "web-01" is poweredOn and power_off_policy is "manual": shut it down yourself before applying`},
+		},
+		{
+			name:   "hard warns",
+			dest:   func(d *Destination) { d.PowerOffPolicy = PolicyHard },
+			failed: []string{`power_off_policy/warning: VM "web-01" is poweredOn and power_off_policy is "hard"`},
+		},
+		{
+			name: "manual while off passes",
+			vm:   func(v *esxi.VM) { v.PowerState = esxi.PoweredOff },
+			dest: func(d *Destination) { d.PowerOffPolicy = PolicyManual },
+		},
+		{
+			name:   "efi secure boot warns",
+			vm:     func(v *esxi.VM) { v.Firmware = esxi.FirmwareEFI; v.SecureBoot = true },
+			failed: []string{`firmware_supported/warning: VM "web-01" boots with EFI and Secure Boot.`},
+		},
+		{
+			name:   "unsupported guest",
+			vm:     func(v *esxi.VM) { v.GuestOS = "darwin19_64Guest" },
+			failed: []string{`guest_os_supported/blocker: VM "web-01" runs guest OS "darwin19_64Guest", which KubeVirt cannot run.`},
+		},
+		{
+			name:   "parse problems block",
+			vm:     func(v *esxi.VM) { v.Problems = []esxi.Problem{{Source: "web-01.vmx", Line: 3, Message: "bad line"}} },
+			failed: []string{`inventory_complete/blocker: Parts of VM "web-01" could not be read from the host, so the migration could miss something: web-01.vmx:3: bad line.`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vm, dest, cl := goodVM(), goodDest(), goodCluster()
+			if tt.vm != nil {
+				tt.vm(&vm)
+			}
+			if tt.dest != nil {
+				tt.dest(&dest)
+			}
+			if tt.cluster != nil {
+				tt.cluster(&cl)
+			}
+			r, err := Run(context.Background(), vm, dest, cl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []Check
+			for _, c := range r.Checks {
+				if !c.Passed {
+					got = append(got, c)
+				}
+			}
+			if len(got) != len(tt.failed) {
+				t.Fatalf("failed checks = %+v, want %q", got, tt.failed)
+			}
+			wantPassed := true
+			for i, w := range tt.failed {
+				g := got[i].ID + "/" + string(got[i].Severity) + ": " + got[i].Message
+				if !strings.HasPrefix(g, w) {
+					t.Errorf("check %d:\n got: %s\nwant: %s", i, g, w)
+				}
+				if got[i].Severity == Blocker {
+					wantPassed = false
+				}
+			}
+			if r.Passed() != wantPassed {
+				t.Errorf("Passed() = %v, want %v", r.Passed(), wantPassed)
+			}
+			ids := map[string]bool{}
+			for _, c := range r.Checks {
+				ids[c.ID] = true
+			}
+			for _, id := range []string{CheckGuestOS, CheckFirmware, CheckSnapshots, CheckDisks, CheckInventory, CheckNICsMapped, CheckTools, CheckPowerPolicy, CheckDestinationName, CheckNamespace, CheckStorageClass} {
+				if !ids[id] {
+					t.Errorf("check %s missing from the result", id)
+				}
+			}
+		})
+	}
+}
+
+func TestRunClusterError(t *testing.T) {
+	cl := goodCluster()
+	cl.err = errors.New("connection refused")
+	_, err := Run(context.Background(), goodVM(), goodDest(), cl)
+	if err == nil || err.Error() != `checking namespace "apps": connection refused` {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for in, want := range map[int64]string{0: "0 B", 1024: "1 KiB", 10 << 30: "10 GiB", 1610612736: "1.5 GiB (1610612736 bytes)"} {
+		if got := humanBytes(in); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", in, got, want)
+		}
+	}
+}

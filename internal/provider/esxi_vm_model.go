@@ -1,0 +1,213 @@
+package provider
+
+import (
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+)
+
+// vmModel is one source VM as the data sources show it.
+type vmModel struct {
+	VMID            types.Int64     `tfsdk:"vmid"`
+	Name            types.String    `tfsdk:"name"`
+	VMXPath         types.String    `tfsdk:"vmx_path"`
+	Datastore       types.String    `tfsdk:"datastore"`
+	GuestOS         types.String    `tfsdk:"guest_os"`
+	HardwareVersion types.Int64     `tfsdk:"hardware_version"`
+	PowerState      types.String    `tfsdk:"power_state"`
+	Firmware        types.String    `tfsdk:"firmware"`
+	SecureBoot      types.Bool      `tfsdk:"secure_boot"`
+	CPUs            types.Int64     `tfsdk:"cpus"`
+	MemoryMiB       types.Int64     `tfsdk:"memory_mib"`
+	Annotation      types.String    `tfsdk:"annotation"`
+	ToolsStatus     types.String    `tfsdk:"tools_status"`
+	ToolsRunning    types.Bool      `tfsdk:"tools_running"`
+	GuestIPs        []types.String  `tfsdk:"guest_ips"`
+	Disks           []diskModel     `tfsdk:"disks"`
+	NICs            []nicModel      `tfsdk:"nics"`
+	Snapshots       []snapshotModel `tfsdk:"snapshots"`
+	Problems        []types.String  `tfsdk:"problems"`
+}
+
+type diskModel struct {
+	Device          types.String `tfsdk:"device"`
+	Bus             types.String `tfsdk:"bus"`
+	ControllerType  types.String `tfsdk:"controller_type"`
+	DescriptorPath  types.String `tfsdk:"descriptor_path"`
+	DataPath        types.String `tfsdk:"data_path"`
+	CapacityBytes   types.Int64  `tfsdk:"capacity_bytes"`
+	Thin            types.Bool   `tfsdk:"thin"`
+	OnSnapshotDelta types.Bool   `tfsdk:"on_snapshot_delta"`
+	Mode            types.String `tfsdk:"mode"`
+	Independent     types.Bool   `tfsdk:"independent"`
+	RDM             types.Bool   `tfsdk:"rdm"`
+}
+
+type nicModel struct {
+	Device      types.String   `tfsdk:"device"`
+	NetworkName types.String   `tfsdk:"network_name"`
+	MAC         types.String   `tfsdk:"mac_address"`
+	AdapterType types.String   `tfsdk:"adapter_type"`
+	IPs         []types.String `tfsdk:"ip_addresses"`
+}
+
+type snapshotModel struct {
+	ID          types.Int64  `tfsdk:"id"`
+	Name        types.String `tfsdk:"name"`
+	Description types.String `tfsdk:"description"`
+	Created     types.String `tfsdk:"created"`
+	State       types.String `tfsdk:"state"`
+	Parent      types.String `tfsdk:"parent"`
+	Depth       types.Int64  `tfsdk:"depth"`
+}
+
+func vmAttributes() map[string]schema.Attribute {
+	str := func(desc string) schema.Attribute {
+		return schema.StringAttribute{Computed: true, MarkdownDescription: desc}
+	}
+	num := func(desc string) schema.Attribute {
+		return schema.Int64Attribute{Computed: true, MarkdownDescription: desc}
+	}
+	boolean := func(desc string) schema.Attribute {
+		return schema.BoolAttribute{Computed: true, MarkdownDescription: desc}
+	}
+	strs := func(desc string) schema.Attribute {
+		return schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: desc}
+	}
+	return map[string]schema.Attribute{
+		"vmid":             num("The host's Vmid of the VM (`vim-cmd vmsvc/getallvms`). Stable while the VM stays registered."),
+		"name":             str("Display name. Two VMs on one host can share it."),
+		"vmx_path":         str("Absolute path of the `.vmx` file under `/vmfs/volumes`."),
+		"datastore":        str("Datastore holding the `.vmx`."),
+		"guest_os":         str("Guest OS identifier from the `.vmx`, e.g. `ubuntu64Guest`."),
+		"hardware_version": num("Virtual hardware version, e.g. `19`."),
+		"power_state":      str("`poweredOn`, `poweredOff` or `suspended`."),
+		"firmware":         str("`bios` or `efi`."),
+		"secure_boot":      boolean("Whether EFI Secure Boot is on."),
+		"cpus":             num("Number of virtual CPUs."),
+		"memory_mib":       num("Memory in MiB."),
+		"annotation":       str("The VM's notes."),
+		"tools_status":     str("VMware Tools status: `toolsOk`, `toolsOld`, `toolsNotRunning` or `toolsNotInstalled`."),
+		"tools_running":    boolean("Whether VMware Tools runs in the guest (needed for a graceful shutdown and for guest IPs)."),
+		"guest_ips":        strs("IP addresses the guest reports through VMware Tools."),
+		"disks": schema.ListNestedAttribute{
+			Computed:            true,
+			MarkdownDescription: "Virtual disks in controller order.",
+			NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+				"device":            str("Controller and unit, e.g. `scsi0:0`."),
+				"bus":               str("`scsi`, `sata`, `nvme` or `ide`."),
+				"controller_type":   str("Controller model, e.g. `pvscsi`."),
+				"descriptor_path":   str("Path of the `.vmdk` descriptor the VM uses."),
+				"data_path":         str("Path of the data file (`-flat.vmdk`, or a snapshot delta)."),
+				"capacity_bytes":    num("Virtual size in bytes: what will be copied."),
+				"thin":              boolean("Whether the disk is thin-provisioned."),
+				"on_snapshot_delta": boolean("Whether the VM runs on a snapshot delta of this disk (copying the base alone would lose data)."),
+				"mode":              str("Disk mode, e.g. `persistent` or `independent-persistent`."),
+				"independent":       boolean("Whether the disk is independent (excluded from snapshots)."),
+				"rdm":               boolean("Whether the disk is a raw device mapping."),
+			}},
+		},
+		"nics": schema.ListNestedAttribute{
+			Computed:            true,
+			MarkdownDescription: "Network adapters in device order.",
+			NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+				"device":       str("`ethernetN`."),
+				"network_name": str("Port group the NIC is connected to: the key to use in a migration's network map."),
+				"mac_address":  str("MAC address (kept by the migrated VM)."),
+				"adapter_type": str("Adapter model, e.g. `vmxnet3`."),
+				"ip_addresses": strs("Guest addresses on this NIC, from VMware Tools."),
+			}},
+		},
+		"snapshots": schema.ListNestedAttribute{
+			Computed:            true,
+			MarkdownDescription: "Every snapshot, parents before children. A migration refuses a VM with snapshots.",
+			NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+				"id":          num("Snapshot id (0 on hosts that do not print it)."),
+				"name":        str("Snapshot name."),
+				"description": str("Snapshot description."),
+				"created":     str("Creation time as the host prints it."),
+				"state":       str("Power state the snapshot captured."),
+				"parent":      str("Name of the parent snapshot; empty for a root."),
+				"depth":       num("0 for a root snapshot, 1 for its children, and so on."),
+			}},
+		},
+		"problems": strs("What could not be read or parsed for this VM. A non-empty list blocks a migration: the provider never guesses."),
+	}
+}
+
+func newVMModel(vm esxi.VM) vmModel {
+	m := vmModel{
+		VMID:            types.Int64Value(int64(vm.VMID)),
+		Name:            types.StringValue(vm.Name),
+		VMXPath:         types.StringValue(vm.VMXPath),
+		Datastore:       types.StringValue(vm.Datastore),
+		GuestOS:         types.StringValue(vm.GuestOS),
+		HardwareVersion: types.Int64Value(int64(vm.HardwareVersion)),
+		PowerState:      types.StringValue(string(vm.PowerState)),
+		Firmware:        types.StringValue(string(vm.Firmware)),
+		SecureBoot:      types.BoolValue(vm.SecureBoot),
+		CPUs:            types.Int64Value(int64(vm.CPUs)),
+		MemoryMiB:       types.Int64Value(int64(vm.MemoryMiB)),
+		Annotation:      types.StringValue(vm.Annotation),
+		ToolsStatus:     types.StringValue(vm.ToolsStatus),
+		ToolsRunning:    types.BoolValue(vm.ToolsRunning),
+		GuestIPs:        stringValues(vm.GuestIPs),
+		Disks:           []diskModel{},
+		NICs:            []nicModel{},
+		Snapshots:       []snapshotModel{},
+		Problems:        []types.String{},
+	}
+	for _, d := range vm.Disks {
+		m.Disks = append(m.Disks, diskModel{
+			Device:          types.StringValue(d.Device),
+			Bus:             types.StringValue(d.Bus),
+			ControllerType:  types.StringValue(d.ControllerType),
+			DescriptorPath:  types.StringValue(d.DescriptorPath),
+			DataPath:        types.StringValue(d.DataPath),
+			CapacityBytes:   types.Int64Value(d.CapacityBytes),
+			Thin:            types.BoolValue(d.Thin),
+			OnSnapshotDelta: types.BoolValue(d.OnSnapshotDelta),
+			Mode:            types.StringValue(d.Mode),
+			Independent:     types.BoolValue(d.Independent),
+			RDM:             types.BoolValue(d.RDM),
+		})
+	}
+	for _, n := range vm.NICs {
+		m.NICs = append(m.NICs, nicModel{
+			Device:      types.StringValue(n.Device),
+			NetworkName: types.StringValue(n.NetworkName),
+			MAC:         types.StringValue(n.MAC),
+			AdapterType: types.StringValue(n.AdapterType),
+			IPs:         stringValues(n.IPs),
+		})
+	}
+	var walk func(ss []esxi.Snapshot, parent string, depth int)
+	walk = func(ss []esxi.Snapshot, parent string, depth int) {
+		for _, s := range ss {
+			m.Snapshots = append(m.Snapshots, snapshotModel{
+				ID:          types.Int64Value(int64(s.ID)),
+				Name:        types.StringValue(s.Name),
+				Description: types.StringValue(s.Description),
+				Created:     types.StringValue(s.Created),
+				State:       types.StringValue(s.State),
+				Parent:      types.StringValue(parent),
+				Depth:       types.Int64Value(int64(depth)),
+			})
+			walk(s.Children, s.Name, depth+1)
+		}
+	}
+	walk(vm.Snapshots, "", 0)
+	for _, p := range vm.Problems {
+		m.Problems = append(m.Problems, types.StringValue(p.String()))
+	}
+	return m
+}
+
+func stringValues(ss []string) []types.String {
+	out := make([]types.String, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, types.StringValue(s))
+	}
+	return out
+}
