@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
 // maxScriptBytes keeps one exec's command line well below Linux's 128 KiB
@@ -427,9 +429,24 @@ func (c *Client) FileSizes(ctx context.Context, paths ...string) (map[string]int
 // snapshot.get per VM; (3) every disk descriptor. Round trips 2 and 3 are
 // split over the session pool in parallel. Per-VM trouble is reported in
 // VM.Problems; problems with the host as a whole in the returned list.
+//
+// Reading is side-effect free, so a transient failure (a dropped
+// connection, hostd busy) is retried a few times with backoff.
 func (c *Client) Inventory(ctx context.Context) ([]VM, []Problem, error) {
-	return c.collect(ctx, 0)
+	var vms []VM
+	var probs []Problem
+	err := retry.Do(ctx, readRetry, isTransient, func(ctx context.Context) error {
+		var err error
+		vms, probs, err = c.collect(ctx, 0)
+		return err
+	})
+	return vms, probs, err
 }
+
+// readRetry bounds retries of read-only operations.
+var readRetry = retry.Policy{Attempts: 3, Initial: 500 * time.Millisecond, Max: 2 * time.Second}
+
+func isTransient(err error) bool { return Classify(err) == Transient }
 
 // VM returns one VM by vmid, built the same way as [Client.Inventory]. An
 // unknown vmid is an error matching [ErrVMNotFound].
@@ -497,11 +514,13 @@ func (c *Client) collect(ctx context.Context, only int) ([]VM, []Problem, error)
 		hostProbs = append(hostProbs, Problem{Source: InventoryXMLPath, Message: "unreadable, using getallvms paths instead: " + e.Error()})
 		hostProbs = append(hostProbs, gavProbs...)
 	} else {
-		// vmInventory.xml is authoritative for the VM list (a VM it lists
-		// that getallvms lacks is reported per VM), so a getallvms line
-		// read as a multi-line annotation is not worth reporting here.
+		// vmInventory.xml is authoritative for the VM list and paths (a VM
+		// it lists that getallvms lacks is reported per VM, and names come
+		// from the .vmx), so a getallvms line read as a multi-line
+		// annotation, or a row that splits into columns in several ways,
+		// is not worth reporting here.
 		for _, p := range gavProbs {
-			if !strings.Contains(p.Message, "is not a complete VM row") {
+			if !strings.Contains(p.Message, "is not a complete VM row") && !strings.Contains(p.Message, "splits into columns") {
 				hostProbs = append(hostProbs, p)
 			}
 		}

@@ -161,7 +161,7 @@ func sourceChecks(vm esxi.VM, dest Destination) []Check {
 		out = append(out, fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q does not declare a guest OS (guestOS is unset in its .vmx): check by hand that the guest has virtio or SATA/e1000 drivers before migrating.", vm.Name)))
 	case hasAnyPrefix(g, unsupportedGuests):
 		out = append(out, fail(CheckGuestOS, Blocker, fmt.Sprintf("VM %q runs guest OS %q, which KubeVirt cannot run. Migrate it another way or retire it.", vm.Name, vm.GuestOS)))
-	case strings.HasPrefix(g, "other"):
+	case strings.HasPrefix(g, "other") && !strings.Contains(g, "linux"):
 		out = append(out, fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q declares guest OS %q; the provider cannot tell whether it boots on KubeVirt. Test the migrated VM before cutting over.", vm.Name, vm.GuestOS)))
 	default:
 		out = append(out, pass(CheckGuestOS, Blocker, fmt.Sprintf("Guest OS %q is supported.", vm.GuestOS)))

@@ -155,6 +155,15 @@ func TestRun(t *testing.T) {
 			failed: []string{`firmware_supported/warning: VM "web-01" boots with EFI and Secure Boot.`},
 		},
 		{
+			name:   "other guest warns",
+			vm:     func(v *esxi.VM) { v.GuestOS = "otherGuest64" },
+			failed: []string{`guest_os_supported/warning: VM "web-01" declares guest OS "otherGuest64"; the provider cannot tell whether it boots on KubeVirt.`},
+		},
+		{
+			name: "other linux is linux",
+			vm:   func(v *esxi.VM) { v.GuestOS = "other5xlinux-64" },
+		},
+		{
 			name:   "unsupported guest",
 			vm:     func(v *esxi.VM) { v.GuestOS = "darwin19_64Guest" },
 			failed: []string{`guest_os_supported/blocker: VM "web-01" runs guest OS "darwin19_64Guest", which KubeVirt cannot run.`},

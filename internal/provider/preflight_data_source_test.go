@@ -1,0 +1,132 @@
+package provider_test
+
+import (
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+)
+
+func TestAccPreflight(t *testing.T) {
+	acctest.PreCheck(t)
+	c, kubeBlock := kubeconfig(t)
+	cl := c.AdminClient()
+	ctx := t.Context()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}))
+	must(cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "example.com/fast"}))
+	// Somebody else's VM under the name a migration wants.
+	must(cl.Create(ctx, &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "legacy"},
+		Spec:       kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
+	}))
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "storage"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourceRequestsStorage: k8sresource.MustParse("100Mi")}}}
+	must(cl.Create(ctx, q))
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourceRequestsStorage: k8sresource.MustParse("90Mi")}}
+	must(cl.Status().Update(ctx, q))
+
+	host := acctest.NewESXi(t, esxisim.Options{FirstVmid: 10})
+	host.AddVM(t, esxisim.VMSpec{Name: "web-01", GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 4 << 20}, {CapacityBytes: 2 << 20}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}, {Network: "DMZ"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.5"}})
+	host.AddVM(t, esxisim.VMSpec{Name: "big", Snapshots: true,
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 200 << 20}}, NICs: []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn})
+
+	cfg := acctest.ProviderConfig(host.HostBlock("esxi-a")+kubeBlock) + `
+data "vmmigration_preflight" "ok" {
+  host          = "esxi-a"
+  vm_name       = "web-01"
+  namespace     = "apps"
+  name          = "web-01"
+  storage_class = "fast"
+  network_map = {
+    "VM Network" = "pod"
+    "DMZ"        = "apps/dmz"
+  }
+}
+
+data "vmmigration_preflight" "warn" {
+  host             = "esxi-a"
+  vm_name          = "web-01"
+  namespace        = "apps"
+  name             = "web-01"
+  storage_class    = "fast"
+  power_off_policy = "hard"
+  network_map = {
+    "VM Network" = "pod"
+    "DMZ"        = "pod"
+  }
+}
+
+data "vmmigration_preflight" "blocked" {
+  host             = "esxi-a"
+  vmid             = 11
+  namespace        = "apps"
+  name             = "legacy"
+  storage_class    = "slow"
+  power_off_policy = "graceful"
+}
+`
+	const ok, warn, blocked = "data.vmmigration_preflight.ok", "data.vmmigration_preflight.warn", "data.vmmigration_preflight.blocked"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			Check: resource.ComposeAggregateTestCheckFunc(
+				attrs(ok, map[string]string{
+					"id":                     "esxi-a/10:apps/web-01",
+					"passed":                 "true",
+					"blockers.#":             "0",
+					"warnings.#":             "0",
+					"total_bytes":            "6291456",
+					"disks.#":                "2",
+					"disks.0.data_volume":    "web-01-disk-0",
+					"disks.0.capacity_bytes": "4194304",
+					"disks.1.data_volume":    "web-01-disk-1",
+					"disks.1.device":         "scsi0:1",
+					"checks.#":               "13",
+					"checks.0.id":            "guest_os_supported",
+					"checks.0.passed":        "true",
+					"checks.10.id":           "destination_name_free",
+					"checks.11.id":           "storage_class_exists",
+					"checks.11.message":      `StorageClass "fast" exists.`,
+					"checks.12.id":           "storage_quota_fits",
+					"checks.12.message":      "The disks need 6 MiB; the quota leaves 10 MiB.",
+				}),
+				attrs(warn, map[string]string{
+					"passed":     "true",
+					"blockers.#": "0",
+					"warnings.#": "1",
+					"warnings.0": `power_off_policy: VM "web-01" is poweredOn and power_off_policy is "hard": it will be powered off without a guest shutdown (like pulling the plug).`,
+				}),
+				attrs(blocked, map[string]string{
+					"passed":     "false",
+					"blockers.#": "6",
+					"blockers.0": `no_snapshots: VM "big" has 1 snapshot(s) ("before-migration"). Copying the base disks would lose the data written since. Delete or consolidate the snapshots first (vim-cmd vmsvc/snapshot.removeall 11, or Delete All in the host client).`,
+					"blockers.1": `nics_mapped: NICs without a destination network: ethernet0 on "VM Network". Add each source network to network_map, as "pod" or a Multus network "<namespace>/<name>".`,
+					"blockers.2": `power_off_policy: VM "big" is poweredOn, power_off_policy is "graceful", but VMware Tools is not running, so the guest cannot be asked to shut down. Start Tools in the guest, shut it down yourself, or choose "graceful_then_hard" or "hard".`,
+					"blockers.3": `destination_name_free: Namespace "apps" already has VirtualMachine legacy, not created by this migration. The provider never overwrites what it does not own: choose another destination name, or remove or import the existing objects.`,
+					"blockers.4": `storage_class_exists: StorageClass "slow" does not exist. Use one listed by ` + "`kubectl get storageclass`.",
+					"blockers.5": `storage_quota_fits: The disks need 200 MiB but the ResourceQuota of namespace "apps" leaves 10 MiB for StorageClass "slow". Raise the quota or free space first.`,
+					"warnings.#": "1",
+					"warnings.0": `vmware_tools: VMware Tools is not running in VM "big" (status "toolsNotInstalled"): the guest cannot be shut down gracefully and its IP address is unknown.`,
+				}),
+			),
+		}},
+	})
+}
