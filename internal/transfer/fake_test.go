@@ -1,0 +1,266 @@
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+)
+
+// fakeSource serves data from memory, failing reads as scripted.
+type fakeSource struct {
+	data []byte
+	mu   sync.Mutex
+	// fail is consulted before each read: a non-nil error fails the read
+	// after half of it has been written.
+	fail  func(call int, off int64) error
+	calls int
+	block chan struct{} // if set, reads wait for it to close
+}
+
+func (s *fakeSource) ReadRange(ctx context.Context, path string, off, n int64, w io.Writer) (int64, error) {
+	s.mu.Lock()
+	s.calls++
+	call := s.calls
+	s.mu.Unlock()
+	if s.block != nil {
+		select {
+		case <-s.block:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if off+n > int64(len(s.data)) {
+		return 0, errors.New("short file")
+	}
+	if s.fail != nil {
+		if err := s.fail(call, off); err != nil {
+			k, _ := w.Write(s.data[off : off+n/2])
+			return int64(k), err
+		}
+	}
+	k, err := w.Write(s.data[off : off+n])
+	return int64(k), err
+}
+
+func patterned(size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		if (i/ZeroBlockSize)%3 != 1 { // every third block is zero
+			b[i] = byte(i*7 + i>>11)
+		}
+	}
+	return b
+}
+
+func sha(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+
+var transientErr = &esxi.Error{Class: esxi.Transient, Kind: esxi.ErrConnection, Msg: "connection dropped"}
+
+func TestCopyRetryPolicy(t *testing.T) {
+	data := patterned(6 * mib)
+	tests := []struct {
+		name      string
+		retries   int
+		fail      func(call int, off int64) error
+		wantErr   error
+		wantCalls int
+	}{
+		{"transient retried", 3, func(call int, off int64) error {
+			if call == 3 || call == 4 { // chunk 1 fails twice
+				return transientErr
+			}
+			return nil
+		}, nil, 1 + 3 + 2},
+		{"budget exhausted", 2, func(call int, off int64) error {
+			if off == 2*mib {
+				return transientErr
+			}
+			return nil
+		}, esxi.ErrConnection, 1 + 1 + 3},
+		{"permanent not retried", 5, func(call int, off int64) error {
+			if off == 2*mib {
+				return &esxi.Error{Class: esxi.Permanent, Kind: esxi.ErrFileNotFound, Msg: "gone"}
+			}
+			return nil
+		}, esxi.ErrFileNotFound, 1 + 1 + 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &fakeSource{data: data, fail: tc.fail}
+			dest := destIn(t, "d.raw")
+			res, err := Copy(context.Background(), src, Disk{Path: "/vmfs/volumes/ds/x-flat.vmdk", SizeBytes: int64(len(data))}, dest,
+				Options{ChunkSize: 2 * mib, Retries: tc.retries, RetryDelay: time.Millisecond})
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+			} else if err != nil || res.SHA256 != sha(data) {
+				t.Fatalf("Copy = %+v, %v", res, err)
+			}
+			if src.calls != tc.wantCalls {
+				t.Errorf("%d reads, want %d", src.calls, tc.wantCalls)
+			}
+			if tc.wantErr == nil {
+				got, _ := os.ReadFile(dest)
+				if !bytes.Equal(got, data) {
+					t.Error("staging file differs (a failed attempt's bytes leaked?)")
+				}
+			}
+		})
+	}
+}
+
+func TestCopyCancelDuringBackoff(t *testing.T) {
+	src := &fakeSource{data: patterned(2 * mib), fail: func(int, int64) error { return transientErr }}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Copy(ctx, src, Disk{Path: "/p", SizeBytes: 2 * mib}, destIn(t, "d"), Options{RetryDelay: time.Hour})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Errorf("err = %v after %v", err, time.Since(start))
+	}
+}
+
+func TestCopyOneWriterPerDest(t *testing.T) {
+	block := make(chan struct{})
+	src := &fakeSource{data: patterned(2 * mib), block: block}
+	dest := destIn(t, "d.raw")
+	disk := Disk{Path: "/p", SizeBytes: 2 * mib}
+	// The first copy holds the lock while its probe waits on block.
+	if err := os.WriteFile(dest, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error)
+	go func() {
+		_, err := Copy(context.Background(), src, disk, dest, Options{})
+		errc <- err
+	}()
+	for {
+		src.mu.Lock()
+		started := src.calls > 0
+		src.mu.Unlock()
+		if started {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, err := Copy(context.Background(), &fakeSource{data: src.data}, disk, dest, Options{})
+	if err == nil || !strings.Contains(err.Error(), "another copy") {
+		t.Errorf("concurrent Copy: %v", err)
+	}
+	close(block)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCopyValidation(t *testing.T) {
+	src := &fakeSource{data: patterned(mib)}
+	for _, tc := range []struct {
+		disk Disk
+		opts Options
+		want string
+	}{
+		{Disk{Path: "/p", SizeBytes: mib}, Options{ChunkSize: mib + 512}, "multiple of 1 MiB"},
+		{Disk{Path: "/p", SizeBytes: mib + 1}, Options{}, "multiple of 512"},
+		{Disk{Path: "/p", SizeBytes: 0}, Options{}, "multiple of 512"},
+		{Disk{SizeBytes: mib}, Options{}, "source path is empty"},
+	} {
+		if _, err := Copy(context.Background(), src, tc.disk, destIn(t, "d"), tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Copy(%+v, %+v) = %v, want %q", tc.disk, tc.opts, err, tc.want)
+		}
+	}
+	if src.calls != 0 {
+		t.Errorf("invalid input read the source %d times", src.calls)
+	}
+}
+
+func TestChunkWriterZeroBlocks(t *testing.T) {
+	f, err := os.Create(destIn(t, "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const n = 3*ZeroBlockSize + 4096 // a short final block
+	data := make([]byte, n)
+	data[ZeroBlockSize+5] = 1 // block 1 has data; blocks 0 and 2 are zero
+	data[n-1] = 2             // the short block has data
+	if err := f.Truncate(2 * n); err != nil {
+		t.Fatal(err)
+	}
+	whole := sha256.New()
+	w := newChunkWriter(f, n, n, whole, make([]byte, 0, writeBufferSize), nil)
+	// Odd-sized writes straddle block and buffer boundaries.
+	for p := data; len(p) > 0; {
+		k := min(len(p), 10007)
+		if _, err := w.Write(p[:k]); err != nil {
+			t.Fatal(err)
+		}
+		p = p[k:]
+	}
+	rec, got, err := w.finish()
+	if err != nil || got != n {
+		t.Fatal(got, err)
+	}
+	if rec.ZeroBytes != 2*ZeroBlockSize || rec.SHA256 != sha(data) || fmt.Sprintf("%x", whole.Sum(nil)) != sha(data) {
+		t.Errorf("record %+v", rec)
+	}
+	back := make([]byte, n)
+	if _, err := f.ReadAt(back, n); err != nil || !bytes.Equal(back, data) {
+		t.Errorf("file content differs: %v", err)
+	}
+	if _, err := w.Write([]byte{1}); !errors.Is(err, errWriterClosed) {
+		t.Errorf("write after finish: %v", err)
+	}
+	w2 := newChunkWriter(f, 0, 10, sha256.New(), make([]byte, 0, writeBufferSize), nil)
+	if _, err := w2.Write(make([]byte, 11)); err == nil {
+		t.Error("writer accepted more than the chunk")
+	}
+}
+
+func TestJournalIsAtomicJSON(t *testing.T) {
+	src := &fakeSource{data: patterned(3 * mib)}
+	dest := destIn(t, "d.raw")
+	if _, err := Copy(context.Background(), src, Disk{Path: "/p", SizeBytes: 3 * mib}, dest, Options{ChunkSize: mib}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(dest + JournalSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"version": 1`, `"source": "/p"`, `"size_bytes": 3145728`, `"chunk_size": 1048576`, `"verified_chunks": 3`, `"sha256_state": "`, `"complete": true`, `"zero_bytes"`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("journal lacks %s:\n%s", key, b)
+		}
+	}
+	if _, err := os.Stat(dest + JournalSuffix + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Error("temporary journal left behind")
+	}
+	// A torn or garbage journal is not trusted: the copy starts over.
+	if err := os.WriteFile(dest+JournalSuffix, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Copy(context.Background(), src, Disk{Path: "/p", SizeBytes: 3 * mib}, dest, Options{ChunkSize: mib})
+	if err != nil || res.ChunksSkipped != 0 || res.SHA256 != sha(src.data) {
+		t.Errorf("after a torn journal: %+v, %v", res, err)
+	}
+	if err := Remove(dest); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(dest); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+	if st, err := Inspect(Disk{Path: "/p", SizeBytes: 3 * mib}, dest, mib); err != nil || st.State != StateAbsent {
+		t.Errorf("Inspect after Remove = %+v, %v", st, err)
+	}
+}

@@ -1,0 +1,169 @@
+package transfer
+
+import (
+	"crypto/sha256"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// journalVersion is the on-disk format version of the journal. A journal
+// with another version is not trusted (the copy starts over).
+const journalVersion = 1
+
+// JournalSuffix is appended to the staging file's path to name its journal.
+const JournalSuffix = ".journal"
+
+// journal is the on-disk record of a copy's progress (<dest>.journal).
+// Everything it claims is backed by data fsync-ed to the staging file
+// before the journal was written.
+type journal struct {
+	Version int `json:"version"`
+	// Source, SizeBytes and ChunkSize identify the copy: a journal that
+	// differs in any of them belongs to another copy.
+	Source    string `json:"source"`
+	SizeBytes int64  `json:"size_bytes"`
+	ChunkSize int64  `json:"chunk_size"`
+	// VerifiedChunks is the number of leading chunks whose data is in the
+	// staging file; Chunks has exactly that many entries.
+	VerifiedChunks int           `json:"verified_chunks"`
+	Chunks         []chunkRecord `json:"chunks"`
+	// SHA256State is the binary-marshaled state of the whole-file SHA-256
+	// after VerifiedChunks chunks (base64 in JSON).
+	SHA256State []byte `json:"sha256_state"`
+	// Complete is set, with Result, once the whole disk is verified.
+	Complete  bool      `json:"complete"`
+	Result    *Result   `json:"result,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// chunkRecord is the evidence kept for one copied chunk.
+type chunkRecord struct {
+	SHA256    string `json:"sha256"`
+	ZeroBytes int64  `json:"zero_bytes"`
+}
+
+func journalPath(dest string) string { return dest + JournalSuffix }
+
+// loadJournal reads dest's journal. A missing journal is (nil, nil); an
+// unreadable or malformed one is (nil, nil) too, because the only safe
+// reaction to either is to start over.
+func loadJournal(dest string) (*journal, error) {
+	b, err := os.ReadFile(journalPath(dest))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, nil
+	}
+	if !j.consistent() {
+		return nil, nil
+	}
+	return &j, nil
+}
+
+// consistent reports whether the journal is internally coherent.
+func (j *journal) consistent() bool {
+	if j.Version != journalVersion || j.SizeBytes <= 0 || j.ChunkSize <= 0 {
+		return false
+	}
+	n := numChunks(j.SizeBytes, j.ChunkSize)
+	if j.VerifiedChunks < 0 || j.VerifiedChunks > n || len(j.Chunks) != j.VerifiedChunks {
+		return false
+	}
+	if _, err := restoreHash(j.SHA256State); err != nil {
+		return false
+	}
+	if j.Complete && (j.Result == nil || j.VerifiedChunks != n) {
+		return false
+	}
+	return true
+}
+
+// matches reports whether the journal describes a copy of disk with chunk
+// size chunk.
+func (j *journal) matches(d Disk, chunk int64) bool {
+	return j.Source == d.Path && j.SizeBytes == d.SizeBytes && j.ChunkSize == chunk
+}
+
+// save writes the journal atomically: a temporary file beside it, fsync,
+// rename over the journal, fsync of the directory. A crash at any point
+// leaves either the old or the new journal, never a torn one.
+func (j *journal) save(dest string) error {
+	j.UpdatedAt = time.Now().UTC()
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode journal: %w", err)
+	}
+	return writeFileAtomic(journalPath(dest), append(b, '\n'))
+}
+
+// writeFileAtomic replaces path with data durably.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a rename or create in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// marshalHash returns the serialized state of a SHA-256 digest.
+func marshalHash(h hash.Hash) []byte {
+	b, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		// crypto/sha256 never fails to marshal.
+		panic(fmt.Sprintf("transfer: marshal sha256 state: %v", err))
+	}
+	return b
+}
+
+// restoreHash returns a SHA-256 digest in the serialized state b.
+func restoreHash(b []byte) (hash.Hash, error) {
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func numChunks(size, chunk int64) int {
+	return int((size + chunk - 1) / chunk)
+}

@@ -1,0 +1,163 @@
+//go:build linux || darwin
+
+package transfer
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+)
+
+const simPassword = "transfer-test'pw"
+
+const mib = 1 << 20
+
+// simEnv is a running simulated ESXi host with a client connected to it.
+type simEnv struct {
+	srv *esxisim.Server
+	cfg esxi.HostConfig
+	c   *esxi.Client
+}
+
+func newSim(tb testing.TB) *simEnv {
+	tb.Helper()
+	srv, err := esxisim.New(esxisim.Options{Root: tb.TempDir(), Users: []esxisim.User{{Name: "root", Password: simPassword}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { srv.Close() })
+	host, portS, err := net.SplitHostPort(srv.Addr())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port, _ := strconv.Atoi(portS)
+	cfg := esxi.HostConfig{Name: "esxi-sim", Address: host, Port: port, User: "root", Password: simPassword,
+		HostKeyFingerprint: srv.Fingerprint(), DialTimeout: 10 * time.Second}
+	return &simEnv{srv: srv, cfg: cfg, c: newClient(tb, cfg)}
+}
+
+func newClient(tb testing.TB, cfg esxi.HostConfig) *esxi.Client {
+	tb.Helper()
+	c, err := esxi.NewClient(cfg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// addDisk registers a VM with one disk of the given size and content and
+// returns the disk's files.
+func (e *simEnv) addDisk(tb testing.TB, name string, size int64, content []esxisim.Extent) (int, esxisim.DiskFiles) {
+	tb.Helper()
+	id, files, err := e.srv.AddVM(esxisim.VMSpec{Name: name, Disks: []esxisim.DiskSpec{{CapacityBytes: size, Thin: true, Content: content}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id, files.Disks[0]
+}
+
+func diskOf(f esxisim.DiskFiles) Disk { return Disk{Path: f.Flat, SizeBytes: f.CapacityBytes} }
+
+// mixedContent is data with long zero runs between, with extent edges that
+// are not aligned to 64 KiB blocks or to chunks.
+func mixedContent(size int64) []esxisim.Extent {
+	return []esxisim.Extent{
+		{Offset: 0, Length: mib, Seed: 1},
+		{Offset: 5*mib + 4096, Length: 3*mib + 512, Seed: 2},
+		{Offset: size / 2, Length: 512, Data: []byte("not all zero")},
+		{Offset: size - mib - 1536, Length: mib + 1024, Seed: 3},
+	}
+}
+
+var ddRe = regexp.MustCompile(`^dd 'if=(.*)' bs=(\d+) skip=(\d+) count=(\d+)$`)
+
+// ddRange is one range the host was asked to read.
+type ddRange struct {
+	path        string
+	off, length int64
+}
+
+// ddReads parses the dd commands the host received.
+func ddReads(srv *esxisim.Server) []ddRange {
+	var out []ddRange
+	for _, cmd := range srv.Commands() {
+		m := ddRe.FindStringSubmatch(cmd)
+		if m == nil {
+			continue
+		}
+		bs, _ := strconv.ParseInt(m[2], 10, 64)
+		skip, _ := strconv.ParseInt(m[3], 10, 64)
+		count, _ := strconv.ParseInt(m[4], 10, 64)
+		out = append(out, ddRange{path: m[1], off: bs * skip, length: bs * count})
+	}
+	return out
+}
+
+// assertNoReadBelow fails if any dd range (other than the one-sector probe
+// of the last sector) read bytes before off.
+func assertNoReadBelow(t *testing.T, reads []ddRange, off int64) {
+	t.Helper()
+	if len(reads) == 0 {
+		t.Error("no dd reads at all")
+	}
+	for _, r := range reads {
+		if r.off < off {
+			t.Errorf("re-read [%d, %d) which the journal had verified (below %d)", r.off, r.off+r.length, off)
+		}
+	}
+}
+
+func readJournal(tb testing.TB, dest string) *journal {
+	tb.Helper()
+	j, err := loadJournal(dest)
+	if err != nil || j == nil {
+		tb.Fatalf("journal of %s: %v, %v", dest, j, err)
+	}
+	return j
+}
+
+// allocated returns the bytes a file occupies on disk.
+func allocated(tb testing.TB, path string) int64 {
+	tb.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Blocks * 512
+}
+
+func sameBytes(tb testing.TB, a, b string) bool {
+	tb.Helper()
+	x, err := os.ReadFile(a)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	y, err := os.ReadFile(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(x) == string(y)
+}
+
+func ctxT(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+func destIn(tb testing.TB, name string) string {
+	return filepath.Join(tb.TempDir(), name)
+}

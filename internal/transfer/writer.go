@@ -1,0 +1,141 @@
+package transfer
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"os"
+	"sync"
+)
+
+// ZeroBlockSize is the granularity of hole detection: an aligned block of
+// this many bytes that is all zero is not written to the staging file.
+const ZeroBlockSize = 64 << 10
+
+// writeBufferSize is how much streamed data is gathered before it is
+// scanned for zero blocks and written (runs of data blocks are coalesced
+// into one write).
+const writeBufferSize = 1 << 20
+
+var zeroBlock = make([]byte, ZeroBlockSize)
+
+// errWriterClosed is returned to a stream that keeps writing after its
+// attempt ended (for example an SSH session's stdout copier still draining
+// after ReadRange returned on cancellation).
+var errWriterClosed = errors.New("transfer: write after the chunk attempt ended")
+
+// chunkWriter receives one attempt at one chunk from a RangeReader. It
+// hashes every byte twice as it arrives (the chunk's own SHA-256 and the
+// whole-file SHA-256) and writes the data at the chunk's offset in the
+// staging file, skipping all-zero blocks (the region is a hole beforehand).
+// It is safe against writes racing with close.
+type chunkWriter struct {
+	mu     sync.Mutex
+	closed bool
+	f      *os.File
+	// base is the file offset of buf[0]; length is the chunk's length.
+	base, length int64
+	buf          []byte
+	whole        hash.Hash
+	chunk        hash.Hash
+	n            int64 // bytes received
+	zero         int64 // bytes in all-zero blocks (not written)
+	localErr     error // first error writing the staging file
+	onBytes      func(received int64)
+}
+
+func newChunkWriter(f *os.File, off, length int64, whole hash.Hash, buf []byte, onBytes func(int64)) *chunkWriter {
+	return &chunkWriter{f: f, base: off, length: length, buf: buf[:0], whole: whole, chunk: sha256.New(), onBytes: onBytes}
+}
+
+// Write implements io.Writer.
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return 0, errWriterClosed
+	}
+	if w.localErr != nil {
+		w.mu.Unlock()
+		return 0, w.localErr
+	}
+	if w.n+int64(len(p)) > w.length {
+		w.localErr = fmt.Errorf("the source sent more than the %d bytes asked for", w.length)
+		w.mu.Unlock()
+		return 0, w.localErr
+	}
+	w.whole.Write(p)
+	w.chunk.Write(p)
+	w.n += int64(len(p))
+	written := len(p)
+	for len(p) > 0 {
+		k := copy(w.buf[len(w.buf):cap(w.buf)], p)
+		w.buf = w.buf[:len(w.buf)+k]
+		p = p[k:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.flushLocked(); err != nil {
+				w.mu.Unlock()
+				return 0, err
+			}
+		}
+	}
+	n := w.n
+	w.mu.Unlock()
+	if w.onBytes != nil {
+		w.onBytes(n)
+	}
+	return written, nil
+}
+
+// flushLocked writes the buffered data, skipping all-zero blocks.
+func (w *chunkWriter) flushLocked() error {
+	buf := w.buf
+	runStart := -1 // start of the current run of data blocks in buf
+	for i := 0; i < len(buf); i += ZeroBlockSize {
+		j := min(i+ZeroBlockSize, len(buf))
+		if bytes.Equal(buf[i:j], zeroBlock[:j-i]) {
+			w.zero += int64(j - i)
+			if runStart >= 0 {
+				if err := w.writeAt(buf[runStart:i], w.base+int64(runStart)); err != nil {
+					return err
+				}
+				runStart = -1
+			}
+			continue
+		}
+		if runStart < 0 {
+			runStart = i
+		}
+	}
+	if runStart >= 0 {
+		if err := w.writeAt(buf[runStart:], w.base+int64(runStart)); err != nil {
+			return err
+		}
+	}
+	w.base += int64(len(buf))
+	w.buf = w.buf[:0]
+	return nil
+}
+
+func (w *chunkWriter) writeAt(p []byte, off int64) error {
+	if _, err := w.f.WriteAt(p, off); err != nil {
+		w.localErr = fmt.Errorf("write staging file: %w", err)
+		return w.localErr
+	}
+	return nil
+}
+
+// finish flushes what is buffered and closes the writer: later writes fail.
+// It returns the chunk's SHA-256 record, the bytes received and the first
+// local write error.
+func (w *chunkWriter) finish() (chunkRecord, int64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed && w.localErr == nil && len(w.buf) > 0 {
+		_ = w.flushLocked()
+	}
+	w.closed = true
+	return chunkRecord{SHA256: fmt.Sprintf("%x", w.chunk.Sum(nil)), ZeroBytes: w.zero}, w.n, w.localErr
+}
