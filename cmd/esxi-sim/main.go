@@ -156,43 +156,9 @@ func loadHostKey(name string) (ssh.Signer, error) {
 	return ssh.ParsePrivateKey(raw)
 }
 
-// populateDemo writes demo VMs under Root and registers them.
+// populateDemo writes the demo VMs under Root and registers them.
 func populateDemo(s *esxisim.Server) error {
-	const gib = 1 << 30
-	specs := []esxisim.VMSpec{
-		{
-			Datastore: "datastore1", Name: "linux-bios", GuestOS: "rhel9-64", HardwareVersion: 19, Firmware: "bios",
-			CPUs: 2, MemoryMiB: 2048, Annotation: "Demo BIOS Linux VM\nowner: migration team",
-			Disks: []esxisim.DiskSpec{{CapacityBytes: 4 * gib, Thin: true}},
-			NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
-			Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"192.168.10.21"},
-		},
-		{
-			Datastore: "datastore1", Name: "win-efi-secureboot", GuestOS: "windows2019srv-64", HardwareVersion: 20,
-			Firmware: "efi", SecureBoot: true, CPUs: 4, MemoryMiB: 8192,
-			Disks: []esxisim.DiskSpec{{CapacityBytes: 8 * gib}},
-			NICs:  []esxisim.NICSpec{{Network: "LAN", MAC: "00:50:56:9a:00:01", Adapter: "e1000e"}},
-			Power: esxisim.PoweredOff, Tools: esxisim.ToolsNotRunning,
-		},
-		{
-			Datastore: "datastore1", Name: "db two disks", GuestOS: "ubuntu-64", HardwareVersion: 19, CPUs: 2, MemoryMiB: 4096,
-			Disks: []esxisim.DiskSpec{
-				{CapacityBytes: 2 * gib, Thin: true},
-				{CapacityBytes: 1 * gib, Controller: "scsi0:1", Subdir: "data", Content: []esxisim.Extent{
-					{Offset: 0, Length: 4 << 20, Seed: 42},
-					{Offset: 512 << 20, Length: 1 << 20, Seed: 43},
-				}},
-			},
-			NICs:  []esxisim.NICSpec{{Network: "VM Network"}, {Network: "Backup"}},
-			Power: esxisim.PoweredOff,
-		},
-		{
-			Datastore: "datastore1", Name: "with-snapshot", GuestOS: "debian12-64", HardwareVersion: 20, CPUs: 1, MemoryMiB: 1024,
-			Disks:     []esxisim.DiskSpec{{CapacityBytes: 1 * gib, Thin: true}},
-			Snapshots: true, Power: esxisim.PoweredOff,
-		},
-	}
-	for _, spec := range specs {
+	for _, spec := range esxisim.DemoVMs() {
 		if _, _, err := s.AddVM(spec); err != nil {
 			return fmt.Errorf("demo VM %s: %w", spec.Name, err)
 		}
