@@ -93,3 +93,38 @@ func TestDestinationQueries(t *testing.T) {
 		t.Errorf("slow: got %d, %v, %v; want %d (only the namespace-wide quota applies)", left, limited, err, int64(70<<30))
 	}
 }
+
+func TestUpdateVirtualMachineRunStrategyAndLabels(t *testing.T) {
+	ctx := t.Context()
+	c := clusterClient(t)
+	raw, err := c.Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vmupdate"}}); err != nil {
+		t.Fatal(err)
+	}
+	halted := kubevirtv1.RunStrategyHalted
+	if err := raw.Create(ctx, &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "vmupdate", Name: "vm", Labels: map[string]string{LabelMigration: "vm", "team": "a", "tier": "web"}},
+		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err = c.UpdateVirtualMachineRunStrategyAndLabels(ctx, "vmupdate", "vm", "Always",
+		map[string]string{"team": "a", "tier": "web"}, map[string]string{"team": "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := c.GetVirtualMachine(ctx, "vmupdate", "vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.Spec.RunStrategy == nil || *vm.Spec.RunStrategy != kubevirtv1.RunStrategyAlways {
+		t.Errorf("runStrategy = %v, want Always", vm.Spec.RunStrategy)
+	}
+	want := map[string]string{LabelMigration: "vm", "team": "b"}
+	if len(vm.Labels) != len(want) || vm.Labels["team"] != "b" || vm.Labels[LabelMigration] != "vm" {
+		t.Errorf("labels = %v, want %v (ours kept, user labels replaced)", vm.Labels, want)
+	}
+}
