@@ -3,6 +3,7 @@ package provider_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 
@@ -322,6 +323,31 @@ data "vmmigration_esxi_vms" "all" {
 		h := newHost(t)
 		h.FailVimCmd(100, esxisim.VimLoginReset)
 		run(t, h, h.HostBlock("esxi-a"), `ESXi host "esxi-a" could not be read because of a temporary failure; running the command again usually succeeds.`)
+	})
+	t.Run("connection dropped between commands", func(t *testing.T) {
+		h := newHost(t)
+		h.DropAfterCommands(1)
+		resource.Test(t, resource.TestCase{
+			ProtoV6ProviderFactories: acctest.ProviderFactories,
+			Steps: []resource.TestStep{{
+				Config: acctest.ProviderConfig(h.HostBlock("esxi-a")) + ds,
+				Check:  resource.TestCheckResourceAttr("data.vmmigration_esxi_vms.all", "vms.0.name", "vm-1"),
+			}},
+		})
+		if got := h.Stats().Conns; got < 2 {
+			t.Errorf("connections = %d, want a reconnect after the drop", got)
+		}
+	})
+	t.Run("slow host", func(t *testing.T) {
+		h := newHost(t)
+		h.SetCommandDelay(300 * time.Millisecond)
+		resource.Test(t, resource.TestCase{
+			ProtoV6ProviderFactories: acctest.ProviderFactories,
+			Steps: []resource.TestStep{{
+				Config: acctest.ProviderConfig(h.HostBlock("esxi-a")) + ds,
+				Check:  resource.TestCheckResourceAttr("data.vmmigration_esxi_vms.all", "vms.0.power_state", "poweredOff"),
+			}},
+		})
 	})
 	t.Run("connection dropped mid-read", func(t *testing.T) {
 		h := newHost(t)
