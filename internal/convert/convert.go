@@ -30,6 +30,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 )
 
 // Format is a disk image format understood by qemu-img.
@@ -284,13 +286,13 @@ func (t *Tool) Convert(ctx context.Context, src string, srcFormat Format, dst st
 		return Artifact{}, err
 	}
 	// Record before advancing: the sidecar exists before dst does.
-	if err := writeFileAtomic(dst+SidecarSuffix, append(b, '\n')); err != nil {
+	if err := durable.WriteFile(dst+SidecarSuffix, append(b, '\n')); err != nil {
 		return Artifact{}, err
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return Artifact{}, fmt.Errorf("convert: publish %s: %w", dst, err)
 	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(dst)); err != nil {
 		return Artifact{}, err
 	}
 	return Artifact{Path: dst, Format: dstFormat, SHA256: sum, SizeBytes: size, VirtualSize: virtual}, nil
@@ -443,43 +445,6 @@ func fsyncFile(path string) error {
 	defer f.Close()
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", path, err)
-	}
-	return nil
-}
-
-// writeFileAtomic replaces path with data durably (temporary file, fsync,
-// rename, fsync of the directory).
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -9,8 +9,9 @@ import (
 	"hash"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 )
 
 // journalVersion is the on-disk format version of the journal. A journal
@@ -105,44 +106,7 @@ func (j *journal) save(dest string) error {
 	if err != nil {
 		return fmt.Errorf("encode journal: %w", err)
 	}
-	return writeFileAtomic(journalPath(dest), append(b, '\n'))
-}
-
-// writeFileAtomic replaces path with data durably.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir makes a rename or create in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
+	return durable.WriteFile(journalPath(dest), append(b, '\n'))
 }
 
 // marshalHash returns the serialized state of a SHA-256 digest.

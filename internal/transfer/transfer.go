@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
@@ -616,7 +617,7 @@ func Remove(dest string) error {
 		}
 	}
 	if len(errs) == 0 {
-		if err := syncDir(filepath.Dir(dest)); err != nil {
+		if err := durable.SyncDir(filepath.Dir(dest)); err != nil {
 			errs = append(errs, err)
 		}
 	}
