@@ -1,0 +1,341 @@
+package kubesim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// Reasons and messages the sim's DataVolume controller writes, after CDI's.
+const (
+	// ReasonCompleted is the Running condition's reason once the transfer
+	// pod has finished.
+	ReasonCompleted = "Completed"
+	// ReasonError is the Running condition's reason when the transfer pod
+	// failed (the message says why).
+	ReasonError = "Error"
+	// ReasonTransferRunning is the Ready condition's reason while data moves.
+	ReasonTransferRunning = "TransferRunning"
+	// ReasonEvicted is the default reason of an injected transient failure.
+	ReasonEvicted = "Evicted"
+	// ReasonUnsupported says the sim does not implement the DataVolume's
+	// source kind.
+	ReasonUnsupported = "Unsupported"
+)
+
+// transfer is an upload or import in flight or finished, for one
+// DataVolume (by UID).
+type transfer struct {
+	cancel   context.CancelFunc
+	active   bool
+	received int64
+	total    int64
+	result   *transferResult
+}
+
+type transferResult struct {
+	ok        bool
+	retryable bool
+	reason    string
+	message   string
+}
+
+// Received describes an image the sim received for a DataVolume.
+type Received struct {
+	// Path is the file holding the bytes as they arrived.
+	Path string
+	// SHA256 is their hex SHA-256.
+	SHA256 string
+	// Size is their length.
+	Size int64
+	// Format and VirtualSize are what qemu-img info said.
+	Format      string
+	VirtualSize int64
+}
+
+// ReceivedImage returns what arrived, and passed validation, for the
+// DataVolume namespace/name (the last time, if it was recreated).
+func (s *Sim) ReceivedImage(namespace, name string) (Received, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.received[namespace+"/"+name]
+	return r, ok
+}
+
+// ReceivedSHA256 returns the hex SHA-256 of the image received for the
+// DataVolume namespace/name, if one arrived and passed validation.
+func (s *Sim) ReceivedSHA256(namespace, name string) (string, bool) {
+	r, ok := s.ReceivedImage(namespace, name)
+	return r.SHA256, ok
+}
+
+// ReceivedPath returns where the image for the DataVolume namespace/name
+// is (or will be) kept.
+func (s *Sim) ReceivedPath(namespace, name string) string {
+	return imagePath(s.dir, namespace, name)
+}
+
+func (s *Sim) reconcileDataVolumes(ctx context.Context) error {
+	var list cdiv1.DataVolumeList
+	if err := s.cl.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing DataVolumes: %w", err)
+	}
+	seen := map[types.UID]bool{}
+	var errs []error
+	for i := range list.Items {
+		dv := &list.Items[i]
+		if !s.watched(dv.Namespace) {
+			continue
+		}
+		seen[dv.UID] = true
+		if dv.DeletionTimestamp != nil {
+			continue
+		}
+		before := dv.Status.DeepCopy()
+		s.stepDataVolume(dv)
+		if !equality.Semantic.DeepEqual(*before, dv.Status) {
+			if err := s.cl.Status().Update(ctx, dv); err != nil {
+				errs = append(errs, fmt.Errorf("DataVolume %s/%s: %w", dv.Namespace, dv.Name, err))
+			}
+		}
+	}
+	s.forgetTransfers(seen)
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// forgetTransfers cancels and drops the transfers of DataVolumes that are
+// gone.
+func (s *Sim) forgetTransfers(seen map[types.UID]bool) {
+	s.mu.Lock()
+	var gone []types.UID
+	for _, m := range []map[types.UID]*transfer{s.uploads, s.imports} {
+		for uid, t := range m {
+			if !seen[uid] {
+				if t.cancel != nil {
+					t.cancel()
+				}
+				delete(m, uid)
+				gone = append(gone, uid)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, uid := range gone {
+		s.forget(uid)
+	}
+}
+
+// stepDataVolume moves dv's status one step towards what CDI would show.
+func (s *Sim) stepDataVolume(dv *cdiv1.DataVolume) {
+	st := &dv.Status
+	if st.Phase == cdiv1.Succeeded || st.Phase == cdiv1.Failed {
+		return
+	}
+	st.ClaimName = dv.Name
+	if _, _, err := capacity(dv, s.opts.FilesystemOverhead); err != nil {
+		s.failDataVolume(dv, ReasonError, err.Error())
+		return
+	}
+	src := dv.Spec.Source
+	switch {
+	case src != nil && src.Upload != nil:
+		s.stepUpload(dv)
+	case src != nil && src.HTTP != nil:
+		s.stepImport(dv)
+	case src != nil && src.Blank != nil:
+		s.stepBlank(dv)
+	default:
+		st.Phase = cdiv1.Pending
+		setDVCondition(st, cdiv1.DataVolumeBound, corev1.ConditionFalse, "PVC "+dv.Name+" Pending", "Pending")
+		setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", "")
+		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse,
+			"kubesim implements the upload, http and blank sources only", ReasonUnsupported)
+	}
+}
+
+// stepCommon handles the phases every source goes through before its
+// transfer: Pending, then scheduled (where injected failures strike). It
+// reports whether the DataVolume has reached scheduled for Step.
+func (s *Sim) stepCommon(dv *cdiv1.DataVolume, scheduled cdiv1.DataVolumePhase) bool {
+	st := &dv.Status
+	switch st.Phase {
+	case "", cdiv1.Pending:
+		st.Phase = cdiv1.Pending
+		setDVCondition(st, cdiv1.DataVolumeBound, corev1.ConditionFalse, "PVC "+dv.Name+" Pending", "Pending")
+		setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", "")
+		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, "", "")
+		if s.since(dv.UID, string(cdiv1.Pending)) < s.opts.Step {
+			return false
+		}
+		st.Phase = scheduled
+		setDVCondition(st, cdiv1.DataVolumeBound, corev1.ConditionTrue, "PVC "+dv.Name+" Bound", "Bound")
+		if f, ok := s.takeDataVolumeFailure(); ok {
+			s.failDataVolume(dv, f.reason, f.message)
+		}
+		return false
+	case scheduled:
+		return s.since(dv.UID, string(scheduled)) >= s.opts.Step
+	}
+	return true
+}
+
+func (s *Sim) stepUpload(dv *cdiv1.DataVolume) {
+	st := &dv.Status
+	if !s.stepCommon(dv, cdiv1.UploadScheduled) {
+		return
+	}
+	if st.Phase == cdiv1.UploadScheduled {
+		st.Phase = cdiv1.UploadReady
+		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "")
+		setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", ReasonTransferRunning)
+		s.poke()
+		return
+	}
+	s.mu.Lock()
+	t := s.uploads[dv.UID]
+	var res *transferResult
+	if t != nil {
+		res = t.result
+	}
+	s.mu.Unlock()
+	if res != nil {
+		s.finish(dv, res)
+	}
+}
+
+func (s *Sim) stepBlank(dv *cdiv1.DataVolume) {
+	if !s.stepCommon(dv, cdiv1.ImportScheduled) {
+		return
+	}
+	s.finish(dv, &transferResult{ok: true})
+}
+
+func (s *Sim) stepImport(dv *cdiv1.DataVolume) {
+	st := &dv.Status
+	if !s.stepCommon(dv, cdiv1.ImportScheduled) {
+		return
+	}
+	s.mu.Lock()
+	t := s.imports[dv.UID]
+	s.mu.Unlock()
+	if st.Phase == cdiv1.ImportScheduled || t == nil {
+		// A sim restarted mid-import starts it again, as a new importer
+		// pod would.
+		st.Phase = cdiv1.ImportInProgress
+		if st.Progress == "" {
+			st.Progress = "N/A"
+		}
+		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "")
+		setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", ReasonTransferRunning)
+		s.startImport(dv)
+		return
+	}
+	s.mu.Lock()
+	received, total, res, active := t.received, t.total, t.result, t.active
+	s.mu.Unlock()
+	switch {
+	case res == nil:
+		if total > 0 {
+			st.Progress = cdiv1.DataVolumeProgress(fmt.Sprintf("%.2f%%", 100*float64(received)/float64(total)))
+		}
+	case res.ok || !res.retryable || int(st.RestartCount) >= s.opts.ImportRetries:
+		s.finish(dv, res)
+	case !active:
+		// The importer "pod" failed and restarts after a Step, as CDI's
+		// importer does (RestartCount counts it).
+		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, res.message, res.reason)
+		if s.since(dv.UID, fmt.Sprintf("restart-%d", st.RestartCount)) < s.opts.Step {
+			return
+		}
+		st.RestartCount++
+		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "")
+		s.startImport(dv)
+	}
+}
+
+// finish writes the outcome of a transfer.
+func (s *Sim) finish(dv *cdiv1.DataVolume, res *transferResult) {
+	st := &dv.Status
+	if !res.ok {
+		s.failDataVolume(dv, res.reason, res.message)
+		return
+	}
+	st.Phase = cdiv1.Succeeded
+	st.Progress = "100.0%"
+	setDVCondition(st, cdiv1.DataVolumeBound, corev1.ConditionTrue, "PVC "+dv.Name+" Bound", "Bound")
+	setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Import Complete", ReasonCompleted)
+	if dv.Spec.Source.Upload != nil {
+		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Upload Complete", ReasonCompleted)
+	}
+	setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionTrue, "", "")
+}
+
+func (s *Sim) failDataVolume(dv *cdiv1.DataVolume, reason, message string) {
+	st := &dv.Status
+	st.Phase = cdiv1.Failed
+	setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, message, reason)
+	setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", "")
+}
+
+// setDVCondition sets a condition the way CDI's updateCondition does: the
+// transition time changes with the status only.
+func setDVCondition(st *cdiv1.DataVolumeStatus, t cdiv1.DataVolumeConditionType, status corev1.ConditionStatus, message, reason string) {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		if c.Type != t {
+			continue
+		}
+		if c.Status != status {
+			c.LastTransitionTime, c.LastHeartbeatTime = now, now
+		} else if c.Message != message || c.Reason != reason {
+			c.LastHeartbeatTime = now
+		}
+		c.Status, c.Message, c.Reason = status, message, reason
+		return
+	}
+	st.Conditions = append(st.Conditions, cdiv1.DataVolumeCondition{
+		Type: t, Status: status, Message: message, Reason: reason, LastTransitionTime: now, LastHeartbeatTime: now,
+	})
+}
+
+// capacity returns the storage a DataVolume requests and how much of it an
+// image may use.
+func capacity(dv *cdiv1.DataVolume, overhead float64) (requested, available int64, err error) {
+	switch {
+	case dv.Spec.Storage != nil:
+		q, ok := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+		if !ok {
+			return 0, 0, fmt.Errorf("DataVolume %s/%s: spec.storage.resources.requests.storage is missing (kubesim has no StorageProfile to size it from)", dv.Namespace, dv.Name)
+		}
+		// CDI inflates spec.storage claims by the filesystem overhead, so
+		// the whole request is available to the image.
+		return q.Value(), q.Value(), nil
+	case dv.Spec.PVC != nil:
+		q, ok := dv.Spec.PVC.Resources.Requests[corev1.ResourceStorage]
+		if !ok {
+			return 0, 0, fmt.Errorf("DataVolume %s/%s: spec.pvc.resources.requests.storage is missing", dv.Namespace, dv.Name)
+		}
+		avail := q.Value()
+		if dv.Spec.PVC.VolumeMode == nil || *dv.Spec.PVC.VolumeMode != corev1.PersistentVolumeBlock {
+			avail = int64(float64(avail) * (1 - overhead))
+		}
+		return q.Value(), avail, nil
+	}
+	return 0, 0, fmt.Errorf("DataVolume %s/%s has neither spec.storage nor spec.pvc", dv.Namespace, dv.Name)
+}
+
+func isLoopbackHost(host string) bool {
+	h := strings.ToLower(host)
+	return h == "localhost" || h == "127.0.0.1" || h == "::1" || strings.HasPrefix(h, "127.")
+}

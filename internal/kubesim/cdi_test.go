@@ -1,0 +1,273 @@
+package kubesim
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/discovery"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+)
+
+func TestAPIServiceServesUploadTokens(t *testing.T) {
+	c := cluster.Get(t)
+	s := startSim(t, fast(c, "kubesim-none"))
+	ok, why, err := s.APIServiceAvailable(t.Context())
+	if err != nil || !ok {
+		t.Fatalf("APIService Available = %v (%s, %v), want true", ok, why, err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dc.ServerResourcesForGroupVersion("upload.cdi.kubevirt.io/v1beta1")
+	if err != nil {
+		t.Fatalf("discovery through the API server: %v", err)
+	}
+	if len(list.APIResources) != 1 || list.APIResources[0].Name != "uploadtokenrequests" || !list.APIResources[0].Namespaced {
+		t.Errorf("discovered %+v, want namespaced uploadtokenrequests", list.APIResources)
+	}
+
+	token, err := kube.NewForRESTConfig(c.RESTConfig()).RequestUploadToken(t.Context(), "default", "some-pvc")
+	if err != nil {
+		t.Fatalf("RequestUploadToken: %v", err)
+	}
+	claims, err := s.tokens.validate(token)
+	if err != nil || claims.Namespace != "default" || claims.Name != "some-pvc" {
+		t.Errorf("token claims = %+v, %v; want default/some-pvc", claims, err)
+	}
+
+	// RBAC applies: the API server authorizes before proxying.
+	cfg, err := c.UserConfig("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kube.NewForRESTConfig(cfg).RequestUploadToken(t.Context(), "default", "some-pvc")
+	if kube.Classify(err) != kube.NeedsHuman {
+		t.Errorf("token request without rights: %v (class %v), want Forbidden (needs-human)", err, kube.Classify(err))
+	}
+
+	// Straight to the token server, not through the front proxy: refused.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.opts.RESTConfig.CAData)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1:"+itoa(s.tokenAPI.port)+"/apis/upload.cdi.kubevirt.io/v1beta1", nil)
+	req.Header.Set("X-Remote-User", "system:admin")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("request with a forged X-Remote-User and no front-proxy certificate: %d, want 401", resp.StatusCode)
+	}
+}
+
+func TestUploadEndToEnd(t *testing.T) {
+	for _, format := range []string{"qcow2", "raw"} {
+		t.Run(format, func(t *testing.T) {
+			c := cluster.Get(t)
+			cl := c.AdminClient()
+			ns := namespace(t, cl)
+			s := startSim(t, fast(c, ns))
+			kc := kube.NewForRESTConfig(c.RESTConfig())
+			path, sum := image(t, format, "64M")
+
+			if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "disk-0", "100Mi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
+				t.Fatal(err)
+			}
+			var phases []cdiv1.DataVolumePhase
+			dv, err := kc.WaitDataVolume(t.Context(), ns, "disk-0", func(dv *cdiv1.DataVolume) bool {
+				if n := len(phases); n == 0 || phases[n-1] != dv.Status.Phase {
+					phases = append(phases, dv.Status.Phase)
+				}
+				return dv.Status.Phase == cdiv1.UploadReady
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(toStrings(phases), " "); !strings.HasSuffix(got, "UploadScheduled UploadReady") {
+				t.Errorf("phases seen %q, want ... UploadScheduled UploadReady", got)
+			}
+			if b, r := dvCondition(dv, cdiv1.DataVolumeBound), dvCondition(dv, cdiv1.DataVolumeRunning); b.Status != "True" || r.Status != "True" {
+				t.Errorf("UploadReady conditions Bound=%s Running=%s, want True True", b.Status, r.Status)
+			}
+
+			token, err := kc.RequestUploadToken(t.Context(), ns, "disk-0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			st, _ := f.Stat()
+			var last int64
+			err = kube.Upload(t.Context(), kube.UploadOptions{
+				ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
+				Body: f, Size: st.Size(), Progress: func(n int64) { last = n }, Namespace: ns, Name: "disk-0",
+			})
+			if err != nil {
+				t.Fatalf("Upload: %v", err)
+			}
+			if last != st.Size() {
+				t.Errorf("Progress ended at %d, want %d", last, st.Size())
+			}
+			dv = waitDVPhase(t, cl, ns, "disk-0", cdiv1.Succeeded)
+			if dv.Status.Progress != "100.0%" {
+				t.Errorf("progress %q, want 100.0%%", dv.Status.Progress)
+			}
+			if r := dvCondition(dv, cdiv1.DataVolumeReady); r.Status != "True" {
+				t.Errorf("Ready condition %+v, want True", r)
+			}
+			got, ok := s.ReceivedSHA256(ns, "disk-0")
+			if !ok || got != sum {
+				t.Errorf("ReceivedSHA256 = %q, %v; want %q", got, ok, sum)
+			}
+			if fileSHA(t, s.ReceivedPath(ns, "disk-0")) != sum {
+				t.Errorf("file at ReceivedPath differs from what was sent")
+			}
+			rec, _ := s.ReceivedImage(ns, "disk-0")
+			if rec.Format != format || rec.VirtualSize != 64<<20 {
+				t.Errorf("ReceivedImage = %+v, want format %s, virtual size 64MiB", rec, format)
+			}
+
+			// A second upload into a finished DataVolume is refused.
+			_, _ = f.Seek(0, 0)
+			err = kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Size: st.Size(), Attempts: 1})
+			var ue *kube.UploadError
+			if !errors.As(err, &ue) || ue.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ue.Message, "already finished uploading") {
+				t.Errorf("second upload: %v, want 503 already finished uploading", err)
+			}
+		})
+	}
+}
+
+func toStrings(ps []cdiv1.DataVolumePhase) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, string(p))
+	}
+	return out
+}
+
+func TestUploadRefusals(t *testing.T) {
+	c := cluster.Get(t)
+	cl := c.AdminClient()
+	ns := namespace(t, cl)
+	s := startSim(t, fast(c, ns))
+	kc := kube.NewForRESTConfig(c.RESTConfig())
+	small, _ := image(t, "qcow2", "1G")
+	up := func(token, path string) error {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Attempts: 1})
+	}
+	status := func(err error) int {
+		var ue *kube.UploadError
+		if errors.As(err, &ue) {
+			return ue.StatusCode
+		}
+		return 0
+	}
+
+	t.Run("unknown token", func(t *testing.T) {
+		err := up("not.a-token", small)
+		if status(err) != http.StatusUnauthorized || kube.Classify(err) != kube.Transient {
+			t.Errorf("got %v (class %v), want 401, transient (ask for a new token)", err, kube.Classify(err))
+		}
+	})
+	t.Run("expired token", func(t *testing.T) {
+		old := s.tokens.ttl
+		s.tokens.ttl = -time.Second
+		token, _ := s.tokens.issue(ns, "x")
+		s.tokens.ttl = old
+		if err := up(token, small); status(err) != http.StatusUnauthorized {
+			t.Errorf("got %v, want 401", err)
+		}
+	})
+	t.Run("no such DataVolume", func(t *testing.T) {
+		token, _ := kc.RequestUploadToken(t.Context(), ns, "missing")
+		err := up(token, small)
+		if status(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "doesn't exist") {
+			t.Errorf("got %v, want 503 doesn't exist", err)
+		}
+	})
+	t.Run("virtual size too large", func(t *testing.T) {
+		if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "too-small", "512Mi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
+			t.Fatal(err)
+		}
+		waitDVPhase(t, cl, ns, "too-small", cdiv1.UploadReady)
+		token, _ := kc.RequestUploadToken(t.Context(), ns, "too-small")
+		err := up(token, small)
+		if status(err) != http.StatusBadRequest || kube.Classify(err) != kube.Permanent {
+			t.Errorf("got %v (class %v), want 400, permanent", err, kube.Classify(err))
+		}
+		dv := waitDVPhase(t, cl, ns, "too-small", cdiv1.Failed)
+		if r := dvCondition(dv, cdiv1.DataVolumeRunning); !strings.Contains(r.Message, "A larger PVC is required") {
+			t.Errorf("Running condition %+v, want the size message", r)
+		}
+		if _, ok := s.ReceivedSHA256(ns, "too-small"); ok {
+			t.Error("ReceivedSHA256 reports an image that failed validation")
+		}
+	})
+	t.Run("not an image format CDI takes", func(t *testing.T) {
+		if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "vmdk", "2Gi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
+			t.Fatal(err)
+		}
+		vmdk, _ := image(t, "vmdk", "64M")
+		waitDVPhase(t, cl, ns, "vmdk", cdiv1.UploadReady)
+		token, _ := kc.RequestUploadToken(t.Context(), ns, "vmdk")
+		if err := up(token, vmdk); status(err) != http.StatusBadRequest {
+			t.Errorf("got %v, want 400", err)
+		}
+		dv := waitDVPhase(t, cl, ns, "vmdk", cdiv1.Failed)
+		if r := dvCondition(dv, cdiv1.DataVolumeRunning); !strings.Contains(r.Message, "Invalid format vmdk") {
+			t.Errorf("Running condition %+v, want invalid format", r)
+		}
+	})
+}
+
+func TestUploadNotReady(t *testing.T) {
+	c := cluster.Get(t)
+	cl := c.AdminClient()
+	ns := namespace(t, cl)
+	opts := fast(c, ns)
+	opts.Step, opts.UploadReadyWait = 3*time.Second, 300*time.Millisecond
+	s := startSim(t, opts)
+	kc := kube.NewForRESTConfig(c.RESTConfig())
+	if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "later", "2Gi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
+		t.Fatal(err)
+	}
+	token, err := kc.RequestUploadToken(t.Context(), ns, "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	err = kube.Upload(t.Context(), kube.UploadOptions{
+		ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Attempts: 2,
+		Body: strings.NewReader(strings.Repeat("x", 1<<20)), Size: 1 << 20, Progress: func(int64) { sent++ },
+	})
+	var ue *kube.UploadError
+	if !errors.As(err, &ue) || ue.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ue.Message, "upload not ready") || kube.Classify(err) != kube.Transient {
+		t.Errorf("got %v (class %v), want 503 upload not ready, transient", err, kube.Classify(err))
+	}
+	if sent != 0 {
+		t.Errorf("%d reads of the body before the proxy refused; want none (Expect: 100-continue)", sent)
+	}
+}
+
+var progressRE = regexp.MustCompile(`^\d{1,2}\.\d\d%$`)
