@@ -1,0 +1,30 @@
+// Package engine is the checkpoint engine that cold-migrates one VM from a
+// VMware ESXi host to KubeVirt.
+//
+// A migration is a sequence of reconciliation checkpoints, not a script.
+// The phases are data (see the step table in steps.go): Pending,
+// Discovering, Validated, Preparing, Converting, Importing, CreatingVM,
+// Starting, Validating and Completed, plus the stop states Retryable,
+// ManualInterventionRequired and Failed. Every step observes the real
+// systems first, decides, acts, and records what it saw; the phase advances
+// only after the step's goal has been observed, and the evidence and the new
+// phase are written in one update of the durable record ("record before you
+// advance").
+//
+// The record lives in the destination cluster, in the ConfigMap
+// "vmmigration-<name>" of the destination namespace (JSON under the key
+// RecordKey), written with optimistic concurrency. A coordination.k8s.io
+// Lease of the same name makes sure only one process drives a migration at a
+// time. After any interruption, the next Run loads the record and re-observes
+// the ESXi host, the staging files and the cluster before it acts: what the
+// systems show now wins over what was last written.
+//
+// The source is only ever read, except for the one irreversible action, the
+// power-off, which happens only after the Validated checkpoint, only as the
+// power-off policy allows, and is recorded once so that it is never decided
+// again.
+//
+// The package has no Terraform dependency: the provider's resource turns
+// Spec, Record, Observation, Event and StopError into its schema, logs and
+// diagnostics.
+package engine

@@ -1,0 +1,669 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
+)
+
+// DefaultHostLimit is how many migrations may be in the host-reading
+// phases (Discovering through Preparing) at once per host when
+// Deps.HostLimits does not name the host.
+const DefaultHostLimit = 2
+
+// DefaultPollInterval is how often the engine re-observes objects it waits
+// for.
+const DefaultPollInterval = 2 * time.Second
+
+// Clock tells the time for timestamps and lease expiry.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Deps are the engine's collaborators.
+type Deps struct {
+	// ESXi holds the clients of the configured hosts, by name.
+	ESXi *esxi.Registry
+	// Kube is the destination cluster.
+	Kube *kube.Client
+	// Uploader sends images through CDI's upload proxy (transport
+	// cdi_upload). Nil means NewCDIUploader.
+	Uploader Uploader
+	// HostLimits bounds, per host name, how many migrations may be in the
+	// phases that read the host (Discovering..Preparing) at once;
+	// DefaultHostLimit for hosts it does not name.
+	HostLimits map[string]int
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Progress, if set, receives phase changes, disk progress, retries and
+	// stops. It must be safe for concurrent use and must not block.
+	Progress func(Event)
+	// QemuImg is the qemu-img binary (convert.DefaultBinary from PATH if
+	// empty).
+	QemuImg string
+	// LeaseDuration defaults to DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// PollInterval defaults to DefaultPollInterval.
+	PollInterval time.Duration
+	// Identity names this process as lease holder; random if empty.
+	Identity string
+}
+
+// EventKind says what an Event reports.
+type EventKind string
+
+// Event kinds.
+const (
+	EventPhase    EventKind = "phase"
+	EventProgress EventKind = "progress"
+	EventRetry    EventKind = "retry"
+	EventStop     EventKind = "stop"
+	EventInfo     EventKind = "info"
+)
+
+// Event is one progress report, for the provider's logs.
+type Event struct {
+	Time      time.Time
+	Kind      EventKind
+	Namespace string
+	Name      string
+	Phase     Phase
+	// Disk is the disk index of a progress event, -1 otherwise.
+	Disk       int
+	BytesDone  int64
+	BytesTotal int64
+	Percent    float64
+	// Attempt is the failed attempt of a retry event; Backoff its wait.
+	Attempt int
+	Backoff time.Duration
+	Message string
+}
+
+// Engine drives migrations. It is safe for concurrent use by several
+// migrations (of distinct destination names).
+type Engine struct {
+	deps     Deps
+	identity string
+	limiter  *hostLimiter
+	tool     *convert.Tool
+}
+
+// New returns an engine for deps.
+func New(deps Deps) (*Engine, error) {
+	if deps.ESXi == nil || deps.Kube == nil {
+		return nil, errors.New("engine: Deps.ESXi and Deps.Kube are required")
+	}
+	if deps.Clock == nil {
+		deps.Clock = realClock{}
+	}
+	if deps.LeaseDuration <= 0 {
+		deps.LeaseDuration = DefaultLeaseDuration
+	}
+	if deps.PollInterval <= 0 {
+		deps.PollInterval = DefaultPollInterval
+	}
+	id := deps.Identity
+	if id == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		id = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if deps.Uploader == nil {
+		deps.Uploader = NewCDIUploader(deps.Kube)
+	}
+	return &Engine{
+		deps:     deps,
+		identity: id,
+		limiter:  newHostLimiter(deps.HostLimits),
+		tool:     &convert.Tool{Path: deps.QemuImg},
+	}, nil
+}
+
+// Identity returns the engine's lease holder identity.
+func (e *Engine) Identity() string { return e.identity }
+
+// MaxConcurrent returns the largest number of migrations that were in the
+// host-reading phases of host at the same time.
+func (e *Engine) MaxConcurrent(host string) int { return e.limiter.maxSeen(host) }
+
+func (e *Engine) now() time.Time { return e.deps.Clock.Now().UTC().Truncate(time.Millisecond) }
+
+func (e *Engine) emit(ev Event) {
+	if e.deps.Progress == nil {
+		return
+	}
+	if ev.Time.IsZero() {
+		ev.Time = e.now()
+	}
+	e.deps.Progress(ev)
+}
+
+// run is one Run's working state.
+type run struct {
+	e    *Engine
+	spec Spec
+	s    *stored
+	// src is the source VM as observed during this Run (nil until a step
+	// reads it).
+	src     *esxi.VM
+	slot    bool
+	slotMu  sync.Mutex
+	release func()
+}
+
+func (r *run) rec() *Record { return &r.s.rec }
+
+func (r *run) now() time.Time { return r.e.now() }
+
+func (r *run) save(ctx context.Context) error { return r.e.save(ctx, r.s) }
+
+func (r *run) emit(ev Event) {
+	ev.Namespace, ev.Name = r.spec.Namespace, r.spec.Name
+	if ev.Phase == "" {
+		ev.Phase = r.rec().Phase
+	}
+	if ev.Kind != EventProgress {
+		ev.Disk = -1
+	}
+	r.e.emit(ev)
+}
+
+// Run drives the migration described by spec to Completed, or to a stop:
+// it returns the record and, unless Completed, a *StopError (or a
+// *LeaseHeldError when another run holds the migration). Run is idempotent
+// and re-entrant: call it again after any interruption and it continues
+// from what it observes.
+func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		return Record{}, &StopError{Phase: PhasePending, State: PhaseFailed, Reason: "InvalidSpec",
+			Message: err.Error(), Action: "fix the configuration and run apply again", Err: err}
+	}
+	l, runCtx, err := e.acquireLeaseWaiting(ctx, spec.Namespace, spec.Name)
+	if err != nil {
+		return Record{}, err
+	}
+	defer l.release()
+	r := &run{e: e, spec: spec}
+	defer r.releaseSlot()
+
+	if err := r.open(runCtx); err != nil {
+		var se *StopError
+		if errors.As(err, &se) {
+			return r.recordOrEmpty(), err
+		}
+		return r.recordOrEmpty(), &StopError{Phase: PhasePending, State: StateInterrupted, Reason: "RecordUnavailable",
+			Message: "cannot read or create the migration record " + spec.Namespace + "/" + RecordName(spec.Name) + ": " + err.Error(),
+			Action:  "check access to the destination cluster, then run apply again", Err: err}
+	}
+	return r.loop(runCtx)
+}
+
+func (r *run) recordOrEmpty() Record {
+	if r.s == nil {
+		return Record{}
+	}
+	return r.s.rec
+}
+
+// open loads (or creates) the record and turns a stop state into the
+// checkpoint to work on.
+func (r *run) open(ctx context.Context) error {
+	s, err := r.e.load(ctx, r.spec.Namespace, r.spec.Name)
+	switch {
+	case errors.Is(err, ErrNoRecord):
+		now := r.now()
+		rec := Record{
+			Version: RecordVersion,
+			Identity: Identity{Host: r.spec.Host, VMID: r.spec.VMID, VMName: r.spec.VMName,
+				Namespace: r.spec.Namespace, Name: r.spec.Name},
+			Phase: PhasePending,
+		}
+		stamp(&rec.Timestamps.Created, now)
+		if s, err = r.e.create(ctx, rec); err != nil {
+			return err
+		}
+		r.s = s
+		r.e.event(ctx, s, false, "Created", "migration of "+r.sourceLabel()+" to "+r.spec.Namespace+"/"+r.spec.Name+" created")
+		return nil
+	case err != nil:
+		var sc *stopCause
+		if errors.As(err, &sc) {
+			return &StopError{Phase: PhasePending, State: PhaseManualInterventionRequired, Reason: sc.reason, Message: sc.msg, Action: sc.action, Err: err}
+		}
+		return err
+	}
+	r.s = s
+	rec := r.rec()
+	if msg := r.identityConflict(); msg != "" {
+		return &StopError{Phase: rec.Phase, State: PhaseFailed, Reason: "IdentityChanged", Message: msg,
+			Action: "the source and destination of a migration cannot change: restore the previous values, or forget this migration (delete the resource) and create a new one"}
+	}
+	now := r.now()
+	switch rec.Phase {
+	case PhaseFailed:
+		if s.cm.Annotations[AnnotationReset] != "true" {
+			return r.stopError(rec.RetryPhase, PhaseFailed, rec.Reason, rec.Message, rec.Action, nil)
+		}
+		s.clearResetAnnotation()
+		r.reenter(now, "reset by annotation "+AnnotationReset+": re-entering "+string(rec.RetryPhase)+" with a fresh retry budget")
+	case PhaseManualInterventionRequired:
+		r.reenter(now, "run again after manual intervention ("+rec.Reason+"): re-observing and re-entering "+string(rec.RetryPhase))
+	case PhaseRetryable:
+		rec.Phase, rec.RetryPhase = rec.RetryPhase, ""
+	default:
+		return nil
+	}
+	if err := r.save(ctx); err != nil {
+		return err
+	}
+	r.e.event(ctx, s, false, "Resumed", "re-entering phase "+string(rec.Phase))
+	return nil
+}
+
+func (r *run) reenter(now time.Time, msg string) {
+	rec := r.rec()
+	phase := rec.RetryPhase
+	if phase == "" {
+		phase = PhasePending
+	}
+	rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassReentered, Attempt: rec.Attempts, Reason: rec.Reason, Message: msg})
+	rec.Phase, rec.RetryPhase, rec.Attempts = phase, "", 0
+	rec.Reason, rec.Message, rec.Action = "", "", ""
+}
+
+// identityConflict reports a spec that names another source or host than
+// the record.
+func (r *run) identityConflict() string {
+	id := r.rec().Identity
+	switch {
+	case id.Host != r.spec.Host:
+		return fmt.Sprintf("this migration reads host %q but the configuration now says %q", id.Host, r.spec.Host)
+	case r.spec.VMID != 0 && id.VMID != 0 && r.spec.VMID != id.VMID:
+		return fmt.Sprintf("this migration moves vmid %d but the configuration now says %d", id.VMID, r.spec.VMID)
+	case r.spec.VMID == 0 && r.spec.VMName != "" && id.VMName != "" && r.spec.VMName != id.VMName:
+		return fmt.Sprintf("this migration moves VM %q but the configuration now says %q", id.VMName, r.spec.VMName)
+	}
+	return ""
+}
+
+func (r *run) sourceLabel() string {
+	id := r.rec().Identity
+	name := r.spec.VMName
+	if id.VMName != "" {
+		name = id.VMName
+	}
+	if name == "" {
+		return fmt.Sprintf("vmid %d on %s", r.spec.VMID, r.spec.Host)
+	}
+	return fmt.Sprintf("VM %q on %s", name, r.spec.Host)
+}
+
+// loop runs the step table from the record's phase.
+func (r *run) loop(ctx context.Context) (Record, error) {
+	for {
+		rec := r.rec()
+		idx := stepIndex(rec.Phase)
+		if idx < 0 {
+			return *rec, r.stopError(rec.Phase, PhaseFailed, "UnknownPhase",
+				fmt.Sprintf("the record is in phase %q, which this version of the provider does not know", rec.Phase),
+				"upgrade the provider, or forget this migration and start over", nil)
+		}
+		st := steps[idx]
+		if st.phase == PhaseCompleted {
+			if c, ok := rec.Condition(CondReady); ok && c.Status {
+				return *rec, nil
+			}
+		}
+		if err := r.hostSlot(ctx, st.phase); err != nil {
+			return r.interrupted(ctx, st.phase, err)
+		}
+		err := st.run(r, ctx)
+		if err == nil {
+			err = r.advance(ctx, idx)
+			if err == nil {
+				if st.phase == PhaseCompleted {
+					return *r.rec(), nil
+				}
+				continue
+			}
+		}
+		if done, stop := r.failed(ctx, st.phase, err); done {
+			return *r.rec(), stop
+		}
+	}
+}
+
+// advance records the step's success and moves to the next checkpoint in
+// one write.
+func (r *run) advance(ctx context.Context, idx int) error {
+	rec := r.rec()
+	st := steps[idx]
+	now := r.now()
+	rec.Attempts = 0
+	rec.Reason, rec.Message, rec.Action, rec.RetryPhase = "", "", "", ""
+	if st.phase == PhaseCompleted {
+		stamp(&rec.Timestamps.Completed, now)
+		rec.setCondition(now, CondReady, true, "Completed", "the migration is complete")
+		if err := r.save(ctx); err != nil {
+			return err
+		}
+		r.e.event(ctx, r.s, false, "Completed", "migration completed")
+		r.emit(Event{Kind: EventPhase, Phase: PhaseCompleted, Message: "migration completed"})
+		return nil
+	}
+	next := steps[idx+1].phase
+	rec.Phase = next
+	if err := r.save(ctx); err != nil {
+		rec.Phase = st.phase
+		return err
+	}
+	if next == PhaseConverting {
+		r.releaseSlot()
+	}
+	r.e.event(ctx, r.s, false, "Phase"+string(next), string(st.phase)+" done; now "+string(next))
+	r.emit(Event{Kind: EventPhase, Phase: next, Message: string(st.phase) + " done; entering " + string(next)})
+	return nil
+}
+
+// failed handles a step's error: retry within the budget, or stop. done
+// is false when the loop should run the phase again.
+func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) {
+	if ctx.Err() != nil {
+		_, stop := r.interrupted(ctx, phase, err)
+		return true, stop
+	}
+	class, reason := classify(err)
+	rec := r.rec()
+	now := r.now()
+	var back *backTo
+	if errors.As(err, &back) {
+		// What an earlier checkpoint made is gone: believe what the
+		// systems show and go back, within the retry budget.
+		// Counted in the history, since going back resets Attempts.
+		n := 1
+		for _, h := range rec.Errors {
+			if h.Reason == "Reobserved" && h.Phase == phase {
+				n++
+			}
+		}
+		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: n, Reason: "Reobserved",
+			Message: back.reason + "; going back to " + string(back.phase)})
+		if n >= r.spec.Retry.Attempts {
+			return true, r.stop(ctx, phase, PhaseFailed, "RetriesExhausted", fmt.Sprintf("%s went back to %s %d times; the last problem: %s", phase, back.phase, n, back.reason), "", err)
+		}
+		rec.Phase = back.phase
+		if serr := r.save(ctx); serr != nil {
+			_, stop := r.interrupted(ctx, phase, serr)
+			return true, stop
+		}
+		r.emit(Event{Kind: EventRetry, Phase: phase, Attempt: n, Message: back.reason + "; going back to " + string(back.phase)})
+		return false, nil
+	}
+	switch class {
+	case classInterrupted:
+		_, stop := r.interrupted(ctx, phase, err)
+		return true, stop
+	case classTransient:
+		rec.Attempts++
+		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
+		if rec.Attempts >= r.spec.Retry.Attempts {
+			msg := fmt.Sprintf("%s did not succeed after %d attempts; the last error: %v", phase, rec.Attempts, err)
+			if exhaustedNeedsHuman(phase) {
+				return true, r.stop(ctx, phase, PhaseManualInterventionRequired, "RetriesExhausted", msg, exhaustedAction(phase, err), err)
+			}
+			return true, r.stop(ctx, phase, PhaseFailed, "RetriesExhausted", msg, "", err)
+		}
+		backoff := retry.Policy{Attempts: r.spec.Retry.Attempts, Initial: r.spec.Retry.Initial, Max: r.spec.Retry.Max}.Backoff(rec.Attempts)
+		rec.Phase, rec.RetryPhase = PhaseRetryable, phase
+		rec.Reason, rec.Message = reason, err.Error()
+		if serr := r.save(ctx); serr != nil {
+			_, stop := r.interrupted(ctx, phase, serr)
+			return true, stop
+		}
+		r.e.event(ctx, r.s, true, "Retrying", fmt.Sprintf("%s attempt %d of %d failed, retrying in %s: %v", phase, rec.Attempts, r.spec.Retry.Attempts, backoff, err))
+		r.emit(Event{Kind: EventRetry, Phase: phase, Attempt: rec.Attempts, Backoff: backoff,
+			Message: fmt.Sprintf("%s attempt %d of %d failed, retrying in %s: %v", phase, rec.Attempts, r.spec.Retry.Attempts, backoff, err)})
+		if serr := retry.Sleep(ctx, backoff); serr != nil {
+			_, stop := r.interrupted(ctx, phase, serr)
+			return true, stop
+		}
+		rec.Phase, rec.RetryPhase = phase, ""
+		if serr := r.save(ctx); serr != nil {
+			_, stop := r.interrupted(ctx, phase, serr)
+			return true, stop
+		}
+		return false, nil
+	case classNeedsHuman:
+		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		return true, r.stop(ctx, phase, PhaseManualInterventionRequired, reason, err.Error(), actionOf(err), err)
+	default:
+		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassPermanent, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		return true, r.stop(ctx, phase, PhaseFailed, reason, err.Error(), actionOf(err), err)
+	}
+}
+
+// exhaustedNeedsHuman lists the checkpoints where a human can usually fix
+// what retries could not (capacity, an application that does not come up):
+// they stop in ManualInterventionRequired rather than Failed.
+func exhaustedNeedsHuman(p Phase) bool { return p == PhaseStarting || p == PhaseValidating }
+
+func exhaustedAction(p Phase, err error) string {
+	if a := actionOf(err); a != "" {
+		return a
+	}
+	if p == PhaseStarting {
+		return "make room for the VM in the cluster (CPU, memory, nodes), then run apply again"
+	}
+	return "fix the cause, then run apply again"
+}
+
+// stop writes a stop state and returns its StopError.
+func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action string, err error) error {
+	rec := r.rec()
+	if state == PhaseFailed {
+		msg += ". " + r.failCleanup(ctx)
+		reset := "then add the annotation " + AnnotationReset + `="true"` + " to ConfigMap " + r.spec.Namespace + "/" + RecordName(r.spec.Name) +
+			" and run apply again to retry " + string(phase) + ", or delete the resource to forget the migration"
+		if action == "" {
+			action = "fix the cause, " + reset
+		} else {
+			action += "; " + reset
+		}
+	}
+	if state == PhaseManualInterventionRequired && action == "" {
+		action = "fix the cause, then run apply again to continue from " + string(phase)
+	}
+	rec.Phase, rec.RetryPhase = state, phase
+	rec.Reason, rec.Message, rec.Action = reason, msg, action
+	serr := r.save(context.WithoutCancel(ctx))
+	r.e.event(ctx, r.s, true, string(state), msg)
+	se := r.stopError(phase, state, reason, msg, action, err)
+	if serr != nil {
+		se.Message += " (the record could not be updated: " + serr.Error() + ")"
+	}
+	r.emit(Event{Kind: EventStop, Phase: phase, Message: se.Error()})
+	return se
+}
+
+func (r *run) stopError(phase, state Phase, reason, msg, action string, err error) *StopError {
+	return &StopError{Phase: phase, State: state, Reason: reason, Message: msg, Action: action, Err: err}
+}
+
+// interrupted records an interruption (context cancelled or timed out,
+// lease lost, the record unwritable) and keeps the checkpoint.
+func (r *run) interrupted(ctx context.Context, phase Phase, err error) (Record, error) {
+	rec := r.rec()
+	cause := err
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		cause = c
+	}
+	msg := "the run was interrupted: " + cause.Error()
+	if rec.Phase == PhaseRetryable {
+		phase = rec.RetryPhase
+	}
+	rec.Errors = append(rec.Errors, ErrorEntry{Time: r.now(), Phase: phase, Class: ClassInterrupted, Attempt: rec.Attempts, Reason: "Interrupted", Message: msg})
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = r.save(sctx)
+	se := r.stopError(phase, StateInterrupted, "Interrupted", msg, "run apply again to continue from "+string(phase), err)
+	r.emit(Event{Kind: EventStop, Phase: phase, Message: se.Error()})
+	return *rec, se
+}
+
+// failCleanup removes what a Failed migration leaves that cannot be
+// reused and describes what it did and what it kept. It never touches the
+// source.
+func (r *run) failCleanup(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	rec := r.rec()
+	var cleaned, kept []string
+	for i := range rec.Disks {
+		d := &rec.Disks[i]
+		if d.DataVolumeUID == "" || d.Imported {
+			continue
+		}
+		dv, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, d.DataVolume)
+		if err != nil || !isOurs(dv.Labels, r.spec.Name) {
+			continue
+		}
+		if string(dv.Status.Phase) == "Succeeded" {
+			continue
+		}
+		if err := r.e.deps.Kube.DeleteDataVolume(ctx, r.spec.Namespace, d.DataVolume); err == nil {
+			cleaned = append(cleaned, "deleted the incomplete DataVolume "+d.DataVolume)
+			d.DataVolumeUID, d.DataVolumePhase, d.Uploaded = "", "", false
+		}
+	}
+	if len(rec.Disks) > 0 {
+		kept = append(kept, "the staged copies under "+r.spec.stagingDir()+" (a reset resumes from them; deleting the resource removes them)")
+	}
+	var b strings.Builder
+	if len(cleaned) == 0 {
+		b.WriteString("Nothing was cleaned up")
+	} else {
+		b.WriteString("Cleaned up: " + strings.Join(cleaned, "; "))
+	}
+	if len(kept) > 0 {
+		b.WriteString("; kept " + strings.Join(kept, "; "))
+	}
+	b.WriteString(". The source VM's disks were never modified")
+	if po := rec.PowerOff; po != nil && po.Done && po.Action != PowerActionAlreadyOff && po.DoneAt != nil {
+		fmt.Fprintf(&b, "; the source VM was powered off by this migration at %s and stays off: power it on again if you abandon the migration", po.DoneAt.Format(time.RFC3339))
+	}
+	return b.String()
+}
+
+// hostSlot holds a slot of the source host's limiter while the run is in
+// the host-reading phases.
+func (r *run) hostSlot(ctx context.Context, p Phase) error {
+	if p != PhaseDiscovering && p != PhaseValidated && p != PhasePreparing {
+		r.releaseSlot()
+		return nil
+	}
+	r.slotMu.Lock()
+	held := r.slot
+	r.slotMu.Unlock()
+	if held {
+		return nil
+	}
+	if !r.e.limiter.tryAcquire(r.spec.Host) {
+		r.emit(Event{Kind: EventInfo, Phase: p, Message: "waiting for a free migration slot on host " + r.spec.Host})
+		if err := r.e.limiter.acquire(ctx, r.spec.Host); err != nil {
+			return err
+		}
+	}
+	r.slotMu.Lock()
+	r.slot = true
+	r.slotMu.Unlock()
+	return nil
+}
+
+func (r *run) releaseSlot() {
+	r.slotMu.Lock()
+	defer r.slotMu.Unlock()
+	if r.slot {
+		r.e.limiter.release(r.spec.Host)
+		r.slot = false
+	}
+}
+
+// hostLimiter is a counting semaphore per host name that remembers the
+// highest concurrency it allowed.
+type hostLimiter struct {
+	limits map[string]int
+	mu     sync.Mutex
+	cur    map[string]int
+	peak   map[string]int
+	wake   chan struct{}
+}
+
+func newHostLimiter(limits map[string]int) *hostLimiter {
+	return &hostLimiter{limits: limits, cur: map[string]int{}, peak: map[string]int{}, wake: make(chan struct{})}
+}
+
+func (l *hostLimiter) limit(host string) int {
+	if n, ok := l.limits[host]; ok && n > 0 {
+		return n
+	}
+	return DefaultHostLimit
+}
+
+func (l *hostLimiter) tryAcquire(host string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur[host] >= l.limit(host) {
+		return false
+	}
+	l.cur[host]++
+	l.peak[host] = max(l.peak[host], l.cur[host])
+	return true
+}
+
+func (l *hostLimiter) acquire(ctx context.Context, host string) error {
+	for {
+		l.mu.Lock()
+		if l.cur[host] < l.limit(host) {
+			l.cur[host]++
+			l.peak[host] = max(l.peak[host], l.cur[host])
+			l.mu.Unlock()
+			return nil
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		}
+	}
+}
+
+func (l *hostLimiter) release(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cur[host]--
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+func (l *hostLimiter) maxSeen(host string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.peak[host]
+}

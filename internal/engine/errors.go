@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+)
+
+// StateInterrupted is StopError.State when a Run ended before a stop state
+// was reached: its context was cancelled or timed out, or it lost its
+// lease. The record stays in the checkpoint it was working on.
+const StateInterrupted Phase = "Interrupted"
+
+// StopError is the error Run returns whenever a migration is not
+// Completed. Its message says what happened and what to do next.
+type StopError struct {
+	// Phase is the checkpoint the migration stopped in.
+	Phase Phase
+	// State is PhaseManualInterventionRequired, PhaseFailed or
+	// StateInterrupted.
+	State Phase
+	// Reason is a short CamelCase cause, e.g. "SourceVMNotFound".
+	Reason string
+	// Message says what happened; Action what to do next.
+	Message string
+	Action  string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *StopError) Error() string {
+	var b strings.Builder
+	switch e.State {
+	case PhaseManualInterventionRequired:
+		fmt.Fprintf(&b, "migration needs manual intervention in phase %s: %s", e.Phase, e.Message)
+	case PhaseFailed:
+		fmt.Fprintf(&b, "migration failed in phase %s: %s", e.Phase, e.Message)
+	default:
+		fmt.Fprintf(&b, "migration interrupted in phase %s: %s", e.Phase, e.Message)
+	}
+	out := b.String()
+	if e.Action != "" {
+		out = strings.TrimSuffix(out, ".") + ". " + e.Action
+	}
+	return out
+}
+
+// Unwrap returns the underlying error.
+func (e *StopError) Unwrap() error { return e.Err }
+
+// LeaseHeldError says another run is driving the migration.
+type LeaseHeldError struct {
+	Namespace, Name string
+	// Holder is the other run's identity; Expires when its lease runs out
+	// unless renewed.
+	Holder  string
+	Expires time.Time
+}
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("migration %s/%s is being driven by another run (%s) holding Lease %s until %s; wait for it to finish, or if that process is gone, run apply again after the lease expires",
+		e.Namespace, e.Name, e.Holder, RecordName(e.Name), e.Expires.UTC().Format(time.RFC3339))
+}
+
+// errClass is what to do about a step's error.
+type errClass int
+
+const (
+	classPermanent errClass = iota
+	classTransient
+	classNeedsHuman
+	classInterrupted
+)
+
+func (c errClass) String() string {
+	switch c {
+	case classTransient:
+		return ClassTransient
+	case classNeedsHuman:
+		return ClassNeedsHuman
+	case classInterrupted:
+		return ClassInterrupted
+	}
+	return ClassPermanent
+}
+
+// stopCause is an error a step classifies itself.
+type stopCause struct {
+	class  errClass
+	reason string
+	msg    string
+	action string
+	err    error
+}
+
+func (c *stopCause) Error() string {
+	if c.err != nil {
+		return c.msg + ": " + c.err.Error()
+	}
+	return c.msg
+}
+
+func (c *stopCause) Unwrap() error { return c.err }
+
+func transient(reason, msg string, err error) error {
+	return &stopCause{class: classTransient, reason: reason, msg: msg, err: err}
+}
+
+func needsHuman(reason, msg, action string, err error) error {
+	return &stopCause{class: classNeedsHuman, reason: reason, msg: msg, action: action, err: err}
+}
+
+func permanent(reason, msg, action string, err error) error {
+	return &stopCause{class: classPermanent, reason: reason, msg: msg, action: action, err: err}
+}
+
+// classify decides, once, what err means. Errors from the esxi and kube
+// packages carry the class decided where they arose.
+func classify(err error) (errClass, string) {
+	var sc *stopCause
+	var ee *esxi.Error
+	var ke *kube.Error
+	var ce *kube.ConfigError
+	switch {
+	case errors.As(err, &sc):
+		return sc.class, sc.reason
+	case errors.As(err, &ee):
+		return fromESXi(esxi.Classify(err)), "SourceError"
+	case errors.As(err, &ke), errors.As(err, &ce):
+		return fromKube(kube.Classify(err)), "ClusterError"
+	case errors.Is(err, convert.ErrQemuImgMissing):
+		return classNeedsHuman, "QemuImgMissing"
+	case errors.Is(err, convert.ErrInvalidImage):
+		return classTransient, "InvalidImage"
+	case errors.Is(err, context.Canceled):
+		return classInterrupted, "Interrupted"
+	case errors.Is(err, context.DeadlineExceeded):
+		return classTransient, "Timeout"
+	}
+	if esxi.Classify(err) == esxi.Transient {
+		return classTransient, "Error"
+	}
+	return fromKube(kube.Classify(err)), "Error"
+}
+
+func fromESXi(c esxi.Class) errClass {
+	switch c {
+	case esxi.Transient:
+		return classTransient
+	case esxi.NeedsHuman:
+		return classNeedsHuman
+	}
+	return classPermanent
+}
+
+func fromKube(c kube.Class) errClass {
+	switch c {
+	case kube.Transient:
+		return classTransient
+	case kube.NeedsHuman:
+		return classNeedsHuman
+	}
+	return classPermanent
+}
+
+// actionOf returns the action a stopCause names, if any.
+func actionOf(err error) string {
+	var sc *stopCause
+	if errors.As(err, &sc) {
+		return sc.action
+	}
+	return ""
+}

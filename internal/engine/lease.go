@@ -1,0 +1,238 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
+)
+
+// DefaultLeaseDuration is how long a Run's lease lasts without renewal.
+const DefaultLeaseDuration = 45 * time.Second
+
+// lease is a held coordination.k8s.io Lease, renewed in the background.
+type lease struct {
+	e      *Engine
+	lease  *coordinationv1.Lease
+	mu     sync.Mutex
+	stop   chan struct{}
+	done   chan struct{}
+	lost   error
+	cancel context.CancelCauseFunc
+}
+
+// acquireLease takes the migration's Lease, or fails with a
+// *LeaseHeldError when another live holder has it. The returned context is
+// cancelled if the lease is lost.
+func (e *Engine) acquireLease(ctx context.Context, namespace, name string) (*lease, context.Context, error) {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return nil, nil, err
+	}
+	dur := e.deps.LeaseDuration
+	secs := int32(dur / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	now := metav1.NewMicroTime(e.now())
+	holder := e.identity
+	key := client.ObjectKey{Namespace: namespace, Name: RecordName(name)}
+	l := &coordinationv1.Lease{}
+	err = cl.Get(ctx, key, l)
+	switch {
+	case kube.IsNotFound(err):
+		l = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: key.Name, Labels: ourLabels(name)},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now,
+			},
+		}
+		if err := cl.Create(ctx, l); err != nil {
+			if kube.IsAlreadyExists(err) {
+				return nil, nil, e.heldError(ctx, namespace, name)
+			}
+			return nil, nil, &kube.Error{Op: "create", Kind: "Lease", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+		}
+	case err != nil:
+		return nil, nil, &kube.Error{Op: "get", Kind: "Lease", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+	default:
+		if h, exp, live := e.leaseLive(l); live && h != holder {
+			return nil, nil, &LeaseHeldError{Namespace: namespace, Name: name, Holder: h, Expires: exp}
+		}
+		var trans int32
+		if l.Spec.LeaseTransitions != nil {
+			trans = *l.Spec.LeaseTransitions + 1
+		}
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = &holder, &secs
+		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseTransitions = &now, &now, &trans
+		if err := cl.Update(ctx, l); err != nil {
+			if kube.IsConflict(err) {
+				return nil, nil, e.heldError(ctx, namespace, name)
+			}
+			return nil, nil, &kube.Error{Op: "update", Kind: "Lease", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+		}
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	h := &lease{e: e, lease: l, stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
+	go h.renew(dur)
+	return h, runCtx, nil
+}
+
+// acquireLeaseWaiting is acquireLease for Run. A run that was killed
+// (Terraform and its provider SIGKILLed, a machine lost) leaves its lease
+// behind unreleased; it expires within one lease duration because nobody
+// renews it. So when the lease is held, Run waits for it to expire once, if
+// that happens before ctx's deadline, and tries again. A holder that renewed
+// it meanwhile is alive, and its LeaseHeldError is returned.
+func (e *Engine) acquireLeaseWaiting(ctx context.Context, namespace, name string) (*lease, context.Context, error) {
+	waited := ""
+	for {
+		l, runCtx, err := e.acquireLease(ctx, namespace, name)
+		var held *LeaseHeldError
+		if !errors.As(err, &held) || held.Holder == waited {
+			return l, runCtx, err
+		}
+		wait := held.Expires.Sub(e.now()) + 250*time.Millisecond
+		if wait > 2*e.deps.LeaseDuration {
+			return nil, nil, err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(dl) {
+			return nil, nil, err
+		}
+		e.emit(Event{Time: e.now(), Kind: EventInfo, Namespace: namespace, Name: name, Disk: -1,
+			Message: fmt.Sprintf("waiting until %s for the lease of %s, which stopped renewing it (a run that was killed?)",
+				held.Expires.Format(time.RFC3339), held.Holder)})
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return nil, nil, err
+		}
+		waited = held.Holder
+	}
+}
+
+// leaseLive reports the holder of l and whether it is unexpired.
+func (e *Engine) leaseLive(l *coordinationv1.Lease) (string, time.Time, bool) {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil {
+		return "", time.Time{}, false
+	}
+	d := DefaultLeaseDuration
+	if l.Spec.LeaseDurationSeconds != nil {
+		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	exp := l.Spec.RenewTime.Add(d)
+	return *l.Spec.HolderIdentity, exp, e.now().Before(exp)
+}
+
+func (e *Engine) heldError(ctx context.Context, namespace, name string) error {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return err
+	}
+	l := &coordinationv1.Lease{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: RecordName(name)}, l); err != nil {
+		return &kube.Error{Op: "get", Kind: "Lease", Namespace: namespace, Name: RecordName(name), Class: kube.Transient, Err: err}
+	}
+	h, exp, _ := e.leaseLive(l)
+	return &LeaseHeldError{Namespace: namespace, Name: name, Holder: h, Expires: exp}
+}
+
+// renew renews the lease every third of its duration until release. If a
+// renewal finds someone else holding it, the run's context is cancelled.
+func (h *lease) renew(dur time.Duration) {
+	defer close(h.done)
+	t := time.NewTicker(max(dur/3, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		if err := h.renewOnce(); err != nil {
+			h.mu.Lock()
+			h.lost = err
+			h.mu.Unlock()
+			if kube.IsConflict(err) || isLostLease(err) {
+				h.cancel(err)
+				return
+			}
+			// A transient failure: try again at the next tick. The lease
+			// lasts three ticks.
+		}
+	}
+}
+
+type lostLeaseError struct{ holder string }
+
+func (e *lostLeaseError) Error() string {
+	return fmt.Sprintf("the lease was taken over by %s", e.holder)
+}
+
+func isLostLease(err error) bool {
+	_, ok := err.(*lostLeaseError)
+	return ok
+}
+
+func (h *lease) renewOnce() error {
+	cl, err := h.e.deps.Kube.Raw()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.mu.Lock()
+	l := h.lease.DeepCopy()
+	h.mu.Unlock()
+	cur := &coordinationv1.Lease{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(l), cur); err != nil {
+		return err
+	}
+	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.e.identity {
+		holder := "nobody"
+		if cur.Spec.HolderIdentity != nil {
+			holder = *cur.Spec.HolderIdentity
+		}
+		return &lostLeaseError{holder: holder}
+	}
+	now := metav1.NewMicroTime(h.e.now())
+	cur.Spec.RenewTime = &now
+	if err := cl.Update(ctx, cur); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.lease = cur
+	h.mu.Unlock()
+	return nil
+}
+
+// release stops renewing and deletes the lease if it is still ours.
+func (h *lease) release() {
+	close(h.stop)
+	<-h.done
+	h.cancel(nil)
+	cl, err := h.e.deps.Kube.Raw()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cur := &coordinationv1.Lease{}
+	h.mu.Lock()
+	key := client.ObjectKeyFromObject(h.lease)
+	h.mu.Unlock()
+	if err := cl.Get(ctx, key, cur); err != nil {
+		return
+	}
+	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.e.identity {
+		return
+	}
+	rv := cur.ResourceVersion
+	_ = cl.Delete(ctx, cur, client.Preconditions{ResourceVersion: &rv})
+}

@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"time"
+)
+
+// Phase is a migration's checkpoint: what the engine is working to make
+// true now, or the stop state it is in.
+type Phase string
+
+// Phases, in order, then the stop states.
+const (
+	PhasePending     Phase = "Pending"
+	PhaseDiscovering Phase = "Discovering"
+	PhaseValidated   Phase = "Validated"
+	PhasePreparing   Phase = "Preparing"
+	PhaseConverting  Phase = "Converting"
+	PhaseImporting   Phase = "Importing"
+	PhaseCreatingVM  Phase = "CreatingVM"
+	PhaseStarting    Phase = "Starting"
+	PhaseValidating  Phase = "Validating"
+	PhaseCompleted   Phase = "Completed"
+
+	// PhaseRetryable: a step failed in a way that may succeed on retry;
+	// RetryPhase is resumed after a backoff.
+	PhaseRetryable Phase = "Retryable"
+	// PhaseManualInterventionRequired: a human must act; the next Run
+	// re-enters RetryPhase.
+	PhaseManualInterventionRequired Phase = "ManualInterventionRequired"
+	// PhaseFailed is terminal until a human adds AnnotationReset.
+	PhaseFailed Phase = "Failed"
+)
+
+// Condition types, named after observed state.
+const (
+	CondSourceDiscovered = "SourceDiscovered"
+	CondValidated        = "Validated"
+	CondSourcePoweredOff = "SourcePoweredOff"
+	CondDiskAcquired     = "DiskAcquired"
+	CondDiskConverted    = "DiskConverted"
+	CondDiskImported     = "DiskImported"
+	CondVMCreated        = "VMCreated"
+	CondVMStarted        = "VMStarted"
+	CondGuestReady       = "GuestReady"
+	CondReady            = "Ready"
+)
+
+// Power-off actions recorded in PowerOff.Action.
+const (
+	PowerActionAlreadyOff = "already_off"
+	PowerActionGraceful   = "graceful"
+	PowerActionHard       = "hard"
+	PowerActionUser       = "user"
+)
+
+// RecordVersion is the version of the record's JSON shape.
+const RecordVersion = 1
+
+// Record is a migration's durable checkpoint, stored as JSON in the
+// destination cluster. It is the engine's memory across processes; every
+// step re-observes the real systems before trusting it.
+type Record struct {
+	Version  int      `json:"version"`
+	Identity Identity `json:"identity"`
+	// Phase is the current checkpoint or stop state.
+	Phase Phase `json:"phase"`
+	// RetryPhase is the checkpoint a stop state (Retryable,
+	// ManualInterventionRequired, Failed) resumes or stopped in.
+	RetryPhase Phase `json:"retryPhase,omitempty"`
+	// Attempts counts failed tries of the current checkpoint.
+	Attempts int `json:"attempts"`
+	// Reason and Message explain the stop state; Action says what to do.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	Action  string `json:"action,omitempty"`
+
+	Conditions []Condition `json:"conditions,omitempty"`
+	Timestamps Timestamps  `json:"timestamps"`
+	// PowerOff is the one power-off decision, never re-decided.
+	PowerOff *PowerOff `json:"powerOff,omitempty"`
+	// Source is the inventory snapshot taken in Discovering.
+	Source *SourceInventory `json:"source,omitempty"`
+	// Preflight holds the Validated phase's checks.
+	Preflight []CheckResult  `json:"preflight,omitempty"`
+	Disks     []DiskEvidence `json:"disks,omitempty"`
+	VM        *VMEvidence    `json:"vm,omitempty"`
+	// Validation holds the Validating phase's check results.
+	Validation []CheckResult `json:"validation,omitempty"`
+	// Errors is the history of failed attempts, interruptions and human
+	// re-entries, oldest first.
+	Errors []ErrorEntry `json:"errors,omitempty"`
+}
+
+// Identity names the source and destination of a migration. It is fixed
+// once discovered.
+type Identity struct {
+	Host      string `json:"host"`
+	VMID      int    `json:"vmid,omitempty"`
+	VMName    string `json:"vmName,omitempty"`
+	VMXPath   string `json:"vmxPath,omitempty"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Condition is one observed fact about the migration.
+type Condition struct {
+	Type    string    `json:"type"`
+	Status  bool      `json:"status"`
+	Reason  string    `json:"reason,omitempty"`
+	Message string    `json:"message,omitempty"`
+	Time    time.Time `json:"time"`
+}
+
+// Timestamps are set when a checkpoint's goal is first observed.
+// SourcePoweredOff is set once and never changed.
+type Timestamps struct {
+	Created          *time.Time `json:"created,omitempty"`
+	Discovered       *time.Time `json:"discovered,omitempty"`
+	Validated        *time.Time `json:"validated,omitempty"`
+	SourcePoweredOff *time.Time `json:"sourcePoweredOff,omitempty"`
+	Acquired         *time.Time `json:"acquired,omitempty"`
+	Converted        *time.Time `json:"converted,omitempty"`
+	Imported         *time.Time `json:"imported,omitempty"`
+	VMCreated        *time.Time `json:"vmCreated,omitempty"`
+	VMStarted        *time.Time `json:"vmStarted,omitempty"`
+	Completed        *time.Time `json:"completed,omitempty"`
+}
+
+// PowerOff is the power-off decision. It is written before the engine acts
+// (Done false) and completed once the source is observed off, so that an
+// interruption in between resumes the same decision instead of taking a
+// new one.
+type PowerOff struct {
+	// Policy is the power-off policy in force when deciding.
+	Policy string `json:"policy"`
+	// Action is already_off, graceful, hard or user (a human powered it
+	// off after the engine asked).
+	Action string `json:"action"`
+	// DecidedAt is when the decision was taken; Done and DoneAt when the
+	// source was observed off.
+	DecidedAt time.Time  `json:"decidedAt"`
+	Done      bool       `json:"done"`
+	DoneAt    *time.Time `json:"doneAt,omitempty"`
+	// HardAfterGraceful is true when graceful_then_hard had to power off
+	// hard.
+	HardAfterGraceful bool `json:"hardAfterGraceful,omitempty"`
+	// SeenOnAgain is set when the source was found running after the
+	// power-off; the staged copies are then discarded once it is off again.
+	SeenOnAgain bool   `json:"seenOnAgain,omitempty"`
+	Note        string `json:"note,omitempty"`
+}
+
+// SourceInventory is what Discovering read about the source VM.
+type SourceInventory struct {
+	VMID            int          `json:"vmid"`
+	Name            string       `json:"name"`
+	VMXPath         string       `json:"vmxPath"`
+	GuestOS         string       `json:"guestOS,omitempty"`
+	HardwareVersion int          `json:"hardwareVersion,omitempty"`
+	Firmware        string       `json:"firmware"`
+	SecureBoot      bool         `json:"secureBoot"`
+	CPUs            int          `json:"cpus"`
+	MemoryMiB       int          `json:"memoryMiB"`
+	PowerState      string       `json:"powerState"`
+	ToolsRunning    bool         `json:"toolsRunning"`
+	Disks           []SourceDisk `json:"disks"`
+	NICs            []SourceNIC  `json:"nics"`
+}
+
+// SourceDisk is one source disk, in .vmx order.
+type SourceDisk struct {
+	Device         string `json:"device"`
+	Bus            string `json:"bus"`
+	DescriptorPath string `json:"descriptorPath"`
+	DataPath       string `json:"dataPath"`
+	CapacityBytes  int64  `json:"capacityBytes"`
+	Thin           bool   `json:"thin"`
+}
+
+// SourceNIC is one source network adapter.
+type SourceNIC struct {
+	Device  string `json:"device"`
+	Network string `json:"network"`
+	MAC     string `json:"mac"`
+	Adapter string `json:"adapter"`
+}
+
+// DiskEvidence is what the engine knows about one disk's journey.
+type DiskEvidence struct {
+	Index      int    `json:"index"`
+	Device     string `json:"device"`
+	SourcePath string `json:"sourcePath"`
+	SizeBytes  int64  `json:"sizeBytes"`
+	// SourceSHA256 is the SHA-256 of the source file, computed while it
+	// streamed (transfer).
+	SourceSHA256 string `json:"sourceSHA256,omitempty"`
+	ZeroBytes    int64  `json:"zeroBytes,omitempty"`
+	StagedPath   string `json:"stagedPath"`
+	Acquired     bool   `json:"acquired"`
+
+	ArtifactPath   string `json:"artifactPath,omitempty"`
+	ArtifactFormat string `json:"artifactFormat,omitempty"`
+	ArtifactSHA256 string `json:"artifactSHA256,omitempty"`
+	ArtifactBytes  int64  `json:"artifactBytes,omitempty"`
+	// ArtifactURL is where CDI imports it from (http transport).
+	ArtifactURL string `json:"artifactURL,omitempty"`
+
+	DataVolume    string `json:"dataVolume"`
+	DataVolumeUID string `json:"dataVolumeUID,omitempty"`
+	// DataVolumePhase and Progress are the last observed status.
+	DataVolumePhase string `json:"dataVolumePhase,omitempty"`
+	Progress        string `json:"progress,omitempty"`
+	// Uploaded is true once the upload of the current DataVolume (UID)
+	// finished.
+	Uploaded bool `json:"uploaded,omitempty"`
+	// DestinationSHA256 is the SHA-256 the destination reported receiving,
+	// when it reports one.
+	DestinationSHA256 string `json:"destinationSHA256,omitempty"`
+	Imported          bool   `json:"imported"`
+}
+
+// VMEvidence identifies the destination VirtualMachine.
+type VMEvidence struct {
+	Name        string `json:"name"`
+	UID         string `json:"uid,omitempty"`
+	RunStrategy string `json:"runStrategy,omitempty"`
+	VMIPhase    string `json:"vmiPhase,omitempty"`
+}
+
+// CheckResult is the outcome of one check.
+type CheckResult struct {
+	ID       string    `json:"id"`
+	Severity string    `json:"severity,omitempty"`
+	Passed   bool      `json:"passed"`
+	Message  string    `json:"message"`
+	Time     time.Time `json:"time"`
+}
+
+// ErrorEntry is one entry of the error history.
+type ErrorEntry struct {
+	Time    time.Time `json:"time"`
+	Phase   Phase     `json:"phase"`
+	Class   string    `json:"class"`
+	Attempt int       `json:"attempt"`
+	Reason  string    `json:"reason,omitempty"`
+	Message string    `json:"message"`
+}
+
+// Error history classes besides the error classes.
+const (
+	ClassTransient   = "transient"
+	ClassNeedsHuman  = "needs-human"
+	ClassPermanent   = "permanent"
+	ClassInterrupted = "interrupted"
+	ClassReentered   = "reentered"
+)
+
+// Condition returns the condition of type t, if set.
+func (r *Record) Condition(t string) (Condition, bool) {
+	for _, c := range r.Conditions {
+		if c.Type == t {
+			return c, true
+		}
+	}
+	return Condition{}, false
+}
+
+// setCondition sets a condition, keeping its time when nothing changed.
+func (r *Record) setCondition(now time.Time, t string, status bool, reason, message string) {
+	for i := range r.Conditions {
+		c := &r.Conditions[i]
+		if c.Type != t {
+			continue
+		}
+		if c.Status != status || c.Reason != reason || c.Message != message {
+			*c = Condition{Type: t, Status: status, Reason: reason, Message: message, Time: now}
+		}
+		return
+	}
+	r.Conditions = append(r.Conditions, Condition{Type: t, Status: status, Reason: reason, Message: message, Time: now})
+}
+
+// Terminal reports whether the record is Completed or Failed.
+func (r *Record) Terminal() bool { return r.Phase == PhaseCompleted || r.Phase == PhaseFailed }
+
+// stamp sets *p to now unless it is set already.
+func stamp(p **time.Time, now time.Time) {
+	if *p == nil {
+		t := now
+		*p = &t
+	}
+}
+
+// Map returns the timestamps that are set, by their JSON names.
+func (t Timestamps) Map() map[string]time.Time {
+	out := map[string]time.Time{}
+	for k, p := range map[string]*time.Time{
+		"created": t.Created, "discovered": t.Discovered, "validated": t.Validated,
+		"sourcePoweredOff": t.SourcePoweredOff, "acquired": t.Acquired, "converted": t.Converted,
+		"imported": t.Imported, "vmCreated": t.VMCreated, "vmStarted": t.VMStarted, "completed": t.Completed,
+	} {
+		if p != nil {
+			out[k] = *p
+		}
+	}
+	return out
+}

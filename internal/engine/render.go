@@ -1,0 +1,219 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+)
+
+// Annotations the engine puts on the objects it creates, for people
+// inspecting them.
+const (
+	AnnotationSourceHost   = "vmmigration.io/source-host"
+	AnnotationSourceVM     = "vmmigration.io/source-vm"
+	AnnotationSourcePath   = "vmmigration.io/source-path"
+	AnnotationSourceSHA256 = "vmmigration.io/source-sha256"
+)
+
+// labels returns the user's labels plus ours (ours win).
+func (s Spec) labels() map[string]string {
+	out := maps.Clone(s.Labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, ourLabels(s.Name))
+	return out
+}
+
+// roundUpMiB rounds n bytes up to a whole MiB.
+func roundUpMiB(n int64) int64 {
+	const mib = 1 << 20
+	return (n + mib - 1) / mib * mib
+}
+
+// renderDataVolume is the DataVolume for disk d.
+func (r *run) renderDataVolume(d DiskEvidence) *cdiv1beta1.DataVolume {
+	s := r.spec
+	am := corev1.PersistentVolumeAccessMode(s.AccessMode)
+	vm := corev1.PersistentVolumeMode(s.VolumeMode)
+	sc := s.StorageClass
+	src := &cdiv1beta1.DataVolumeSource{}
+	if s.Transport.Kind == TransportHTTP {
+		src.HTTP = &cdiv1beta1.DataVolumeSourceHTTP{URL: d.ArtifactURL}
+	} else {
+		src.Upload = &cdiv1beta1.DataVolumeSourceUpload{}
+	}
+	return &cdiv1beta1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.Namespace, Name: d.DataVolume, Labels: s.labels(),
+			Annotations: map[string]string{
+				AnnotationSourceHost:   r.rec().Identity.Host,
+				AnnotationSourceVM:     r.rec().Identity.VMName,
+				AnnotationSourcePath:   d.SourcePath,
+				AnnotationSourceSHA256: d.SourceSHA256,
+			},
+		},
+		Spec: cdiv1beta1.DataVolumeSpec{
+			Source: src,
+			Storage: &cdiv1beta1.StorageSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{am},
+				VolumeMode:       &vm,
+				StorageClassName: &sc,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceStorage: *resource.NewQuantity(roundUpMiB(d.SizeBytes), resource.BinarySI),
+				}},
+			},
+		},
+	}
+}
+
+// nicModel maps a VMware adapter to the closest KubeVirt model.
+func nicModel(adapter string) string {
+	switch strings.ToLower(adapter) {
+	case "e1000":
+		return "e1000"
+	case "e1000e":
+		return "e1000e"
+	}
+	return "virtio"
+}
+
+// renderVM is the VirtualMachine for the recorded inventory and disks,
+// with runStrategy Halted.
+func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
+	s, src := r.spec, r.rec().Source
+	if src == nil {
+		return nil, fmt.Errorf("no source inventory recorded")
+	}
+	halted := kubevirtv1.RunStrategyHalted
+	t, f := true, false
+
+	var disks []kubevirtv1.Disk
+	var vols []kubevirtv1.Volume
+	for i, d := range r.rec().Disks {
+		name := fmt.Sprintf("disk-%d", i)
+		disk := kubevirtv1.Disk{Name: name, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBus(s.DiskBus)}}}
+		if i == 0 {
+			one := uint(1)
+			disk.BootOrder = &one
+		}
+		disks = append(disks, disk)
+		vols = append(vols, kubevirtv1.Volume{Name: name, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: d.DataVolume}}})
+	}
+
+	var ifaces []kubevirtv1.Interface
+	var nets []kubevirtv1.Network
+	pod := false
+	for i, n := range src.NICs {
+		target, ok := s.NetworkMap[n.Network]
+		if !ok {
+			return nil, fmt.Errorf("NIC %s on network %q has no entry in the network map", n.Device, n.Network)
+		}
+		name := fmt.Sprintf("nic-%d", i)
+		iface := kubevirtv1.Interface{Name: name, MacAddress: strings.ToLower(n.MAC), Model: nicModel(n.Adapter)}
+		net := kubevirtv1.Network{Name: name}
+		if target == preflight.PodNetwork {
+			if pod {
+				return nil, fmt.Errorf("more than one NIC is mapped to the pod network; KubeVirt allows one")
+			}
+			pod = true
+			net.Pod = &kubevirtv1.PodNetwork{}
+			if s.PodBinding == "bridge" {
+				iface.Bridge = &kubevirtv1.InterfaceBridge{}
+			} else {
+				iface.Masquerade = &kubevirtv1.InterfaceMasquerade{}
+			}
+		} else {
+			net.Multus = &kubevirtv1.MultusNetwork{NetworkName: target}
+			iface.Bridge = &kubevirtv1.InterfaceBridge{}
+		}
+		ifaces = append(ifaces, iface)
+		nets = append(nets, net)
+	}
+
+	mem := resource.NewQuantity(int64(src.MemoryMiB)<<20, resource.BinarySI)
+	domain := kubevirtv1.DomainSpec{
+		CPU:    &kubevirtv1.CPU{Cores: uint32(max(src.CPUs, 1))},
+		Memory: &kubevirtv1.Memory{Guest: mem},
+		Devices: kubevirtv1.Devices{
+			Disks: disks, Interfaces: ifaces,
+		},
+	}
+	if !pod {
+		// Without a pod NIC, KubeVirt would add one of its own.
+		domain.Devices.AutoattachPodInterface = &f
+	}
+	if src.Firmware == "efi" {
+		sb := src.SecureBoot
+		// KubeVirt defaults secureBoot to true for EFI: say it always.
+		domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &sb}}}
+		if sb {
+			domain.Features = &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: &t}}
+		}
+	} else {
+		domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{BIOS: &kubevirtv1.BIOS{}}}
+	}
+
+	labels := s.labels()
+	vm := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.Namespace, Name: s.Name, Labels: labels,
+			Annotations: map[string]string{
+				AnnotationSourceHost: r.rec().Identity.Host,
+				AnnotationSourceVM:   r.rec().Identity.VMName,
+			},
+		},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: &halted,
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels)},
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: domain, Networks: nets, Volumes: vols,
+				},
+			},
+		},
+	}
+	return vm, nil
+}
+
+// applyVM sets on existing the fields the engine owns from desired and
+// reports whether anything changed. Fields others add (defaults, webhooks)
+// are left alone.
+func applyVM(existing, desired *kubevirtv1.VirtualMachine, runStrategy bool) bool {
+	before := existing.DeepCopy()
+	if existing.Labels == nil {
+		existing.Labels = map[string]string{}
+	}
+	maps.Copy(existing.Labels, desired.Labels)
+	if existing.Annotations == nil {
+		existing.Annotations = map[string]string{}
+	}
+	maps.Copy(existing.Annotations, desired.Annotations)
+	if runStrategy {
+		existing.Spec.RunStrategy = desired.Spec.RunStrategy
+		existing.Spec.Running = nil //nolint:staticcheck // the deprecated field conflicts with runStrategy
+	}
+	if existing.Spec.Template == nil {
+		existing.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+	}
+	et, dt := existing.Spec.Template, desired.Spec.Template
+	if et.ObjectMeta.Labels == nil {
+		et.ObjectMeta.Labels = map[string]string{}
+	}
+	maps.Copy(et.ObjectMeta.Labels, dt.ObjectMeta.Labels)
+	ed, dd := &et.Spec.Domain, &dt.Spec.Domain
+	ed.CPU, ed.Memory, ed.Firmware, ed.Features = dd.CPU, dd.Memory, dd.Firmware, dd.Features
+	ed.Devices.Disks, ed.Devices.Interfaces = dd.Devices.Disks, dd.Devices.Interfaces
+	ed.Devices.AutoattachPodInterface = dd.Devices.AutoattachPodInterface
+	et.Spec.Networks, et.Spec.Volumes = dt.Spec.Networks, dt.Spec.Volumes
+	return !equality.Semantic.DeepEqual(before, existing)
+}

@@ -1,0 +1,278 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+)
+
+// Allowed values of the Spec's enumerated fields. The provider's validators
+// and documentation use the same slices.
+var (
+	AccessModes    = []string{"ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"}
+	VolumeModes    = []string{"Filesystem", "Block"}
+	DiskBuses      = []string{"virtio", "sata", "scsi"}
+	RunStrategies  = []string{"Always", "Halted", "Manual", "RerunOnFailure"}
+	TargetFormats  = []string{"raw", "qcow2"}
+	TransportKinds = []string{TransportCDIUpload, TransportHTTP}
+	PodBindings    = []string{"masquerade", "bridge"}
+)
+
+// Transport kinds.
+const (
+	// TransportCDIUpload uploads each disk through CDI's upload proxy
+	// (DataVolume source "upload").
+	TransportCDIUpload = "cdi_upload"
+	// TransportHTTP puts each artifact in Transport.StagingDir, which the
+	// user's HTTP server serves at Transport.StagingURL, and lets CDI import
+	// it (DataVolume source "http").
+	TransportHTTP = "http"
+)
+
+// Defaults applied by Spec.WithDefaults.
+const (
+	DefaultAccessMode        = "ReadWriteOnce"
+	DefaultVolumeMode        = "Filesystem"
+	DefaultDiskBus           = "virtio"
+	DefaultRunStrategy       = "Always"
+	DefaultTargetFormat      = "raw"
+	DefaultPowerOffPolicy    = preflight.PolicyGraceful
+	DefaultShutdownTimeout   = 5 * time.Minute
+	DefaultStartTimeout      = 10 * time.Minute
+	DefaultValidationTimeout = 10 * time.Minute
+	DefaultRetryAttempts     = 5
+	DefaultRetryInitial      = 10 * time.Second
+	DefaultRetryMax          = 5 * time.Minute
+	DefaultPodBinding        = "masquerade"
+)
+
+// Spec is what the user asked for: which VM to move, where to, and how.
+// The identity fields (Host, VMName/VMID, Namespace, Name) cannot change
+// for an existing migration.
+type Spec struct {
+	// Host is the ESXi host's name in the esxi.Registry.
+	Host string
+	// VMName selects the source VM by display name; VMID by vmid. Exactly
+	// one is needed (VMID wins when both are set and must then match).
+	VMName string
+	VMID   int
+
+	// Namespace and Name are the destination; Name is the VirtualMachine's
+	// name, its DataVolumes are preflight.DiskName(Name, n), and the
+	// migration's record and lease are "vmmigration-<Name>".
+	Namespace string
+	Name      string
+
+	StorageClass string
+	// AccessMode of the disks' claims (default ReadWriteOnce).
+	AccessMode string
+	// VolumeMode is Filesystem (default) or Block.
+	VolumeMode string
+	// DiskBus of every disk: virtio (default), sata or scsi.
+	DiskBus string
+	// NetworkMap maps each source network name to "pod" or a Multus
+	// network "<namespace>/<name>" (or "<name>").
+	NetworkMap map[string]string
+	// PodBinding is how a NIC attaches to the pod network: masquerade
+	// (default) or bridge.
+	PodBinding string
+	// RunStrategy of the VirtualMachine once imported: Always (default),
+	// Halted, Manual or RerunOnFailure. Halted and Manual leave it stopped.
+	RunStrategy string
+	// Labels are added to the VirtualMachine and DataVolumes.
+	Labels map[string]string
+
+	// PowerOffPolicy is one of preflight.PowerOffPolicies (default
+	// graceful); ShutdownTimeout bounds a graceful shutdown.
+	PowerOffPolicy  string
+	ShutdownTimeout time.Duration
+
+	// TargetFormat of the imported images: raw (default) or qcow2.
+	TargetFormat string
+	Transport    Transport
+	Validation   Validation
+	// StartTimeout bounds waiting for the VMI to run, per attempt.
+	StartTimeout time.Duration
+	Retry        RetryPolicy
+
+	// WorkDir holds the staged disk copies, under <WorkDir>/<ns>/<name>/.
+	WorkDir string
+	// CopyChunkSize is the unit of copying and resumption (a multiple of
+	// 1 MiB; transfer.DefaultChunkSize when 0).
+	CopyChunkSize int64
+}
+
+// Transport says how images reach CDI.
+type Transport struct {
+	// Kind is TransportCDIUpload (default) or TransportHTTP.
+	Kind string
+	// UploadProxyURL is CDI's upload proxy (cdi_upload); UploadProxyCAPEM
+	// verifies its certificate, or Insecure skips that (lab use only).
+	UploadProxyURL   string
+	UploadProxyCAPEM string
+	Insecure         bool
+	// StagingDir is where the http transport writes the artifacts; the
+	// user's HTTP server serves it at StagingURL.
+	StagingDir string
+	StagingURL string
+}
+
+// Validation lists the read-only checks of the Validating phase. A running
+// VMI is always checked (unless the run strategy leaves the VM stopped).
+type Validation struct {
+	// GuestAgent waits for the VMI's AgentConnected condition.
+	GuestAgent bool
+	// IPReported waits for an IP address in the VMI's status.interfaces.
+	IPReported bool
+	// TCP lists host:port addresses that must accept a connection.
+	TCP []string
+	// HTTP lists URLs that must answer GET with a 2xx status.
+	HTTP []string
+	// Timeout bounds all checks together (DefaultValidationTimeout).
+	Timeout time.Duration
+}
+
+// RetryPolicy bounds the automatic retries of one phase.
+type RetryPolicy struct {
+	// Attempts is the total number of tries of a phase (default 5).
+	Attempts int
+	// Initial is the first backoff, doubled per retry up to Max.
+	Initial, Max time.Duration
+}
+
+// WithDefaults returns s with every unset optional field defaulted.
+func (s Spec) WithDefaults() Spec {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&s.AccessMode, DefaultAccessMode)
+	def(&s.VolumeMode, DefaultVolumeMode)
+	def(&s.DiskBus, DefaultDiskBus)
+	def(&s.RunStrategy, DefaultRunStrategy)
+	def(&s.TargetFormat, DefaultTargetFormat)
+	def(&s.PowerOffPolicy, DefaultPowerOffPolicy)
+	def(&s.Transport.Kind, TransportCDIUpload)
+	def(&s.PodBinding, DefaultPodBinding)
+	dur := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	dur(&s.ShutdownTimeout, DefaultShutdownTimeout)
+	dur(&s.StartTimeout, DefaultStartTimeout)
+	dur(&s.Validation.Timeout, DefaultValidationTimeout)
+	dur(&s.Retry.Initial, DefaultRetryInitial)
+	dur(&s.Retry.Max, DefaultRetryMax)
+	if s.Retry.Attempts <= 0 {
+		s.Retry.Attempts = DefaultRetryAttempts
+	}
+	return s
+}
+
+// Validate checks a defaulted Spec without contacting anything. Every
+// message names the field to fix.
+func (s Spec) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	oneOf := func(field, v string, allowed []string) {
+		if !slices.Contains(allowed, v) {
+			bad("%s %q is not one of %s", field, v, strings.Join(allowed, ", "))
+		}
+	}
+	if s.Host == "" {
+		bad("host is required")
+	}
+	if s.VMName == "" && s.VMID <= 0 {
+		bad("the source VM is required: set vm_name or vm_id")
+	}
+	if s.Namespace == "" || s.Name == "" {
+		bad("namespace and name of the destination are required")
+	}
+	if s.StorageClass == "" {
+		bad("storage_class is required")
+	}
+	oneOf("access_mode", s.AccessMode, AccessModes)
+	oneOf("volume_mode", s.VolumeMode, VolumeModes)
+	oneOf("disk_bus", s.DiskBus, DiskBuses)
+	oneOf("run_strategy", s.RunStrategy, RunStrategies)
+	oneOf("target_format", s.TargetFormat, TargetFormats)
+	oneOf("power_off_policy", s.PowerOffPolicy, preflight.PowerOffPolicies)
+	oneOf("transport.kind", s.Transport.Kind, TransportKinds)
+	oneOf("pod_binding", s.PodBinding, PodBindings)
+	if s.WorkDir == "" || !filepath.IsAbs(s.WorkDir) {
+		bad("work_dir must be an absolute path")
+	}
+	if s.CopyChunkSize < 0 || s.CopyChunkSize%(1<<20) != 0 {
+		bad("copy chunk size must be a multiple of 1 MiB")
+	}
+	switch s.Transport.Kind {
+	case TransportCDIUpload:
+		if s.Transport.UploadProxyURL == "" {
+			bad("transport.upload_proxy_url is required for transport cdi_upload")
+		}
+	case TransportHTTP:
+		if s.Transport.StagingDir == "" || !filepath.IsAbs(s.Transport.StagingDir) {
+			bad("transport.staging_dir must be an absolute path for transport http")
+		}
+		if u, err := url.Parse(s.Transport.StagingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("transport.staging_url must be an http(s) URL for transport http")
+		}
+	}
+	for _, a := range s.Validation.TCP {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("validation tcp %q is not host:port", a)
+		}
+	}
+	for _, h := range s.Validation.HTTP {
+		if u, err := url.Parse(h); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			bad("validation http %q is not an http(s) URL", h)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startsVM reports whether the run strategy makes KubeVirt run the VM.
+func (s Spec) startsVM() bool {
+	return s.RunStrategy == "Always" || s.RunStrategy == "RerunOnFailure"
+}
+
+// stagingDir is this migration's folder of staged copies.
+func (s Spec) stagingDir() string {
+	return filepath.Join(s.WorkDir, s.Namespace, s.Name)
+}
+
+// stagedPath is where disk n is copied.
+func (s Spec) stagedPath(n int) string {
+	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d.raw", n))
+}
+
+// artifactPath is where disk n's converted image is written.
+func (s Spec) artifactPath(n int) string {
+	if s.Transport.Kind == TransportHTTP {
+		return filepath.Join(s.Transport.StagingDir, s.Namespace, s.Name, fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
+	}
+	if s.TargetFormat == "raw" {
+		// The staged copy is already the raw image: no second copy.
+		return s.stagedPath(n)
+	}
+	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
+}
+
+// artifactURL is where CDI fetches disk n with the http transport.
+func (s Spec) artifactURL(n int) string {
+	return strings.TrimRight(s.Transport.StagingURL, "/") + "/" +
+		url.PathEscape(s.Namespace) + "/" + url.PathEscape(s.Name) + "/" + fmt.Sprintf("disk-%d.%s", n, s.TargetFormat)
+}
+
+// RecordName is the name of the ConfigMap holding a migration's record and
+// of its Lease.
+func RecordName(name string) string { return "vmmigration-" + name }

@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+)
+
+func runStrategyOf(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Spec.RunStrategy != nil {
+		return string(*vm.Spec.RunStrategy)
+	}
+	if vm.Spec.Running != nil && *vm.Spec.Running { //nolint:staticcheck // legacy spelling of Always
+		return string(kubevirtv1.RunStrategyAlways)
+	}
+	return string(kubevirtv1.RunStrategyHalted)
+}
+
+func vmiCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) (kubevirtv1.VirtualMachineInstanceCondition, bool) {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == t {
+			return c, true
+		}
+	}
+	return kubevirtv1.VirtualMachineInstanceCondition{}, false
+}
+
+// stepStart applies the requested run strategy and, when it runs the VM,
+// waits for the VMI to be Running.
+func (r *run) stepStart(ctx context.Context) error {
+	kc := r.e.deps.Kube
+	ns, name := r.spec.Namespace, r.spec.Name
+	vm, err := kc.GetVirtualMachine(ctx, ns, name)
+	if kube.IsNotFound(err) {
+		return &backTo{phase: PhaseCreatingVM, reason: "the VirtualMachine " + ns + "/" + name + " is gone"}
+	}
+	if err != nil {
+		return err
+	}
+	if !isOurs(vm.Labels, name) {
+		return needsHuman("VMNotOurs", fmt.Sprintf("VirtualMachine %s/%s is no longer labelled as this migration's", ns, name),
+			"restore the label "+kube.LabelMigration+"="+name+" if it is ours, then run apply again", nil)
+	}
+	rec := r.rec()
+	if runStrategyOf(vm) != r.spec.RunStrategy {
+		rs := kubevirtv1.VirtualMachineRunStrategy(r.spec.RunStrategy)
+		vm.Spec.RunStrategy = &rs
+		vm.Spec.Running = nil //nolint:staticcheck // the deprecated field conflicts with runStrategy
+		if err := kc.UpdateVirtualMachine(ctx, vm); err != nil {
+			return err
+		}
+		r.emit(Event{Kind: EventInfo, Message: "set runStrategy " + r.spec.RunStrategy + " on VirtualMachine " + ns + "/" + name})
+	}
+	if rec.VM == nil {
+		rec.VM = &VMEvidence{Name: name}
+	}
+	rec.VM.UID, rec.VM.RunStrategy = string(vm.UID), r.spec.RunStrategy
+	now := r.now()
+	if !r.spec.startsVM() {
+		rec.setCondition(now, CondVMStarted, false, "NotStarted", "runStrategy "+r.spec.RunStrategy+" leaves the VM stopped")
+		return nil
+	}
+	deadline := time.Now().Add(r.spec.StartTimeout)
+	lastPhase := ""
+	for {
+		vmi, err := kc.GetVirtualMachineInstance(ctx, ns, name)
+		switch {
+		case kube.IsNotFound(err):
+		case err != nil:
+			return err
+		default:
+			phase := string(vmi.Status.Phase)
+			rec.VM.VMIPhase = phase
+			if phase != lastPhase {
+				lastPhase = phase
+				r.emit(Event{Kind: EventInfo, Message: "VirtualMachineInstance " + ns + "/" + name + " is " + phase})
+			}
+			switch vmi.Status.Phase {
+			case kubevirtv1.Running:
+				now := r.now()
+				stamp(&rec.Timestamps.VMStarted, now)
+				rec.setCondition(now, CondVMStarted, true, "Running", "the VirtualMachineInstance is Running on node "+vmi.Status.NodeName)
+				return nil
+			case kubevirtv1.Failed, kubevirtv1.Succeeded:
+				return transient("VMIStopped", fmt.Sprintf("the VirtualMachineInstance %s/%s is %s", ns, name, phase), nil)
+			}
+			if c, ok := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); ok &&
+				c.Status == corev1.ConditionFalse && c.Reason == "Unschedulable" {
+				if strings.Contains(c.Message, "devices.kubevirt.io/kvm") {
+					return needsHuman("NoKVM", fmt.Sprintf("the VM cannot be scheduled: no node offers /dev/kvm (%s)", c.Message),
+						"enable hardware virtualization on the nodes (devices.kubevirt.io/kvm), or KubeVirt's software emulation, then run apply again", nil)
+				}
+				return transient("Unschedulable", fmt.Sprintf("the VM cannot be scheduled yet: %s", c.Message), nil)
+			}
+		}
+		if time.Now().After(deadline) {
+			return transient("StartTimeout", fmt.Sprintf("the VirtualMachineInstance %s/%s did not reach Running within %s (last phase %q)", ns, name, r.spec.StartTimeout, lastPhase), nil)
+		}
+		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// stepValidateGuest runs the read-only checks until they all pass or the
+// validation timeout ends.
+func (r *run) stepValidateGuest(ctx context.Context) error {
+	rec := r.rec()
+	now := r.now()
+	if !r.spec.startsVM() {
+		rec.Validation = []CheckResult{{ID: "vmi_running", Passed: true, Time: now, Message: "skipped: runStrategy " + r.spec.RunStrategy + " leaves the VM stopped"}}
+		rec.setCondition(now, CondGuestReady, false, "NotStarted", "the VM is not running, so the guest was not checked")
+		return nil
+	}
+	deadline := time.Now().Add(r.spec.Validation.Timeout)
+	var results []CheckResult
+	for {
+		results = r.checkGuest(ctx)
+		failed := ""
+		for _, c := range results {
+			if !c.Passed {
+				failed = c.ID + " (" + c.Message + ")"
+				break
+			}
+		}
+		if failed == "" {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			rec.Validation = results
+			rec.setCondition(r.now(), CondGuestReady, false, "ChecksFailed", "the VM runs but "+failed+" failed")
+			return needsHuman("ValidationFailed", fmt.Sprintf("the VM runs but %s failed within %s", failed, r.spec.Validation.Timeout),
+				"check the guest (for example with virtctl console "+r.spec.Name+" -n "+r.spec.Namespace+"), fix it, then run apply again to validate again", nil)
+		}
+		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+			return err
+		}
+	}
+	rec.Validation = results
+	rec.setCondition(r.now(), CondGuestReady, true, "ChecksPassed", fmt.Sprintf("%d check(s) passed", len(results)))
+	return nil
+}
+
+// checkGuest runs every configured check once.
+func (r *run) checkGuest(ctx context.Context) []CheckResult {
+	now := r.now()
+	v := r.spec.Validation
+	var out []CheckResult
+	add := func(id string, ok bool, msg string) {
+		out = append(out, CheckResult{ID: id, Passed: ok, Message: msg, Time: now})
+	}
+	vmi, err := r.e.deps.Kube.GetVirtualMachineInstance(ctx, r.spec.Namespace, r.spec.Name)
+	if err != nil {
+		add("vmi_running", false, "cannot read the VirtualMachineInstance: "+err.Error())
+		return out
+	}
+	add("vmi_running", vmi.Status.Phase == kubevirtv1.Running, "the VirtualMachineInstance is "+string(vmi.Status.Phase))
+	if v.GuestAgent {
+		c, ok := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceAgentConnected)
+		if ok && c.Status == corev1.ConditionTrue {
+			add("guest_agent", true, "the guest agent is connected")
+		} else {
+			add("guest_agent", false, "the guest agent is not connected")
+		}
+	}
+	if v.IPReported {
+		var ips []string
+		for _, i := range vmi.Status.Interfaces {
+			if i.IP != "" {
+				ips = append(ips, i.IP)
+			}
+		}
+		if len(ips) > 0 {
+			add("ip_reported", true, "the VM reports "+strings.Join(ips, ", "))
+		} else {
+			add("ip_reported", false, "the VM reports no IP address")
+		}
+	}
+	for _, a := range v.TCP {
+		d := net.Dialer{Timeout: 3 * time.Second}
+		conn, err := d.DialContext(ctx, "tcp", a)
+		if err != nil {
+			add("tcp:"+a, false, "cannot connect: "+err.Error())
+			continue
+		}
+		_ = conn.Close()
+		add("tcp:"+a, true, "accepts connections")
+	}
+	for _, u := range v.HTTP {
+		add(httpCheck(ctx, u))
+	}
+	return out
+}
+
+func httpCheck(ctx context.Context, u string) (string, bool, string) {
+	id := "http:" + u
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return id, false, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return id, false, "GET failed: " + err.Error()
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return id, false, "GET answered " + resp.Status
+	}
+	return id, true, "GET answered " + resp.Status
+}
+
+// stepComplete removes this migration's staging files.
+func (r *run) stepComplete(context.Context) error {
+	if err := r.removeStaging(); err != nil {
+		return transient("CleanupFailed", "cannot remove the staging files", err)
+	}
+	return nil
+}
+
+// removeStaging deletes the staged copies and artifacts of this migration
+// and their folders. Missing files are fine.
+func (r *run) removeStaging() error {
+	var errs []string
+	for _, d := range r.rec().Disks {
+		if err := transfer.Remove(d.StagedPath); err != nil {
+			errs = append(errs, err.Error())
+		}
+		if d.ArtifactPath != "" && d.ArtifactPath != d.StagedPath {
+			if err := convert.Remove(d.ArtifactPath); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
+	dirs := []string{r.spec.stagingDir()}
+	if r.spec.Transport.Kind == TransportHTTP {
+		dirs = append(dirs, filepath.Join(r.spec.Transport.StagingDir, r.spec.Namespace, r.spec.Name))
+	}
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err.Error())
+		}
+		// The namespace folder, if this was its last migration.
+		_ = os.Remove(filepath.Dir(d))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}

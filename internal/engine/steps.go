@@ -1,0 +1,718 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+)
+
+// step is one checkpoint: run observes, decides, acts and records evidence,
+// and returns nil only once the checkpoint's goal has been observed.
+type step struct {
+	phase Phase
+	run   func(r *run, ctx context.Context) error
+}
+
+// steps is the migration, in order.
+var steps = []step{
+	{PhasePending, (*run).stepPending},
+	{PhaseDiscovering, (*run).stepDiscover},
+	{PhaseValidated, (*run).stepValidate},
+	{PhasePreparing, (*run).stepPrepare},
+	{PhaseConverting, (*run).stepConvert},
+	{PhaseImporting, (*run).stepImport},
+	{PhaseCreatingVM, (*run).stepCreateVM},
+	{PhaseStarting, (*run).stepStart},
+	{PhaseValidating, (*run).stepValidateGuest},
+	{PhaseCompleted, (*run).stepComplete},
+}
+
+func stepIndex(p Phase) int {
+	return slices.IndexFunc(steps, func(s step) bool { return s.phase == p })
+}
+
+// Phases returns the checkpoints in order.
+func Phases() []Phase {
+	out := make([]Phase, len(steps))
+	for i, s := range steps {
+		out[i] = s.phase
+	}
+	return out
+}
+
+// stepPending: the record exists (Run created it); nothing else to do.
+func (r *run) stepPending(context.Context) error {
+	stamp(&r.rec().Timestamps.Created, r.now())
+	return nil
+}
+
+// esxiClient returns the source host's client.
+func (r *run) esxiClient() (*esxi.Client, error) {
+	c, err := r.e.deps.ESXi.Client(r.spec.Host)
+	if err != nil {
+		return nil, needsHuman("HostNotConfigured", fmt.Sprintf("ESXi host %q is not configured in the provider", r.spec.Host),
+			"add an esxi_host block named "+r.spec.Host+" to the provider configuration, then run apply again", err)
+	}
+	return c, nil
+}
+
+// observeSource reads the source VM now: by the recorded vmid (checking
+// it is still the same .vmx), else by the configured vmid or name.
+func (r *run) observeSource(ctx context.Context) (*esxi.VM, error) {
+	c, err := r.esxiClient()
+	if err != nil {
+		return nil, err
+	}
+	id := r.rec().Identity
+	vmid := id.VMID
+	if vmid == 0 {
+		vmid = r.spec.VMID
+	}
+	if vmid != 0 {
+		vm, err := c.VM(ctx, vmid)
+		if errors.Is(err, esxi.ErrVMNotFound) {
+			what := fmt.Sprintf("vmid %d", vmid)
+			if id.VMName != "" {
+				what = fmt.Sprintf("VM %q (vmid %d)", id.VMName, vmid)
+			}
+			return nil, permanent("SourceVMNotFound", fmt.Sprintf("source %s is not registered on host %q", what, r.spec.Host),
+				"check vm_id/vm_name and the host, or register the VM again on the host", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if id.VMXPath != "" && vm.VMXPath != id.VMXPath {
+			return nil, permanent("SourceVMChanged", fmt.Sprintf("vmid %d on host %q is now %s, not %s as recorded: the VM was unregistered and another took its id", vmid, r.spec.Host, vm.VMXPath, id.VMXPath),
+				"find the original VM (its new vmid) and start a new migration for it", nil)
+		}
+		if r.spec.VMName != "" && id.VMID == 0 && vm.Name != r.spec.VMName {
+			return nil, permanent("SourceVMMismatch", fmt.Sprintf("vmid %d on host %q is named %q, not %q", vmid, r.spec.Host, vm.Name, r.spec.VMName),
+				"set vm_id and vm_name so they name the same VM", nil)
+		}
+		r.src = &vm
+		return &vm, nil
+	}
+	vms, _, err := c.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found []esxi.VM
+	for _, vm := range vms {
+		if vm.Name == r.spec.VMName {
+			found = append(found, vm)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, permanent("SourceVMNotFound", fmt.Sprintf("no VM named %q is registered on host %q", r.spec.VMName, r.spec.Host),
+			"check vm_name (it is case-sensitive) and the host", nil)
+	case 1:
+		r.src = &found[0]
+		return &found[0], nil
+	}
+	var ids []string
+	for _, vm := range found {
+		ids = append(ids, fmt.Sprintf("%d (%s)", vm.VMID, vm.VMXPath))
+	}
+	return nil, needsHuman("SourceVMAmbiguous", fmt.Sprintf("%d VMs named %q are registered on host %q: vmids %s", len(found), r.spec.VMName, r.spec.Host, strings.Join(ids, ", ")),
+		"set vm_id to the one to migrate, then run apply again", nil)
+}
+
+// stepDiscover records the source's identity and inventory and the
+// deterministic names of everything the migration will create.
+func (r *run) stepDiscover(ctx context.Context) error {
+	vm, err := r.observeSource(ctx)
+	if err != nil {
+		return err
+	}
+	r.recordInventory(vm)
+	now := r.now()
+	rec := r.rec()
+	stamp(&rec.Timestamps.Discovered, now)
+	rec.setCondition(now, CondSourceDiscovered, true, "Found",
+		fmt.Sprintf("VM %q (vmid %d, %d disk(s), %d NIC(s)) on host %s", vm.Name, vm.VMID, len(vm.Disks), len(vm.NICs), r.spec.Host))
+	return nil
+}
+
+// recordInventory writes the identity, the inventory snapshot and the
+// per-disk plan. Disks already acquired keep their evidence.
+func (r *run) recordInventory(vm *esxi.VM) {
+	rec := r.rec()
+	rec.Identity.VMID, rec.Identity.VMName, rec.Identity.VMXPath = vm.VMID, vm.Name, vm.VMXPath
+	inv := &SourceInventory{
+		VMID: vm.VMID, Name: vm.Name, VMXPath: vm.VMXPath, GuestOS: vm.GuestOS, HardwareVersion: vm.HardwareVersion,
+		Firmware: string(vm.Firmware), SecureBoot: vm.SecureBoot, CPUs: vm.CPUs, MemoryMiB: vm.MemoryMiB,
+		PowerState: string(vm.PowerState), ToolsRunning: vm.ToolsRunning,
+	}
+	for _, d := range vm.Disks {
+		inv.Disks = append(inv.Disks, SourceDisk{Device: d.Device, Bus: d.Bus, DescriptorPath: d.DescriptorPath,
+			DataPath: d.DataPath, CapacityBytes: d.CapacityBytes, Thin: d.Thin})
+	}
+	for _, n := range vm.NICs {
+		inv.NICs = append(inv.NICs, SourceNIC{Device: n.Device, Network: n.NetworkName, MAC: n.MAC, Adapter: n.AdapterType})
+	}
+	rec.Source = inv
+	disks := make([]DiskEvidence, len(vm.Disks))
+	for i, d := range vm.Disks {
+		ev := DiskEvidence{Index: i, Device: d.Device, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes,
+			StagedPath: r.spec.stagedPath(i), DataVolume: preflight.DiskName(r.spec.Name, i)}
+		if i < len(rec.Disks) && rec.Disks[i].SourcePath == d.DataPath && rec.Disks[i].SizeBytes == d.CapacityBytes {
+			ev = rec.Disks[i]
+		}
+		disks[i] = ev
+	}
+	rec.Disks = disks
+}
+
+// stepValidate runs the pre-flight checks on what the source and the
+// cluster show now.
+func (r *run) stepValidate(ctx context.Context) error {
+	vm, err := r.observeSource(ctx)
+	if err != nil {
+		return err
+	}
+	// The source may have changed while a human fixed a blocker.
+	r.recordInventory(vm)
+	res, err := preflight.Run(ctx, *vm, preflight.Destination{
+		Namespace: r.spec.Namespace, Name: r.spec.Name, StorageClass: r.spec.StorageClass,
+		NetworkMap: r.spec.NetworkMap, PowerOffPolicy: r.spec.PowerOffPolicy, Owner: r.spec.Name,
+	}, r.e.deps.Kube)
+	if err != nil {
+		return err
+	}
+	now := r.now()
+	rec := r.rec()
+	rec.Preflight = nil
+	for _, c := range res.Checks {
+		rec.Preflight = append(rec.Preflight, CheckResult{ID: c.ID, Severity: string(c.Severity), Passed: c.Passed, Message: c.Message, Time: now})
+	}
+	pod := 0
+	for _, n := range vm.NICs {
+		if r.spec.NetworkMap[n.NetworkName] == preflight.PodNetwork {
+			pod++
+		}
+	}
+	if pod > 1 {
+		rec.Preflight = append(rec.Preflight, CheckResult{ID: "single_pod_network", Severity: string(preflight.Blocker), Time: now,
+			Message: fmt.Sprintf("%d NICs are mapped to the pod network; KubeVirt gives a VM one pod network interface. Map the others to Multus networks.", pod)})
+	}
+	var blockers []string
+	for _, c := range rec.Preflight {
+		if !c.Passed && c.Severity == string(preflight.Blocker) {
+			blockers = append(blockers, c.ID+": "+c.Message)
+		}
+	}
+	if len(blockers) > 0 {
+		msg := "pre-flight checks failed: " + strings.Join(blockers, " ")
+		rec.setCondition(now, CondValidated, false, "ChecksFailed", msg)
+		return needsHuman("PreflightFailed", msg, "fix what the checks report, then run apply again", nil)
+	}
+	stamp(&rec.Timestamps.Validated, now)
+	rec.setCondition(now, CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(res.Checks)))
+	return nil
+}
+
+// stepPrepare makes sure the source is off (per policy, decided once) and
+// every disk has been copied intact.
+func (r *run) stepPrepare(ctx context.Context) error {
+	vm, err := r.observeSource(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.ensurePoweredOff(ctx, vm); err != nil {
+		return err
+	}
+	return r.copyDisks(ctx)
+}
+
+// ensurePoweredOff applies the power-off guard.
+func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
+	rec := r.rec()
+	po := rec.PowerOff
+	state := vm.PowerState
+	label := fmt.Sprintf("%q (vmid %d) on host %s", vm.Name, vm.VMID, r.spec.Host)
+	if po != nil && po.Done {
+		if state != esxi.PoweredOff {
+			if !po.SeenOnAgain {
+				po.SeenOnAgain = true
+				if err := r.save(ctx); err != nil {
+					return err
+				}
+			}
+			return needsHuman("SourcePoweredOnAgain",
+				fmt.Sprintf("source VM %s was powered off at %s (%s) but is %s now: someone turned it back on, so its disks may have changed", label, po.DoneAt.Format(time.RFC3339), po.Action, state),
+				"make sure the source should stay off and power it off yourself (the migration never powers a VM off twice), then run apply again; the disks will be copied again from the start", nil)
+		}
+		if po.SeenOnAgain {
+			// The copies may predate changes made while it ran: start over.
+			for i := range rec.Disks {
+				d := &rec.Disks[i]
+				if err := transfer.Remove(d.StagedPath); err != nil {
+					return err
+				}
+				d.Acquired, d.SourceSHA256, d.ZeroBytes = false, "", 0
+			}
+			po.SeenOnAgain = false
+			po.Note = strings.TrimSpace(po.Note + " The source was found running again after the power-off; the staged copies were discarded and the disks copied again.")
+			return r.save(ctx)
+		}
+		return nil
+	}
+	if state == esxi.Suspended {
+		return needsHuman("SourceSuspended", fmt.Sprintf("source VM %s is suspended: its memory state would be lost", label),
+			"resume it and shut the guest down, then run apply again", nil)
+	}
+	now := r.now()
+	if po == nil {
+		if state == esxi.PoweredOff {
+			action := PowerActionAlreadyOff
+			if r.askedUserToPowerOff() {
+				action = PowerActionUser
+			}
+			rec.PowerOff = &PowerOff{Policy: r.spec.PowerOffPolicy, Action: action, DecidedAt: now}
+			return r.powerOffDone(ctx, now)
+		}
+		switch r.spec.PowerOffPolicy {
+		case preflight.PolicyManual:
+			return needsHuman("PowerOffManual", fmt.Sprintf("source VM %s is %s and power_off_policy is %q", label, state, preflight.PolicyManual),
+				fmt.Sprintf("power off %q yourself, then run apply again", vm.Name), nil)
+		case preflight.PolicyHard:
+			po = &PowerOff{Policy: r.spec.PowerOffPolicy, Action: PowerActionHard, DecidedAt: now}
+		default:
+			po = &PowerOff{Policy: r.spec.PowerOffPolicy, Action: PowerActionGraceful, DecidedAt: now}
+		}
+		// Record the decision before acting on it.
+		rec.PowerOff = po
+		if err := r.save(ctx); err != nil {
+			return err
+		}
+		r.e.event(ctx, r.s, false, "PoweringOff", fmt.Sprintf("powering off the source VM %s (%s, policy %s)", label, po.Action, po.Policy))
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("powering off source VM %s (%s, policy %s)", label, po.Action, po.Policy)})
+	}
+	if state == esxi.PoweredOff {
+		po.Note = strings.TrimSpace(po.Note + " Observed off when the run resumed.")
+		return r.powerOffDone(ctx, now)
+	}
+	c, err := r.esxiClient()
+	if err != nil {
+		return err
+	}
+	switch {
+	case po.Action == PowerActionHard || po.HardAfterGraceful:
+		if err := c.PowerOff(ctx, vm.VMID); err != nil {
+			return err
+		}
+	default:
+		sctx, cancel := context.WithTimeout(ctx, r.spec.ShutdownTimeout)
+		err := c.Shutdown(sctx, vm.VMID)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			why := fmt.Sprintf("the guest did not shut down within %s", r.spec.ShutdownTimeout)
+			if errors.Is(err, esxi.ErrToolsUnavailable) {
+				why = "VMware Tools is not running in the guest, so it cannot be asked to shut down"
+			} else if !errors.Is(err, context.DeadlineExceeded) && esxi.Classify(err) == esxi.Transient {
+				return err
+			}
+			if po.Policy != preflight.PolicyGracefulThenHard {
+				return needsHuman("ShutdownFailed", fmt.Sprintf("source VM %s: %s (%v)", label, why, err),
+					fmt.Sprintf("shut %q down yourself (or choose power_off_policy graceful_then_hard), then run apply again", vm.Name), nil)
+			}
+			po.HardAfterGraceful, po.Action = true, PowerActionHard
+			po.Note = strings.TrimSpace(po.Note + " " + why + "; powered off hard as graceful_then_hard allows.")
+			if err := r.save(ctx); err != nil {
+				return err
+			}
+			if err := c.PowerOff(ctx, vm.VMID); err != nil {
+				return err
+			}
+		}
+	}
+	st, err := c.PowerState(ctx, vm.VMID)
+	if err != nil {
+		return err
+	}
+	if st != esxi.PoweredOff {
+		return transient("PowerOffNotObserved", fmt.Sprintf("source VM %s is still %s after %s power-off", label, st, po.Action), nil)
+	}
+	return r.powerOffDone(ctx, r.now())
+}
+
+// askedUserToPowerOff reports whether this migration stopped earlier to
+// ask a human to power the source off.
+func (r *run) askedUserToPowerOff() bool {
+	for _, e := range r.rec().Errors {
+		if e.Reason == "PowerOffManual" || e.Reason == "ShutdownFailed" {
+			return true
+		}
+		if e.Reason == "PreflightFailed" && strings.Contains(e.Message, preflight.CheckPowerPolicy) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *run) powerOffDone(ctx context.Context, now time.Time) error {
+	rec := r.rec()
+	po := rec.PowerOff
+	po.Done = true
+	t := now
+	po.DoneAt = &t
+	stamp(&rec.Timestamps.SourcePoweredOff, now)
+	rec.setCondition(now, CondSourcePoweredOff, true, po.Action, "the source VM is powered off ("+po.Action+")")
+	return r.save(ctx)
+}
+
+func (r *run) chunkSize() int64 {
+	if r.spec.CopyChunkSize > 0 {
+		return r.spec.CopyChunkSize
+	}
+	return transfer.DefaultChunkSize
+}
+
+// copyDisks copies every disk into the work folder, resuming from the
+// transfer journals.
+func (r *run) copyDisks(ctx context.Context) error {
+	rec := r.rec()
+	c, err := r.esxiClient()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
+		return needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
+	}
+	jobs := make([]transfer.Job, len(rec.Disks))
+	byDest := map[string]int{}
+	for i, d := range rec.Disks {
+		jobs[i] = transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: d.StagedPath}
+		byDest[d.StagedPath] = i
+	}
+	results, err := transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
+		ChunkSize: r.chunkSize(),
+		Progress: func(p transfer.Progress) {
+			r.emit(Event{Kind: EventProgress, Disk: byDest[p.Dest], BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
+		},
+	})
+	var worst error
+	worstRank := -1
+	for i, jr := range results {
+		d := &rec.Disks[i]
+		if jr.Err != nil {
+			class, _ := classify(jr.Err)
+			rank := map[errClass]int{classTransient: 0, classInterrupted: 1, classPermanent: 2, classNeedsHuman: 3}[class]
+			if rank > worstRank {
+				worst, worstRank = fmt.Errorf("disk %d (%s): %w", i, d.SourcePath, jr.Err), rank
+			}
+			continue
+		}
+		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+	}
+	if worst == nil && err != nil {
+		worst = err
+	}
+	if worst != nil {
+		// Keep the evidence of the disks that did finish.
+		if serr := r.save(context.WithoutCancel(ctx)); serr != nil {
+			return errors.Join(worst, serr)
+		}
+		return worst
+	}
+	now := r.now()
+	stamp(&rec.Timestamps.Acquired, now)
+	rec.setCondition(now, CondDiskAcquired, true, "Copied", fmt.Sprintf("%d disk(s) copied and checksummed", len(rec.Disks)))
+	return nil
+}
+
+// backTo sends the migration back to an earlier checkpoint because what
+// that checkpoint made is gone.
+type backTo struct {
+	phase  Phase
+	reason string
+}
+
+func (b *backTo) Error() string { return b.reason }
+
+// stepConvert makes the image to import for every disk.
+func (r *run) stepConvert(ctx context.Context) error {
+	rec := r.rec()
+	for i := range rec.Disks {
+		d := &rec.Disks[i]
+		art := r.spec.artifactPath(i)
+		st, err := transfer.Inspect(transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, d.StagedPath, r.chunkSize())
+		if err != nil {
+			return err
+		}
+		if st.State != transfer.StateComplete {
+			if d.ArtifactSHA256 != "" && art != d.StagedPath && r.artifactIntact(ctx, d, art) {
+				continue
+			}
+			return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the staged copy of disk %d (%s) is %s", i, d.StagedPath, st.State)}
+		}
+		format := convert.Format(r.spec.TargetFormat)
+		if art == d.StagedPath {
+			if _, err := r.e.tool.Check(ctx, art, convert.Raw, d.SizeBytes); err != nil {
+				return err
+			}
+			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(convert.Raw), d.SourceSHA256, d.SizeBytes
+		} else {
+			if err := os.MkdirAll(filepath.Dir(art), 0o755); err != nil {
+				return needsHuman("StagingDirUnusable", "cannot create "+filepath.Dir(art), "make the folder writable, then run apply again", err)
+			}
+			a, err := r.e.tool.Convert(ctx, d.StagedPath, convert.Raw, art, format)
+			if err != nil {
+				return err
+			}
+			if _, err := r.e.tool.Check(ctx, a.Path, format, d.SizeBytes); err != nil {
+				_ = convert.Remove(art)
+				return err
+			}
+			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = a.Path, string(a.Format), a.SHA256, a.SizeBytes
+		}
+		if r.spec.Transport.Kind == TransportHTTP {
+			d.ArtifactURL = r.spec.artifactURL(i)
+		}
+		r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+			Message: fmt.Sprintf("disk %d: %s image ready (sha256 %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
+	}
+	now := r.now()
+	stamp(&rec.Timestamps.Converted, now)
+	rec.setCondition(now, CondDiskConverted, true, "Converted", fmt.Sprintf("%d %s image(s) ready", len(rec.Disks), r.spec.TargetFormat))
+	return nil
+}
+
+// artifactIntact reports whether a converted artifact still matches its
+// recorded checksum (its sidecar, verified by Convert's skip path, is not
+// usable without the source: check the size and format instead).
+func (r *run) artifactIntact(ctx context.Context, d *DiskEvidence, art string) bool {
+	fi, err := os.Stat(art)
+	if err != nil || fi.Size() != d.ArtifactBytes {
+		return false
+	}
+	_, err = r.e.tool.Check(ctx, art, convert.Format(d.ArtifactFormat), d.SizeBytes)
+	return err == nil
+}
+
+// stepImport makes one Succeeded DataVolume per disk.
+func (r *run) stepImport(ctx context.Context) error {
+	rec := r.rec()
+	for i := range rec.Disks {
+		if err := r.importDisk(ctx, i); err != nil {
+			return err
+		}
+	}
+	now := r.now()
+	stamp(&rec.Timestamps.Imported, now)
+	rec.setCondition(now, CondDiskImported, true, "Succeeded", fmt.Sprintf("%d DataVolume(s) Succeeded", len(rec.Disks)))
+	return nil
+}
+
+// dvFailureIsPermanent reports whether a failed DataVolume's reason says
+// the image itself was refused, which recreating it will not fix.
+func dvFailureIsPermanent(reason, message string) bool {
+	m := strings.ToLower(message)
+	return strings.Contains(m, "unable to process data") || strings.Contains(m, "invalid format") ||
+		strings.Contains(m, "exceeds") || strings.Contains(m, "larger than")
+}
+
+func dvRunningCondition(dv *cdiv1beta1.DataVolume) (string, string) {
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1beta1.DataVolumeRunning {
+			return c.Reason, c.Message
+		}
+	}
+	return "", ""
+}
+
+func (r *run) importDisk(ctx context.Context, i int) error {
+	rec := r.rec()
+	d := &rec.Disks[i]
+	ns := r.spec.Namespace
+	kc := r.e.deps.Kube
+	lastProgress := ""
+	for {
+		dv, err := kc.GetDataVolume(ctx, ns, d.DataVolume)
+		switch {
+		case kube.IsNotFound(err):
+			if d.Imported {
+				d.Imported = false
+			}
+			if r.spec.Transport.Kind == TransportHTTP && d.ArtifactURL == "" {
+				d.ArtifactURL = r.spec.artifactURL(i)
+			}
+			dv = r.renderDataVolume(*d)
+			if err := kc.CreateDataVolume(ctx, dv); err != nil {
+				if kube.IsAlreadyExists(err) {
+					continue
+				}
+				return err
+			}
+			d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = string(dv.UID), false, "", ""
+			if err := r.save(ctx); err != nil {
+				return err
+			}
+			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: created DataVolume %s", i, d.DataVolume)})
+			continue
+		case err != nil:
+			return err
+		}
+		if !isOurs(dv.Labels, r.spec.Name) {
+			return needsHuman("DataVolumeNotOurs",
+				fmt.Sprintf("DataVolume %s/%s exists and was not created by this migration (label %s=%q)", ns, d.DataVolume, kube.LabelMigration, dv.Labels[kube.LabelMigration]),
+				"the provider never overwrites what it does not own: remove or rename that DataVolume, or choose another destination name, then run apply again", nil)
+		}
+		if string(dv.UID) != d.DataVolumeUID {
+			// Ours, but not the one recorded (recreated, or created by a
+			// run interrupted before it could record the UID).
+			d.DataVolumeUID, d.Uploaded = string(dv.UID), false
+		}
+		d.DataVolumePhase, d.Progress = string(dv.Status.Phase), string(dv.Status.Progress)
+		switch dv.Status.Phase {
+		case cdiv1beta1.Succeeded:
+			d.Imported = true
+			r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+				Message: fmt.Sprintf("disk %d: DataVolume %s Succeeded", i, d.DataVolume)})
+			return r.save(ctx)
+		case cdiv1beta1.Failed:
+			reason, msg := dvRunningCondition(dv)
+			if dvFailureIsPermanent(reason, msg) {
+				return permanent("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed: %s: %s", ns, d.DataVolume, reason, msg),
+					"check the image and the storage class", nil)
+			}
+			if err := kc.DeleteDataVolume(ctx, ns, d.DataVolume); err != nil {
+				return err
+			}
+			if err := r.waitGone(ctx, d.DataVolume); err != nil {
+				return err
+			}
+			d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = "", false, "", ""
+			if err := r.save(ctx); err != nil {
+				return err
+			}
+			return transient("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed (%s: %s); deleted it so that the retry recreates it", ns, d.DataVolume, reason, msg), nil)
+		case cdiv1beta1.UploadReady:
+			if dv.Spec.Source != nil && dv.Spec.Source.Upload != nil && !d.Uploaded {
+				if err := r.upload(ctx, i); err != nil {
+					return err
+				}
+				d.Uploaded = true
+				if err := r.save(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if d.Progress != lastProgress {
+			lastProgress = d.Progress
+			r.emit(Event{Kind: EventProgress, Disk: i, BytesTotal: d.SizeBytes, Percent: parsePercent(d.Progress),
+				Message: fmt.Sprintf("disk %d: DataVolume %s %s %s", i, d.DataVolume, d.DataVolumePhase, d.Progress)})
+		}
+		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+func parsePercent(p string) float64 {
+	var f float64
+	if _, err := fmt.Sscanf(strings.TrimSuffix(p, "%"), "%g", &f); err != nil {
+		return 0
+	}
+	return f
+}
+
+// waitGone waits until a deleted DataVolume has disappeared.
+func (r *run) waitGone(ctx context.Context, name string) error {
+	for {
+		_, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, name)
+		if kube.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *run) upload(ctx context.Context, i int) error {
+	d := &r.rec().Disks[i]
+	fi, err := os.Stat(d.ArtifactPath)
+	if err != nil {
+		return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, d.ArtifactPath)}
+	}
+	size := fi.Size()
+	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%d bytes) to DataVolume %s", i, d.ArtifactPath, size, d.DataVolume)})
+	last := time.Time{}
+	return r.e.deps.Uploader.Upload(ctx, UploadRequest{
+		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: d.ArtifactPath, Size: size,
+		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
+		Progress: func(sent int64) {
+			if time.Since(last) < time.Second && sent < size {
+				return
+			}
+			last = time.Now()
+			pct := 0.0
+			if size > 0 {
+				pct = 100 * float64(sent) / float64(size)
+			}
+			r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: sent, BytesTotal: size, Percent: pct,
+				Message: fmt.Sprintf("disk %d: uploaded %d of %d bytes (%.1f%%)", i, sent, size, pct)})
+		},
+	})
+}
+
+// stepCreateVM makes the VirtualMachine exist, ours, matching the render.
+func (r *run) stepCreateVM(ctx context.Context) error {
+	desired, err := r.renderVM()
+	if err != nil {
+		return needsHuman("RenderFailed", "cannot render the VirtualMachine: "+err.Error(), "fix network_map, then run apply again", nil)
+	}
+	kc := r.e.deps.Kube
+	vm, err := kc.GetVirtualMachine(ctx, r.spec.Namespace, r.spec.Name)
+	switch {
+	case kube.IsNotFound(err):
+		vm = desired
+		if err := kc.CreateVirtualMachine(ctx, vm); err != nil {
+			return err
+		}
+		r.emit(Event{Kind: EventInfo, Message: "created VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name})
+	case err != nil:
+		return err
+	case !isOurs(vm.Labels, r.spec.Name):
+		return needsHuman("VMNotOurs",
+			fmt.Sprintf("VirtualMachine %s/%s exists and was not created by this migration (label %s=%q)", r.spec.Namespace, r.spec.Name, kube.LabelMigration, vm.Labels[kube.LabelMigration]),
+			"the provider never overwrites what it does not own: remove or rename that VirtualMachine, or choose another destination name, then run apply again", nil)
+	default:
+		if applyVM(vm, desired, true) {
+			if err := kc.UpdateVirtualMachine(ctx, vm); err != nil {
+				return err
+			}
+			r.emit(Event{Kind: EventInfo, Message: "updated VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name + " to match the migration"})
+		}
+	}
+	rec := r.rec()
+	rec.VM = &VMEvidence{Name: vm.Name, UID: string(vm.UID), RunStrategy: runStrategyOf(vm)}
+	now := r.now()
+	stamp(&rec.Timestamps.VMCreated, now)
+	rec.setCondition(now, CondVMCreated, true, "Created", "VirtualMachine "+vm.Name+" exists and matches the migration")
+	return nil
+}

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
+)
+
+// RecordKey is the ConfigMap data key holding the record's JSON.
+const RecordKey = "record.json"
+
+// AnnotationReset on the record's ConfigMap, set to "true" by a human, lets
+// the next Run leave the Failed state and re-enter the checkpoint that
+// failed (with a fresh retry budget). The engine removes it when it does.
+const AnnotationReset = "vmmigration.io/reset"
+
+// ErrNoRecord matches (errors.Is) the error of Load when the migration has
+// no record.
+var ErrNoRecord = errors.New("no migration record")
+
+// stored is a record with the ConfigMap it was read from.
+type stored struct {
+	rec Record
+	cm  *corev1.ConfigMap
+}
+
+func ourLabels(name string) map[string]string {
+	return map[string]string{kube.LabelMigration: name, kube.LabelManagedBy: kube.ManagedByValue}
+}
+
+// isOurs reports whether labels mark an object as migration name's.
+func isOurs(labels map[string]string, name string) bool {
+	return labels[kube.LabelMigration] == name
+}
+
+// Load reads the record of migration namespace/name. A missing record is
+// an error matching ErrNoRecord.
+func (e *Engine) Load(ctx context.Context, namespace, name string) (Record, error) {
+	s, err := e.load(ctx, namespace, name)
+	if err != nil {
+		return Record{}, err
+	}
+	return s.rec, nil
+}
+
+func (e *Engine) load(ctx context.Context, namespace, name string) (*stored, error) {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: RecordName(name)}, cm); err != nil {
+		if kube.IsNotFound(err) {
+			return nil, fmt.Errorf("migration %s/%s: %w", namespace, name, ErrNoRecord)
+		}
+		return nil, &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: namespace, Name: RecordName(name), Class: kube.Classify(err), Err: err}
+	}
+	if !isOurs(cm.Labels, name) {
+		return nil, &stopCause{class: classNeedsHuman, reason: "RecordNotOurs",
+			msg:    fmt.Sprintf("ConfigMap %s/%s exists but is not a migration record of %q (label %s is %q)", namespace, cm.Name, name, kube.LabelMigration, cm.Labels[kube.LabelMigration]),
+			action: "rename or remove that ConfigMap, or choose another destination name"}
+	}
+	var rec Record
+	if err := json.Unmarshal([]byte(cm.Data[RecordKey]), &rec); err != nil {
+		return nil, &stopCause{class: classNeedsHuman, reason: "RecordUnreadable",
+			msg:    fmt.Sprintf("the migration record in ConfigMap %s/%s is not valid JSON: %v", namespace, cm.Name, err),
+			action: "restore the record from a backup or delete the ConfigMap to start the migration over"}
+	}
+	return &stored{rec: rec, cm: cm}, nil
+}
+
+// create writes a new record; AlreadyExists means another run created it
+// first.
+func (e *Engine) create(ctx context.Context, rec Record) (*stored, error) {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: rec.Identity.Namespace, Name: RecordName(rec.Identity.Name), Labels: ourLabels(rec.Identity.Name)},
+		Data:       map[string]string{RecordKey: string(b)},
+	}
+	if err := cl.Create(ctx, cm); err != nil {
+		return nil, &kube.Error{Op: "create", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}
+	}
+	return &stored{rec: rec, cm: cm}, nil
+}
+
+// save writes s.rec with optimistic concurrency, retrying transient API
+// errors a few times. A conflict means someone else changed the record:
+// it is not retried.
+func (e *Engine) save(ctx context.Context, s *stored) error {
+	b, err := json.Marshal(s.rec)
+	if err != nil {
+		return err
+	}
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return err
+	}
+	p := retry.Policy{Attempts: 5, Initial: 200 * time.Millisecond, Max: 2 * time.Second}
+	return retry.Do(ctx, p, func(err error) bool {
+		return kube.Classify(err) == kube.Transient && !kube.IsConflict(err)
+	}, func(ctx context.Context) error {
+		cm := s.cm.DeepCopy()
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[RecordKey] = string(b)
+		if err := cl.Update(ctx, cm); err != nil {
+			if kube.IsConflict(err) {
+				return &stopCause{class: classInterrupted, reason: "RecordConflict",
+					msg: fmt.Sprintf("the migration record %s/%s was changed by someone else while this run held the lease", cm.Namespace, cm.Name)}
+			}
+			return &kube.Error{Op: "update", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}
+		}
+		s.cm = cm
+		return nil
+	})
+}
+
+// clearResetAnnotation removes AnnotationReset from the record's ConfigMap
+// (as part of the next save).
+func (s *stored) clearResetAnnotation() {
+	if _, ok := s.cm.Annotations[AnnotationReset]; ok {
+		s.cm = s.cm.DeepCopy()
+		delete(s.cm.Annotations, AnnotationReset)
+	}
+}
+
+// event records a Kubernetes Event on the record's ConfigMap. Events are
+// best effort: failing to write one never stops a migration.
+func (e *Engine) event(ctx context.Context, s *stored, warning bool, reason, message string) {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil || s == nil || s.cm.UID == "" {
+		return
+	}
+	now := metav1.NewTime(e.now())
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	if len(message) > 1024 {
+		message = message[:1021] + "..."
+	}
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    s.cm.Namespace,
+			GenerateName: s.cm.Name + ".",
+			Labels:       ourLabels(s.rec.Identity.Name),
+		},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "ConfigMap", APIVersion: "v1", Namespace: s.cm.Namespace, Name: s.cm.Name,
+			UID: s.cm.UID, ResourceVersion: s.cm.ResourceVersion,
+		},
+		Reason: reason, Message: message, Type: typ,
+		Source:         corev1.EventSource{Component: kube.ManagedByValue},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = cl.Create(ctx, ev)
+}
+
+// IsNotFound reports whether err says a migration has no record (Load on a
+// migration that was never created or has been forgotten).
+func IsNotFound(err error) bool { return errors.Is(err, ErrNoRecord) }
