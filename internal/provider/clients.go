@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -28,6 +29,10 @@ type clients struct {
 
 	mu          sync.Mutex
 	inventories map[string]*inventoryEntry
+	eng         *engine.Engine
+
+	progressMu sync.Mutex
+	progress   map[string]func(engine.Event)
 }
 
 type inventoryEntry struct {
@@ -45,6 +50,7 @@ func newClients(s settings) (*clients, diag.Diagnostics) {
 		esxi:        esxi.NewRegistry(nil),
 		kube:        kube.New(s.Kubernetes.kubeConfig()),
 		inventories: map[string]*inventoryEntry{},
+		progress:    map[string]func(engine.Event){},
 	}
 	for _, h := range s.Hosts {
 		_, err := c.esxi.Add(esxi.HostConfig{
@@ -98,6 +104,55 @@ func (c *clients) esxiClient(host string) (*esxi.Client, diag.Diagnostics) {
 		return nil, diags
 	}
 	return cl, diags
+}
+
+// engine returns the migration engine, created on first use.
+func (c *clients) engine() (*engine.Engine, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	if c == nil {
+		diags.AddError("Provider not configured", "The provider was not configured before use. This is a bug in the provider; please report it.")
+		return nil, diags
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.eng != nil {
+		return c.eng, diags
+	}
+	limits := map[string]int{}
+	for _, h := range c.settings.Hosts {
+		limits[h.Name] = h.MaxConcurrentMigrations
+	}
+	eng, err := engine.New(engine.Deps{ESXi: c.esxi, Kube: c.kube, HostLimits: limits, Progress: c.routeProgress})
+	if err != nil {
+		diags.AddError("Error starting the migration engine", err.Error())
+		return nil, diags
+	}
+	c.eng = eng
+	return eng, diags
+}
+
+// watchProgress sends the engine's events about one migration to f until
+// the returned function is called. Events reach the operation that drives
+// the migration, so they are logged with its context.
+func (c *clients) watchProgress(namespace, name string, f func(engine.Event)) func() {
+	key := namespace + "/" + name
+	c.progressMu.Lock()
+	c.progress[key] = f
+	c.progressMu.Unlock()
+	return func() {
+		c.progressMu.Lock()
+		delete(c.progress, key)
+		c.progressMu.Unlock()
+	}
+}
+
+func (c *clients) routeProgress(ev engine.Event) {
+	c.progressMu.Lock()
+	f := c.progress[ev.Namespace+"/"+ev.Name]
+	c.progressMu.Unlock()
+	if f != nil {
+		f(ev)
+	}
 }
 
 // destination is the destination cluster as the pre-flight checks see it.

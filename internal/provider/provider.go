@@ -71,7 +71,7 @@ func (p *vmmigrationProvider) Configure(ctx context.Context, req provider.Config
 }
 
 func (p *vmmigrationProvider) Resources(_ context.Context) []func() resource.Resource {
-	return nil
+	return []func() resource.Resource{NewMigrationResource}
 }
 
 func (p *vmmigrationProvider) DataSources(_ context.Context) []func() datasource.DataSource {
