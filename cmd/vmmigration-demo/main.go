@@ -23,10 +23,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
+
+// demoNamespace is where the demo migrates to.
+const demoNamespace = "migrated"
 
 const demoPassword = "demo-Passw0rd"
 
@@ -88,11 +95,13 @@ func run(ctx context.Context, keep bool) error {
 	if err != nil {
 		return err
 	}
+	sources := map[string]*esxisim.VMFiles{}
 	for _, spec := range esxisim.DemoVMs() {
-		id, _, err := esxi.AddVM(spec)
+		id, files, err := esxi.AddVM(spec)
 		if err != nil {
 			return fmt.Errorf("demo VM %s: %w", spec.Name, err)
 		}
+		sources[spec.Name] = files
 		fmt.Printf("    Vmid %d  %-20s %d disk(s)\n", id, spec.Name, len(spec.Disks))
 	}
 	if err := esxi.Start("127.0.0.1:0"); err != nil {
@@ -116,6 +125,14 @@ func run(ctx context.Context, keep bool) error {
 	}
 	fmt.Printf("    API server %s\n", cluster.Host())
 
+	step("starting simulated KubeVirt and CDI controllers (upload proxy, aggregated upload token API)")
+	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: cluster, Namespaces: []string{demoNamespace}, Dir: filepath.Join(work, "cdi")})
+	if err != nil {
+		return err
+	}
+	defer sim.Stop()
+	fmt.Printf("    upload proxy %s\n", sim.UploadProxyURL())
+
 	step("terraform apply examples/demo")
 	tfDir := filepath.Join(work, "tf")
 	if err := copyDir(filepath.Join(root, "examples", "demo"), tfDir); err != nil {
@@ -130,6 +147,8 @@ func run(ctx context.Context, keep bool) error {
 		"kubeconfig":       kubeconfig,
 		"kube_context":     testcluster.ContextName,
 		"work_dir":         filepath.Join(work, "staging"),
+		"upload_proxy_url": sim.UploadProxyURL(),
+		"upload_proxy_ca":  string(sim.UploadProxyCACertPEM()),
 	}
 	b, err := json.MarshalIndent(vars, "", "  ")
 	if err != nil {
@@ -144,12 +163,25 @@ func run(ctx context.Context, keep bool) error {
 		return err
 	}
 	env := append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1")
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchPhases(watchCtx, cluster.AdminClient())
+	}()
+	applyStart := time.Now()
 	apply := exec.CommandContext(ctx, "terraform", "apply", "-auto-approve", "-input=false", "-no-color")
 	apply.Dir, apply.Env = tfDir, env
-	apply.Stdout, apply.Stderr = os.Stdout, os.Stderr
-	if err := apply.Run(); err != nil {
+	var tfOut strings.Builder
+	apply.Stdout, apply.Stderr = &tfOut, &tfOut
+	err = apply.Run()
+	stopWatch()
+	<-watched
+	if err != nil {
+		fmt.Print(tfOut.String())
 		return fmt.Errorf("terraform apply: %w", err)
 	}
+	fmt.Printf("    terraform apply finished in %s\n", time.Since(applyStart).Round(time.Second))
 
 	step("summary")
 	out := exec.CommandContext(ctx, "terraform", "output", "-json")
@@ -159,6 +191,9 @@ func run(ctx context.Context, keep bool) error {
 		return fmt.Errorf("terraform output: %w", err)
 	}
 	if err := printSummary(raw); err != nil {
+		return err
+	}
+	if err := verifyEndToEnd(ctx, cluster.AdminClient(), sim, sources); err != nil {
 		return err
 	}
 	st := esxi.Stats()
@@ -171,10 +206,77 @@ func run(ctx context.Context, keep bool) error {
 // the destination namespace and a StorageClass.
 func seedCluster(ctx context.Context, c *testcluster.Cluster) error {
 	cl := c.AdminClient()
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "migrated"}}); err != nil {
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
 		return err
 	}
 	return cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "standard"}, Provisioner: "kubevirt.io.hostpath-provisioner"})
+}
+
+// watchPhases prints every migration's phase as it changes, from the
+// checkpoint records in the cluster, until ctx ends.
+func watchPhases(ctx context.Context, cl client.Client) {
+	seen := map[string]engine.Phase{}
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		var cms corev1.ConfigMapList
+		if err := cl.List(ctx, &cms, client.InNamespace(demoNamespace), client.HasLabels{kube.LabelMigration}); err == nil {
+			sort.Slice(cms.Items, func(i, j int) bool { return cms.Items[i].Name < cms.Items[j].Name })
+			for _, cm := range cms.Items {
+				var rec engine.Record
+				if json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec) != nil || rec.Phase == "" {
+					continue
+				}
+				name := rec.Identity.Name
+				if seen[name] != rec.Phase {
+					seen[name] = rec.Phase
+					fmt.Printf("    %6.1fs  %-20s %s\n", time.Since(start).Seconds(), name, rec.Phase)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// verifyEndToEnd compares, for every migrated disk, the SHA-256 of the
+// source disk on the simulated host with what CDI received, and prints the
+// totals.
+func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sources map[string]*esxisim.VMFiles) error {
+	var cms corev1.ConfigMapList
+	if err := cl.List(ctx, &cms, client.InNamespace(demoNamespace), client.HasLabels{kube.LabelMigration}); err != nil {
+		return err
+	}
+	var vms, disks int
+	var bytes, zero int64
+	for _, cm := range cms.Items {
+		var rec engine.Record
+		if err := json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec); err != nil {
+			return err
+		}
+		src := sources[rec.Identity.VMName]
+		if src == nil || rec.Phase != engine.PhaseCompleted {
+			continue
+		}
+		vms++
+		for i, d := range rec.Disks {
+			want := src.Disks[i].SHA256()
+			got, ok := sim.ReceivedSHA256(demoNamespace, d.DataVolume)
+			if !ok || got != want || d.SourceSHA256 != want {
+				return fmt.Errorf("%s disk %d: source %s, copied %s, received %s: the checksums differ", rec.Identity.Name, i, want, d.SourceSHA256, got)
+			}
+			disks++
+			bytes += d.SizeBytes
+			zero += d.ZeroBytes
+			fmt.Printf("    %-20s disk %d  %4d MiB  sha256 %s…  source = copy = DataVolume %s\n", rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume)
+		}
+	}
+	fmt.Printf("    %d VM(s), %d disk(s), %d MiB copied (%d MiB of it zero runs), every checksum verified end to end\n", vms, disks, bytes>>20, zero>>20)
+	return nil
 }
 
 // printSummary prints every output of the demo configuration.

@@ -1,5 +1,6 @@
-# The demo wave: every VM on the simulated host is checked before anything is
-# touched. `make demo` fills in the variables.
+# The demo wave: every VM on the simulated host is checked, and every VM
+# whose pre-flight checks pass is migrated, at most two at a time from the
+# host. `make demo` fills in the variables.
 terraform {
   required_providers {
     vmmigration = { source = "vmmigration/vmmigration" }
@@ -12,6 +13,8 @@ variable "esxi_fingerprint" { type = string }
 variable "kubeconfig" { type = string }
 variable "kube_context" { type = string }
 variable "work_dir" { type = string }
+variable "upload_proxy_url" { type = string }
+variable "upload_proxy_ca" { type = string }
 variable "esxi_password" {
   type      = string
   sensitive = true
@@ -41,6 +44,13 @@ data "vmmigration_esxi_vms" "wave" {
 
 locals {
   vms = { for vm in data.vmmigration_esxi_vms.wave.vms : vm.name => vm }
+  # Front-end networks go to the pod network; the backup network is a
+  # Multus network in the destination namespace.
+  network_map = {
+    "VM Network" = "pod"
+    "LAN"        = "pod"
+    "Backup"     = "migrated/backup"
+  }
 }
 
 data "vmmigration_preflight" "wave" {
@@ -52,26 +62,46 @@ data "vmmigration_preflight" "wave" {
   name             = each.key
   storage_class    = "standard"
   power_off_policy = "graceful_then_hard"
-  network_map      = { for n in each.value.nics : n.network_name => "pod" }
+  network_map      = local.network_map
 }
 
-output "inventory" {
-  value = {
-    for name, vm in local.vms : name => {
-      firmware = vm.secure_boot ? "${vm.firmware}+secureboot" : vm.firmware
-      power    = vm.power_state
-      disks    = [for d in vm.disks : "${d.device} ${d.capacity_bytes / 1048576} MiB"]
-    }
+resource "vmmigration_migration" "wave" {
+  for_each = { for name, p in data.vmmigration_preflight.wave : name => local.vms[name] if p.passed }
+
+  source = {
+    host = "esxi-demo"
+    vmid = each.value.vmid
+  }
+  destination = {
+    namespace     = "migrated"
+    name          = each.key
+    storage_class = "standard"
+    network_map   = local.network_map
+  }
+  power_off_policy = "graceful_then_hard"
+  shutdown_timeout = "30s"
+  transport = {
+    upload_proxy_url            = var.upload_proxy_url
+    upload_proxy_ca_certificate = var.upload_proxy_ca
+  }
+  validation = {
+    guest_agent = true
+    ip_reported = true
   }
 }
 
-output "preflight" {
+output "skipped" {
+  description = "VMs the pre-flight checks refused, with the reason."
+  value       = { for name, p in data.vmmigration_preflight.wave : name => p.blockers if !p.passed }
+}
+
+output "migrated" {
   value = {
-    for name, p in data.vmmigration_preflight.wave : name => {
-      passed   = p.passed
-      blockers = p.blockers
-      warnings = p.warnings
-      copy_mib = p.total_bytes / 1048576
+    for name, m in vmmigration_migration.wave : name => {
+      phase       = m.phase
+      power_off   = m.power_off_action
+      vm_uid      = m.vm_uid
+      data_volume = [for d in m.disks : d.data_volume]
     }
   }
 }

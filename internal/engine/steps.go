@@ -200,16 +200,6 @@ func (r *run) stepValidate(ctx context.Context) error {
 	for _, c := range res.Checks {
 		rec.Preflight = append(rec.Preflight, CheckResult{ID: c.ID, Severity: string(c.Severity), Passed: c.Passed, Message: c.Message, Time: now})
 	}
-	pod := 0
-	for _, n := range vm.NICs {
-		if r.spec.NetworkMap[n.NetworkName] == preflight.PodNetwork {
-			pod++
-		}
-	}
-	if pod > 1 {
-		rec.Preflight = append(rec.Preflight, CheckResult{ID: "single_pod_network", Severity: string(preflight.Blocker), Time: now,
-			Message: fmt.Sprintf("%d NICs are mapped to the pod network; KubeVirt gives a VM one pod network interface. Map the others to Multus networks.", pod)})
-	}
 	var blockers []string
 	for _, c := range rec.Preflight {
 		if !c.Passed && c.Severity == string(preflight.Blocker) {

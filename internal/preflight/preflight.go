@@ -219,15 +219,22 @@ func sourceChecks(vm esxi.VM, dest Destination) []Check {
 		out = append(out, pass(CheckInventory, Blocker, "The whole inventory was read."))
 	}
 
-	var unmapped []string
+	var unmapped, onPod []string
 	for _, n := range vm.NICs {
-		if _, ok := dest.NetworkMap[n.NetworkName]; !ok {
+		dst, ok := dest.NetworkMap[n.NetworkName]
+		if !ok {
 			unmapped = append(unmapped, fmt.Sprintf("%s on %q", n.Device, n.NetworkName))
 		}
+		if dst == PodNetwork {
+			onPod = append(onPod, n.Device)
+		}
 	}
-	if len(unmapped) > 0 {
+	switch {
+	case len(unmapped) > 0:
 		out = append(out, fail(CheckNICsMapped, Blocker, fmt.Sprintf("NICs without a destination network: %s. Add each source network to network_map, as \"pod\" or a Multus network \"<namespace>/<name>\".", strings.Join(unmapped, ", "))))
-	} else {
+	case len(onPod) > 1:
+		out = append(out, fail(CheckNICsMapped, Blocker, fmt.Sprintf("%d NICs (%s) are mapped to the pod network, but a KubeVirt VM has one pod network interface. Map all but one to Multus networks \"<namespace>/<name>\".", len(onPod), strings.Join(onPod, ", "))))
+	default:
 		out = append(out, pass(CheckNICsMapped, Blocker, fmt.Sprintf("All %d NIC(s) are mapped.", len(vm.NICs))))
 	}
 

@@ -90,6 +90,14 @@ func TestRun(t *testing.T) {
 			failed: []string{`nics_mapped/blocker: NICs without a destination network: ethernet0 on "VM Network". Add each source network to network_map`},
 		},
 		{
+			name: "two NICs on the pod network",
+			vm: func(v *esxi.VM) {
+				v.NICs = append(v.NICs, esxi.NIC{Device: "ethernet1", NetworkName: "DMZ"})
+			},
+			dest:   func(d *Destination) { d.NetworkMap["DMZ"] = PodNetwork },
+			failed: []string{`nics_mapped/blocker: 2 NICs (ethernet0, ethernet1) are mapped to the pod network, but a KubeVirt VM has one pod network interface. Map all but one to Multus networks "<namespace>/<name>".`},
+		},
+		{
 			name:   "bad name",
 			dest:   func(d *Destination) { d.Name = "Web_01" },
 			failed: []string{`destination_name_valid/blocker: Destination name "Web_01" is not a valid Kubernetes name`},

@@ -51,40 +51,60 @@ func (r *migrationResource) Configure(_ context.Context, req resource.ConfigureR
 }
 
 func (r *migrationResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
-	var m migrationModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	// Read only the attributes checked here, as framework values: with
+	// for_each over data sources, whole objects and maps are unknown while
+	// Terraform validates.
+	var transport types.Object
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("transport"), &transport)...)
+	var networkMap types.Map
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("destination").AtName("network_map"), &networkMap)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	t := m.Transport
+	str := func(o types.Object, name string) (string, bool) {
+		v, ok := o.Attributes()[name].(types.String)
+		if !ok || v.IsUnknown() {
+			return "", false
+		}
+		return v.ValueString(), true
+	}
 	switch {
-	case t == nil:
+	case transport.IsUnknown():
+	case transport.IsNull():
 		resp.Diagnostics.AddAttributeError(path.Root("transport"), "Missing transport",
 			"Say how disk images reach CDI: set transport.upload_proxy_url to the URL of CDI's upload proxy "+
 				"(see `kubectl get cdiconfig config -o jsonpath='{.status.uploadProxyURL}'`), or "+
 				"transport.http_staging_dir and transport.http_staging_url for a staging location that your HTTP server serves.")
-	case t.UploadProxyURL.IsUnknown() || t.StagingDir.IsUnknown() || t.StagingURL.IsUnknown():
-	case t.UploadProxyURL.ValueString() != "" && (t.StagingDir.ValueString() != "" || t.StagingURL.ValueString() != ""):
-		resp.Diagnostics.AddAttributeError(path.Root("transport"), "Conflicting transports",
-			"Set either upload_proxy_url (CDI upload) or http_staging_dir and http_staging_url (HTTP import), not both.")
-	case t.UploadProxyURL.ValueString() == "" && (t.StagingDir.ValueString() == "" || t.StagingURL.ValueString() == ""):
-		resp.Diagnostics.AddAttributeError(path.Root("transport"), "Incomplete transport",
-			"Set upload_proxy_url for CDI's upload proxy, or both http_staging_dir and http_staging_url for an HTTP staging location.")
+	default:
+		proxy, k1 := str(transport, "upload_proxy_url")
+		dir, k2 := str(transport, "http_staging_dir")
+		url, k3 := str(transport, "http_staging_url")
+		switch {
+		case !k1 || !k2 || !k3:
+		case proxy != "" && (dir != "" || url != ""):
+			resp.Diagnostics.AddAttributeError(path.Root("transport"), "Conflicting transports",
+				"Set either upload_proxy_url (CDI upload) or http_staging_dir and http_staging_url (HTTP import), not both.")
+		case proxy == "" && (dir == "" || url == ""):
+			resp.Diagnostics.AddAttributeError(path.Root("transport"), "Incomplete transport",
+				"Set upload_proxy_url for CDI's upload proxy, or both http_staging_dir and http_staging_url for an HTTP staging location.")
+		}
 	}
-	if m.Destination != nil {
-		for src, dst := range m.Destination.NetworkMap {
-			v := dst.ValueString()
-			if dst.IsUnknown() || v == "pod" {
-				continue
-			}
-			ns, name, found := strings.Cut(v, "/")
-			if !found {
-				ns, name = "", v
-			}
-			if (found && !dns1123Label.MatchString(ns)) || !dns1123Label.MatchString(name) {
-				resp.Diagnostics.AddAttributeError(path.Root("destination").AtName("network_map").AtMapKey(src), "Invalid network",
-					fmt.Sprintf("network_map[%q] = %q: use \"pod\" for the pod network, or a Multus NetworkAttachmentDefinition as \"<namespace>/<name>\".", src, v))
-			}
+	if networkMap.IsUnknown() || networkMap.IsNull() {
+		return
+	}
+	for src, el := range networkMap.Elements() {
+		dst, ok := el.(types.String)
+		if !ok || dst.IsUnknown() || dst.ValueString() == "pod" {
+			continue
+		}
+		v := dst.ValueString()
+		ns, name, found := strings.Cut(v, "/")
+		if !found {
+			ns, name = "", v
+		}
+		if (found && !dns1123Label.MatchString(ns)) || !dns1123Label.MatchString(name) {
+			resp.Diagnostics.AddAttributeError(path.Root("destination").AtName("network_map").AtMapKey(src), "Invalid network",
+				fmt.Sprintf("network_map[%q] = %q: use \"pod\" for the pod network, or a Multus NetworkAttachmentDefinition as \"<namespace>/<name>\".", src, v))
 		}
 	}
 }

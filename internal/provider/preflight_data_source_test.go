@@ -69,7 +69,7 @@ data "vmmigration_preflight" "warn" {
   power_off_policy = "hard"
   network_map = {
     "VM Network" = "pod"
-    "DMZ"        = "pod"
+    "DMZ"        = "apps/dmz-vlan"
   }
 }
 
