@@ -250,8 +250,27 @@ func (r *run) open(ctx context.Context) error {
 	r.s = s
 	rec := r.rec()
 	if msg := r.identityConflict(); msg != "" {
-		return &StopError{Phase: rec.Phase, State: PhaseFailed, Reason: "IdentityChanged", Message: msg,
-			Action: "the source and destination of a migration cannot change: restore the previous values, or forget this migration (delete the resource) and create a new one"}
+		if rec.Source == nil && rec.PowerOff == nil && len(rec.Disks) == 0 && rec.VM == nil {
+			// Nothing was discovered or touched yet (for example the first
+			// vm_name did not exist): the corrected source simply starts over.
+			now := r.now()
+			rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: PhaseDiscovering, Class: ClassReentered,
+				Attempt: rec.Attempts, Reason: "SourceChanged", Message: msg + "; nothing had been discovered yet, so the migration starts over with the new source"})
+			rec.Identity.Host, rec.Identity.VMName, rec.Identity.VMID, rec.Identity.VMXPath = r.spec.Host, r.spec.VMName, r.spec.VMID, ""
+			rec.Phase, rec.RetryPhase, rec.Attempts = PhaseDiscovering, "", 0
+			rec.Reason, rec.Message, rec.Action = "", "", ""
+			if err := r.save(ctx); err != nil {
+				return err
+			}
+		} else {
+			phase := rec.Phase
+			if rec.RetryPhase != "" {
+				phase = rec.RetryPhase
+			}
+			return &StopError{Phase: phase, State: PhaseFailed, Reason: "IdentityChanged", Message: msg,
+				Action: "the source of a migration cannot change once it has been read: restore the previous values, or start over by deleting the record (kubectl delete configmap -n " +
+					r.spec.Namespace + " " + RecordName(r.spec.Name) + ") after dealing with what it created"}
+		}
 	}
 	now := r.now()
 	switch rec.Phase {

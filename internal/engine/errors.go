@@ -45,8 +45,8 @@ func (e *StopError) Error() string {
 		fmt.Fprintf(&b, "migration interrupted in phase %s: %s", e.Phase, e.Message)
 	}
 	out := b.String()
-	if e.Action != "" {
-		out = strings.TrimSuffix(out, ".") + ". " + e.Action
+	if a := e.Action; a != "" {
+		out = strings.TrimSuffix(out, ".") + ". " + strings.ToUpper(a[:1]) + a[1:]
 	}
 	return out
 }

@@ -49,7 +49,7 @@ func TestRetryableDataVolumeFailureRecovers(t *testing.T) {
 	}
 	if len(hist) != 1 || hist[0].Class != engine.ClassTransient || hist[0].Attempt != 1 ||
 		!strings.Contains(hist[0].Message, "failed (Evicted: The node was low on resource") ||
-		!strings.Contains(hist[0].Message, "deleted it so that the retry recreates it") {
+		!strings.Contains(hist[0].Message, "deleted it so that the next attempt recreates it") {
 		t.Errorf("history = %+v", rec.Errors)
 	}
 	if rec.PowerOff == nil || rec.PowerOff.Action != engine.PowerActionAlreadyOff {
@@ -168,7 +168,7 @@ func TestManualPowerOffClearedByHuman(t *testing.T) {
 	if se.State != engine.PhaseManualInterventionRequired || se.Phase != engine.PhaseValidated || se.Reason != "PreflightFailed" {
 		t.Fatalf("stop = %#v", se)
 	}
-	want := `migration needs manual intervention in phase Validated: pre-flight checks failed: power_off_policy: VM "m1" is poweredOn and power_off_policy is "manual": shut it down yourself before applying, or choose "graceful". fix what the checks report, then run apply again`
+	want := `migration needs manual intervention in phase Validated: pre-flight checks failed: power_off_policy: VM "m1" is poweredOn and power_off_policy is "manual": shut it down yourself before applying, or choose "graceful". Fix what the checks report, then run apply again`
 	if err.Error() != want {
 		t.Errorf("error:\n got %s\nwant %s", err, want)
 	}
@@ -244,7 +244,7 @@ func TestSourceNotFoundFails(t *testing.T) {
 	spec := e.spec("absent", "absent")
 	rec, err := e.engine().Run(e.ctx(30*time.Second), spec)
 	se := stopErr(t, err)
-	want := `migration failed in phase Discovering: no VM named "absent" is registered on host "esx1". Nothing was cleaned up. The source VM's disks were never modified. check vm_name (it is case-sensitive) and the host; then add the annotation vmmigration.io/reset="true" to ConfigMap ` +
+	want := `migration failed in phase Discovering: no VM named "absent" is registered on host "esx1". Nothing was cleaned up. The source VM's disks were never modified. Check vm_name (it is case-sensitive) and the host; then add the annotation vmmigration.io/reset="true" to ConfigMap ` +
 		e.ns + `/vmmigration-absent and run apply again to retry Discovering, or delete the resource to forget the migration`
 	if err.Error() != want {
 		t.Errorf("error:\n got %s\nwant %s", err, want)

@@ -56,10 +56,12 @@ func (r *run) stepStart(ctx context.Context) error {
 	}
 	rec := r.rec()
 	if runStrategyOf(vm) != r.spec.RunStrategy {
-		rs := kubevirtv1.VirtualMachineRunStrategy(r.spec.RunStrategy)
-		vm.Spec.RunStrategy = &rs
-		vm.Spec.Running = nil //nolint:staticcheck // the deprecated field conflicts with runStrategy
-		if err := kc.UpdateVirtualMachine(ctx, vm); err != nil {
+		// KubeVirt's controller writes the VM too: a conflict is retried on
+		// a fresh read rather than spending the phase's retry budget.
+		if err := kc.UpdateVirtualMachineRunStrategyAndLabels(ctx, ns, name, r.spec.RunStrategy, nil, nil); err != nil {
+			return err
+		}
+		if vm, err = kc.GetVirtualMachine(ctx, ns, name); err != nil {
 			return err
 		}
 		r.emit(Event{Kind: EventInfo, Message: "set runStrategy " + r.spec.RunStrategy + " on VirtualMachine " + ns + "/" + name})

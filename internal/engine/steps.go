@@ -595,7 +595,7 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 			if err := r.save(ctx); err != nil {
 				return err
 			}
-			return transient("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed (%s: %s); deleted it so that the retry recreates it", ns, d.DataVolume, reason, msg), nil)
+			return transient("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed (%s: %s); deleted it so that the next attempt recreates it", ns, d.DataVolume, reason, msg), nil)
 		case cdiv1beta1.UploadReady:
 			if dv.Spec.Source != nil && dv.Spec.Source.Upload != nil && !d.Uploaded {
 				if err := r.upload(ctx, i); err != nil {

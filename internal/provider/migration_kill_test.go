@@ -88,9 +88,15 @@ func TestAccMigrationSurvivesSIGKILL(t *testing.T) {
 	}
 	e.host.SetCommandDelay(0)
 
-	r := w.Run(context.Background(), nil, "apply", "-auto-approve", "-input=false")
+	r := w.Run(context.Background(), []string{"TF_LOG=INFO"}, "apply", "-auto-approve", "-input=false")
 	if r.Err != nil {
 		t.Fatalf("second apply: %v\n%s\n%s", r.Err, r.Stdout, r.Stderr)
+	}
+	// Progress people can watch: phases and per-disk bytes at INFO.
+	for _, want := range []string{"starting or resuming migration", "disk 0: ", "bytes (", "Completed"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("the INFO log of the second apply lacks %q", want)
+		}
 	}
 	after := ddReads(e.host.Commands(), flat)[len(before):]
 

@@ -2,19 +2,31 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
 var (
@@ -22,6 +34,7 @@ var (
 	_ resource.ResourceWithConfigure      = (*migrationResource)(nil)
 	_ resource.ResourceWithImportState    = (*migrationResource)(nil)
 	_ resource.ResourceWithValidateConfig = (*migrationResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*migrationResource)(nil)
 )
 
 // defaultCreateTimeout bounds a migration's Create when no timeouts block
@@ -202,7 +215,14 @@ func (r *migrationResource) Create(ctx context.Context, req resource.CreateReque
 		return
 	}
 	resp.Diagnostics.Append(m.fromRecord(ctx, rec)...)
+	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+	resp.Diagnostics.Append(r.saveSettings(ctx, &m)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// isStop reports the phases a migration waits in for a retry or a human.
+func isStop(p engine.Phase) bool {
+	return p == engine.PhaseRetryable || p == engine.PhaseManualInterventionRequired || p == engine.PhaseFailed
 }
 
 // stopDetail explains an engine stop: what happened, what to do, and that
@@ -244,64 +264,6 @@ func logEvent(ctx context.Context, ev engine.Event) {
 	}
 }
 
-func (r *migrationResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m migrationModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	if m.Destination == nil {
-		return
-	}
-	eng, diags := r.clients.engine()
-	resp.Diagnostics.Append(diags...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ns, name := m.Destination.Namespace.ValueString(), m.Destination.Name.ValueString()
-	rec, err := eng.Load(ctx, ns, name)
-	if err != nil {
-		if engine.IsNotFound(err) {
-			resp.Diagnostics.AddWarning("Migration record gone",
-				fmt.Sprintf("The checkpoint record of migration %s/%s (ConfigMap vmmigration-%s) no longer exists; the migration is removed from the state. "+
-					"Import it again with `terraform import` if the migrated VM still exists.", ns, name, name))
-			resp.State.RemoveResource(ctx)
-			return
-		}
-		resp.Diagnostics.AddError("Error reading migration", fmt.Sprintf("Reading the checkpoint record of %s/%s failed: %v", ns, name, err))
-		return
-	}
-	resp.Diagnostics.Append(m.fromRecord(ctx, rec)...)
-	if m.Source == nil {
-		m.Source = &sourceModel{Host: types.StringValue(rec.Identity.Host), VMName: types.StringValue(rec.Identity.VMName), VMID: types.Int64Null()}
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-func (r *migrationResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan, state migrationModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ns, name := plan.Destination.Namespace.ValueString(), plan.Destination.Name.ValueString()
-	if plan.Destination.RunStrategy.ValueString() != state.Destination.RunStrategy.ValueString() ||
-		!sameStringMap(plan.Destination.Labels, state.Destination.Labels) {
-		err := r.clients.kube.UpdateVirtualMachineRunStrategyAndLabels(ctx, ns, name,
-			plan.Destination.RunStrategy.ValueString(), stringMap(state.Destination.Labels), stringMap(plan.Destination.Labels))
-		if err != nil {
-			resp.Diagnostics.AddError("Error updating migrated VM",
-				fmt.Sprintf("Setting the run strategy and labels of VirtualMachine %s/%s failed: %v", ns, name, err))
-			return
-		}
-	}
-	// Everything else that may change in place (validation, retry,
-	// delete_policy, timeouts) only matters for later operations.
-	plan.copyComputed(state)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-}
-
 func (r *migrationResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var m migrationModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
@@ -327,19 +289,6 @@ func (r *migrationResource) Delete(ctx context.Context, req resource.DeleteReque
 		resp.Diagnostics.AddError("Error deleting migration",
 			fmt.Sprintf("delete_policy %q for migration %s/%s: %v", policy, ns, name, err))
 	}
-}
-
-func (r *migrationResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	ns, name, ok := strings.Cut(req.ID, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		resp.Diagnostics.AddError("Invalid import ID",
-			fmt.Sprintf("Import a migration by its destination as <namespace>/<name>, for example apps/web-01; got %q.", req.ID))
-		return
-	}
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("destination"), &destModel{
-		Namespace: types.StringValue(ns), Name: types.StringValue(name),
-	})...)
 }
 
 // fromRecord copies the record's evidence into the computed attributes.
@@ -414,7 +363,7 @@ func nonNil[T any](s []T) []T {
 // copyComputed carries the computed attributes of state into a plan.
 func (m *migrationModel) copyComputed(state migrationModel) {
 	m.ID, m.Phase, m.SourceVMID, m.VMUID, m.PowerOff = state.ID, state.Phase, state.SourceVMID, state.VMUID, state.PowerOff
-	m.Timestamps, m.Disks, m.Conditions, m.Errors = state.Timestamps, state.Disks, state.Conditions, state.Errors
+	m.Timestamps, m.Disks, m.Conditions, m.Errors, m.Drift = state.Timestamps, state.Disks, state.Conditions, state.Errors, state.Drift
 }
 
 func stringMap(in map[string]types.String) map[string]string {
@@ -446,4 +395,789 @@ func sameStringMap(a, b map[string]types.String) bool {
 		}
 	}
 	return true
+}
+
+// Read re-observes the migration with engine.Observe, which changes
+// nothing, and writes what it sees into the state:
+//
+//   - the record's evidence into the computed attributes;
+//   - the VirtualMachine's run strategy into destination.run_strategy, and
+//     its values of the configured labels into destination.labels, so that
+//     a change made outside Terraform shows as a change in the plan;
+//   - what the migration made and is gone, replaced or disowned into
+//     drift, which ModifyPlan turns into a replacement;
+//   - after an import, everything the record and the cluster tell about the
+//     configuration (see fillImported).
+//
+// A source VM running again after cutover is a warning: Terraform cannot
+// fix it, so it is not drift. A source VM gone from the inventory after
+// cutover is normal and not reported.
+func (r *migrationResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var m migrationModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() || m.Destination == nil {
+		return
+	}
+	eng, diags := r.clients.engine()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ns, name := m.Destination.Namespace.ValueString(), m.Destination.Name.ValueString()
+	ctx = tflog.SetField(ctx, "migration", ns+"/"+name)
+	obs, err := eng.Observe(ctx, ns, name)
+	if err != nil {
+		resp.Diagnostics.AddError("Error reading migration",
+			fmt.Sprintf("Observing migration %s/%s (its record ConfigMap %s, VirtualMachine and DataVolumes) failed: %v", ns, name, engine.RecordName(name), err))
+		return
+	}
+	if obs.Record == nil {
+		resp.Diagnostics.AddWarning("Migration record gone",
+			fmt.Sprintf("The checkpoint record of migration %s/%s (ConfigMap %s) no longer exists; the migration is removed from the state. "+
+				"Import it again with `terraform import` if the migrated VM still exists.", ns, name, engine.RecordName(name)))
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	rec := *obs.Record
+	resp.Diagnostics.Append(m.fromRecord(ctx, rec)...)
+	if m.Source == nil {
+		m.Source = &sourceModel{Host: types.StringValue(rec.Identity.Host), VMName: types.StringValue(rec.Identity.VMName), VMID: types.Int64Null()}
+		if rec.Identity.VMName == "" {
+			m.Source.VMName, m.Source.VMID = types.StringNull(), types.Int64Value(int64(rec.Identity.VMID))
+		}
+	}
+	var vm *kubevirtv1.VirtualMachine
+	if obs.VM.Exists && obs.VM.Ours {
+		vm, err = r.clients.kube.GetVirtualMachine(ctx, ns, name)
+		if err != nil && !kube.IsNotFound(err) {
+			resp.Diagnostics.AddError("Error reading migration", fmt.Sprintf("Reading VirtualMachine %s/%s failed: %v", ns, name, err))
+			return
+		}
+		if kube.IsNotFound(err) {
+			vm = nil
+		}
+	}
+	if m.Destination.StorageClass.IsNull() {
+		resp.Diagnostics.Append(r.fillImported(ctx, &m, rec, vm)...)
+	}
+	if vm != nil && rec.Phase == engine.PhaseCompleted {
+		m.Destination.RunStrategy = types.StringValue(obs.VM.RunStrategy)
+		if m.Destination.Labels != nil {
+			observed := map[string]types.String{}
+			for k := range m.Destination.Labels {
+				if v, ok := vm.Labels[k]; ok {
+					observed[k] = types.StringValue(v)
+				}
+			}
+			m.Destination.Labels = observed
+		}
+	}
+	drift := r.driftOf(ctx, obs)
+	m.Drift, diags = types.ListValueFrom(ctx, types.StringType, drift)
+	resp.Diagnostics.Append(diags...)
+	if len(drift) > 0 {
+		resp.Diagnostics.AddWarning("Migration drifted",
+			fmt.Sprintf("What migration %s/%s made has changed outside Terraform:\n  - %s\n\n"+
+				"The plan replaces the migration: applying it forgets this record (delete_policy %q) and migrates the source VM %q from host %s again into %s/%s. "+
+				"To keep things as they are instead, remove the resource from the state (`terraform state rm`).",
+				ns, name, strings.Join(drift, "\n  - "), m.DeletePolicy.ValueString(), rec.Identity.VMName, rec.Identity.Host, ns, name))
+	}
+	if msg := sourceRunningAgain(rec, obs); msg != "" {
+		resp.Diagnostics.AddWarning("Source VM running again after cutover", msg)
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// driftOf lists what the migration made that is gone, replaced or no
+// longer labelled as the migration's. Unlike Observation.Drift it leaves
+// out the run strategy, which Read reports through destination.run_strategy
+// (an in-place update changes it without updating the record).
+func (r *migrationResource) driftOf(ctx context.Context, obs engine.Observation) []string {
+	rec := obs.Record
+	ns := rec.Identity.Namespace
+	out := []string{}
+	if rec.VM != nil && rec.VM.UID != "" {
+		switch {
+		case !obs.VM.Exists:
+			out = append(out, fmt.Sprintf("VirtualMachine %s/%s is gone", ns, rec.VM.Name))
+		case obs.VM.UID != rec.VM.UID:
+			out = append(out, fmt.Sprintf("VirtualMachine %s/%s was replaced by another object (UID %s; the migration made %s)", ns, rec.VM.Name, obs.VM.UID, rec.VM.UID))
+		case !obs.VM.Ours:
+			out = append(out, fmt.Sprintf("VirtualMachine %s/%s no longer carries the label %s=%s", ns, rec.VM.Name, kube.LabelMigration, rec.Identity.Name))
+		}
+	}
+	for _, d := range rec.Disks {
+		if !d.Imported {
+			continue
+		}
+		for _, dv := range obs.DataVolumes {
+			if dv.Name != d.DataVolume {
+				continue
+			}
+			switch {
+			case !dv.Exists && !r.claimExists(ctx, ns, dv.Name):
+				out = append(out, fmt.Sprintf("DataVolume %s/%s and its PersistentVolumeClaim are gone", ns, dv.Name))
+			case dv.Exists && !dv.Ours:
+				out = append(out, fmt.Sprintf("DataVolume %s/%s no longer carries the label %s=%s", ns, dv.Name, kube.LabelMigration, rec.Identity.Name))
+			}
+		}
+	}
+	return out
+}
+
+// claimExists reports whether the PersistentVolumeClaim of a DataVolume
+// remains: CDI may garbage-collect a completed DataVolume and keep its
+// claim, which is not drift.
+func (r *migrationResource) claimExists(ctx context.Context, ns, name string) bool {
+	cl, err := r.clients.kube.Raw()
+	if err != nil {
+		return false
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	err = cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pvc)
+	return err == nil && pvc.DeletionTimestamp == nil
+}
+
+// sourceRunningAgain explains a source VM that runs again after the
+// destination VM started, or returns "".
+func sourceRunningAgain(rec engine.Record, obs engine.Observation) string {
+	po := rec.PowerOff
+	if po == nil || !po.Done || rec.Timestamps.VMStarted == nil || !obs.Source.Exists || obs.Source.PowerState == string(esxi.PoweredOff) {
+		return ""
+	}
+	return fmt.Sprintf("The source VM %q (vmid %d) on ESXi host %s is %s again, and its migrated copy %s/%s started at %s: "+
+		"two servers with one identity (the same MAC addresses, IP addresses and host name) may now be on the network. "+
+		"Power one of them off now. Terraform will not do it for you: it cannot know which one you mean to keep.",
+		rec.Identity.VMName, rec.Identity.VMID, rec.Identity.Host, obs.Source.PowerState,
+		rec.Identity.Namespace, rec.Identity.Name, rec.Timestamps.VMStarted.UTC().Format(time.RFC3339))
+}
+
+// ModifyPlan makes the plan say what apply will do.
+//
+// For a migration that will be created it runs the pre-flight checks of
+// vmmigration_preflight on the planned configuration (blockers are errors,
+// warnings are warnings) and plans the disks that will be copied. For an
+// existing one it keeps the computed evidence (only what changes shows),
+// turns drift into a replacement, and refuses a replacement that would
+// leave the old VM running under delete_policy keep.
+func (r *migrationResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var plan migrationModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.Source == nil || plan.Destination == nil {
+		return
+	}
+	if req.State.Raw.IsNull() {
+		r.planCreate(ctx, &plan, resp)
+	} else {
+		var state migrationModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		if resp.Diagnostics.HasError() || state.Destination == nil {
+			return
+		}
+		r.planUpdate(ctx, &state, &plan, resp)
+	}
+	if !resp.Diagnostics.HasError() {
+		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	}
+}
+
+func (r *migrationResource) planCreate(ctx context.Context, plan *migrationModel, resp *resource.ModifyPlanResponse) {
+	plan.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+	if r.clients == nil {
+		return
+	}
+	src, dst := plan.Source, plan.Destination
+	known := !src.Host.IsUnknown() && !src.VMName.IsUnknown() && !src.VMID.IsUnknown() &&
+		!dst.Namespace.IsUnknown() && !dst.Name.IsUnknown() && !dst.StorageClass.IsUnknown() && !plan.PowerOffPolicy.IsUnknown()
+	for _, v := range dst.NetworkMap {
+		known = known && !v.IsUnknown()
+	}
+	if !known {
+		tflog.Debug(ctx, "pre-flight checks skipped at plan time: the configuration has unknown values")
+		return
+	}
+	ns, name, host := dst.Namespace.ValueString(), dst.Name.ValueString(), src.Host.ValueString()
+	ctx = tflog.SetField(ctx, "migration", ns+"/"+name)
+	eng, diags := r.clients.engine()
+	if diags.HasError() {
+		return
+	}
+	// An earlier apply may have started this migration: the record then
+	// knows the disks, and the checks already ran before the power-off.
+	// A record of another source is that of a migration this one replaces
+	// (forgotten before this one starts), or a conflict apply reports.
+	rec, err := eng.Load(ctx, ns, name)
+	if err == nil && sameIdentity(rec.Identity, src) {
+		// Plan the disks from the record only once they are settled: before
+		// Discovering finished there are none, and a stopped migration
+		// re-reads the inventory when it resumes (a human may have changed
+		// the source while fixing the cause), so they stay unknown.
+		if rec.Source != nil && !isStop(rec.Phase) {
+			resp.Diagnostics.Append(plan.planDisks(rec.Disks)...)
+		}
+		tflog.Info(ctx, "planned migration resumes from its record", map[string]any{"phase": string(rec.Phase)})
+		return
+	}
+	if err != nil && !engine.IsNotFound(err) {
+		resp.Diagnostics.AddWarning("Pre-flight checks not run",
+			fmt.Sprintf("The record of migration %s/%s could not be read at plan time (%v); apply runs the checks before it touches anything.", ns, name, err))
+		return
+	}
+	if _, diags := r.clients.esxiClient(host); diags.HasError() {
+		for _, d := range diags {
+			resp.Diagnostics.AddAttributeError(path.Root("source").AtName("host"), d.Summary(), d.Detail())
+		}
+		return
+	}
+	vms, _, diags := r.clients.inventory(ctx, host)
+	if diags.HasError() {
+		resp.Diagnostics.AddWarning("Pre-flight checks not run",
+			fmt.Sprintf("The inventory of ESXi host %q could not be read at plan time, so the checks of migration %s/%s run at apply time, before anything is touched: %s",
+				host, ns, name, diags[0].Detail()))
+		return
+	}
+	vm, err := pickVM(vms, host, src.VMName.ValueString(), int(src.VMID.ValueInt64()))
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("source"), "Source VM not found", err.Error())
+		return
+	}
+	dest := preflight.Destination{Namespace: ns, Name: name, StorageClass: dst.StorageClass.ValueString(),
+		NetworkMap: stringMap(dst.NetworkMap), PowerOffPolicy: plan.PowerOffPolicy.ValueString(), Owner: name}
+	if dest.NetworkMap == nil {
+		dest.NetworkMap = map[string]string{}
+	}
+	cluster, diags := r.clients.destination(ctx)
+	if diags.HasError() {
+		return
+	}
+	res, err := preflight.Run(ctx, vm, dest, cluster)
+	if err != nil {
+		resp.Diagnostics.AddWarning("Pre-flight checks not run",
+			fmt.Sprintf("The destination cluster could not be queried at plan time for migration %s/%s (%v); apply runs the checks before it touches anything.", ns, name, err))
+	} else {
+		for _, c := range res.Failed(preflight.Blocker) {
+			resp.Diagnostics.AddAttributeError(path.Root("source"), "Migration blocked by pre-flight check "+c.ID,
+				fmt.Sprintf("Migrating VM %q (vmid %d) on host %s to %s/%s would stop at this check, before anything is touched: %s",
+					vm.Name, vm.VMID, host, ns, name, c.Message))
+		}
+		for _, c := range res.Failed(preflight.Warning) {
+			resp.Diagnostics.AddAttributeWarning(path.Root("source"), "Pre-flight warning "+c.ID,
+				fmt.Sprintf("Migration of VM %q (vmid %d) on host %s to %s/%s: %s", vm.Name, vm.VMID, host, ns, name, c.Message))
+		}
+	}
+	plan.SourceVMID = types.Int64Value(int64(vm.VMID))
+	var disks []engine.DiskEvidence
+	for i, d := range vm.Disks {
+		disks = append(disks, engine.DiskEvidence{Index: i, Device: d.Device, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes,
+			DataVolume: preflight.DiskName(name, i)})
+	}
+	resp.Diagnostics.Append(plan.planDisks(disks)...)
+}
+
+// sameIdentity reports whether a record migrates the source a
+// configuration names.
+func sameIdentity(id engine.Identity, src *sourceModel) bool {
+	if id.Host != src.Host.ValueString() {
+		return false
+	}
+	if !src.VMID.IsNull() {
+		return int64(id.VMID) == src.VMID.ValueInt64()
+	}
+	return id.VMName == src.VMName.ValueString()
+}
+
+// planDisks plans the disks a Create will record: what is copied from
+// where to which DataVolume is known, the checksums and UIDs are not.
+// Create writes the same values from the record, which Discovering fills
+// from the same inventory.
+func (m *migrationModel) planDisks(disks []engine.DiskEvidence) diag.Diagnostics {
+	var diags diag.Diagnostics
+	elems := []attr.Value{}
+	for _, d := range disks {
+		o, ds := types.ObjectValue(diskEvidenceType.AttrTypes, map[string]attr.Value{
+			"index":           types.Int64Value(int64(d.Index)),
+			"device":          types.StringValue(d.Device),
+			"source_path":     types.StringValue(d.SourcePath),
+			"size_bytes":      types.Int64Value(d.SizeBytes),
+			"source_sha256":   types.StringUnknown(),
+			"artifact_format": types.StringUnknown(),
+			"artifact_sha256": types.StringUnknown(),
+			"data_volume":     types.StringValue(d.DataVolume),
+			"data_volume_uid": types.StringUnknown(),
+		})
+		diags.Append(ds...)
+		elems = append(elems, o)
+	}
+	l, ds := types.ListValue(diskEvidenceType, elems)
+	diags.Append(ds...)
+	m.Disks = l
+	return diags
+}
+
+func (r *migrationResource) planUpdate(ctx context.Context, state, plan *migrationModel, resp *resource.ModifyPlanResponse) {
+	// The evidence does not change in place: show only what does.
+	plan.copyComputed(*state)
+
+	var drift []string
+	if !state.Drift.IsNull() && !state.Drift.IsUnknown() {
+		resp.Diagnostics.Append(state.Drift.ElementsAs(ctx, &drift, false)...)
+	}
+	driftReplace := len(drift) > 0
+	if driftReplace {
+		plan.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("drift"))
+	}
+	if changed := identityChanges(state, plan); len(changed) > 0 && !driftReplace {
+		r.guardReplacement(ctx, state, plan, changed, resp)
+	}
+}
+
+// identityChanges lists the changed attributes that force a replacement
+// (the RequiresReplace plan modifiers of the schema; the resource's
+// ModifyPlan does not see their verdict).
+func identityChanges(state, plan *migrationModel) []string {
+	var out []string
+	if !sameSource(state, plan) {
+		out = append(out, "source")
+	}
+	s, p := state.Destination, plan.Destination
+	for _, f := range []struct {
+		name string
+		a, b types.String
+	}{
+		{"destination.namespace", s.Namespace, p.Namespace}, {"destination.name", s.Name, p.Name},
+		{"destination.storage_class", s.StorageClass, p.StorageClass}, {"destination.access_mode", s.AccessMode, p.AccessMode},
+		{"destination.volume_mode", s.VolumeMode, p.VolumeMode}, {"destination.disk_bus", s.DiskBus, p.DiskBus},
+		{"target_format", state.TargetFormat, plan.TargetFormat},
+	} {
+		if !f.b.IsUnknown() && !f.a.Equal(f.b) {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// sourceChangeReplaces is the RequiresReplaceIf of source: after an import
+// the state names the source as the record does (vm_name), and a
+// configuration naming the same VM by vmid is the same migration.
+func sourceChangeReplaces(ctx context.Context, req planmodifier.ObjectRequest, resp *objectplanmodifier.RequiresReplaceIfFuncResponse) {
+	var state, plan migrationModel
+	var ss, ps *sourceModel
+	resp.Diagnostics.Append(req.StateValue.As(ctx, &ss, basetypes.ObjectAsOptions{})...)
+	resp.Diagnostics.Append(req.PlanValue.As(ctx, &ps, basetypes.ObjectAsOptions{UnhandledUnknownAsEmpty: true})...)
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("source_vmid"), &state.SourceVMID)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	state.Source, plan.Source = ss, ps
+	resp.RequiresReplace = !sameSource(&state, &plan)
+}
+
+// sameSource reports whether two source blocks name the same VM on the
+// same host, one by name and the other by vmid.
+func sameSource(state, plan *migrationModel) bool {
+	s, p := state.Source, plan.Source
+	switch {
+	case s == nil || p == nil:
+		return s == p
+	case s.Host.Equal(p.Host) && s.VMName.Equal(p.VMName) && s.VMID.Equal(p.VMID):
+		return true
+	case p.Host.IsUnknown() || p.VMID.IsUnknown() || p.VMName.IsUnknown() || !s.Host.Equal(p.Host):
+		return false
+	case !p.VMID.IsNull() && s.VMID.IsNull() && !state.SourceVMID.IsNull():
+		return p.VMID.ValueInt64() == state.SourceVMID.ValueInt64()
+	}
+	return false
+}
+
+// guardReplacement refuses a replacement that would leave the old
+// VirtualMachine running beside, or underneath, the new migration.
+//
+// With delete_policy keep, destroying the old migration leaves its
+// VirtualMachine and DataVolumes, labelled as the migration of that name.
+// A new migration to the same destination would adopt them as its own
+// (it would find "its" DataVolumes Succeeded and not import the source
+// again, so a new storage_class or target_format would silently not take
+// effect); one to another destination would boot a second copy of the
+// server with the same MAC addresses next to the first.
+func (r *migrationResource) guardReplacement(ctx context.Context, state, plan *migrationModel, changed []string, resp *resource.ModifyPlanResponse) {
+	if state.DeletePolicy.ValueString() != string(engine.ForgetKeep) || r.clients == nil {
+		return
+	}
+	eng, diags := r.clients.engine()
+	if diags.HasError() {
+		return
+	}
+	ns, name := state.Destination.Namespace.ValueString(), state.Destination.Name.ValueString()
+	obs, err := eng.Observe(ctx, ns, name)
+	if err != nil || !obs.VM.Exists || !obs.VM.Ours {
+		return
+	}
+	sameDest := plan.Destination.Namespace.Equal(state.Destination.Namespace) && plan.Destination.Name.Equal(state.Destination.Name)
+	ways := fmt.Sprintf("To replace it, first set delete_policy = \"delete_destination\" and apply (an in-place change), then apply this change: the old VM and its DataVolumes are then deleted before the new migration starts. "+
+		"To keep the old VM instead, stop managing it: `terraform state rm` this resource, and rename or delete VirtualMachine %s/%s yourself before applying.", ns, name)
+	if sameDest {
+		resp.Diagnostics.AddError("Replacement would adopt the old VM",
+			fmt.Sprintf("Changing %s replaces migration %s/%s, and its delete_policy \"keep\" leaves VirtualMachine %s/%s and its DataVolumes in place, labelled as this migration's. "+
+				"The new migration to the same destination would adopt them instead of migrating the source again, so the change would not take effect.\n\n%s",
+				strings.Join(changed, ", "), ns, name, ns, name, ways))
+		return
+	}
+	if obs.VM.RunStrategy == "Halted" && obs.VM.VMIPhase == "" {
+		resp.Diagnostics.AddWarning("Old VM kept",
+			fmt.Sprintf("Replacing migration %s/%s leaves its halted VirtualMachine %s/%s (delete_policy \"keep\"). Do not start it while the new one runs: both carry the same MAC addresses.", ns, name, ns, name))
+		return
+	}
+	resp.Diagnostics.AddError("Replacement would run two copies of the VM",
+		fmt.Sprintf("Changing %s replaces migration %s/%s, and its delete_policy \"keep\" leaves VirtualMachine %s/%s running. "+
+			"The new migration would start a second copy of the same server, with the same MAC addresses, in %s/%s.\n\n%s",
+			strings.Join(changed, ", "), ns, name, ns, name, plan.Destination.Namespace.ValueString(), plan.Destination.Name.ValueString(), ways))
+}
+
+// Update changes what can change in place: the VirtualMachine's run
+// strategy and labels. validation, retry, delete_policy, timeouts and the
+// other settings only matter to later operations; they are stored in the
+// state and in the record's settings annotation (for import).
+func (r *migrationResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state migrationModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ns, name := plan.Destination.Namespace.ValueString(), plan.Destination.Name.ValueString()
+	ctx = tflog.SetField(ctx, "migration", ns+"/"+name)
+	if plan.Destination.RunStrategy.ValueString() != state.Destination.RunStrategy.ValueString() ||
+		!sameStringMap(plan.Destination.Labels, state.Destination.Labels) {
+		err := r.clients.kube.UpdateVirtualMachineRunStrategyAndLabels(ctx, ns, name,
+			plan.Destination.RunStrategy.ValueString(), stringMap(state.Destination.Labels), stringMap(plan.Destination.Labels))
+		if err != nil {
+			resp.Diagnostics.AddError("Error updating migrated VM",
+				fmt.Sprintf("Setting the run strategy and labels of VirtualMachine %s/%s failed: %v", ns, name, err))
+			return
+		}
+		tflog.Info(ctx, "updated the migrated VM", map[string]any{"run_strategy": plan.Destination.RunStrategy.ValueString()})
+	}
+	plan.copyComputed(state)
+	resp.Diagnostics.Append(r.saveSettings(ctx, &plan)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// ImportState takes <namespace>/<name> of the destination VM. Read then
+// fills the rest from the migration's record and the cluster. A VM migrated
+// without this provider has no record and cannot be imported yet.
+func (r *migrationResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	ns, name, ok := strings.Cut(req.ID, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		resp.Diagnostics.AddError("Invalid import ID",
+			fmt.Sprintf("Import a migration by its destination as <namespace>/<name>, for example apps/web-01; got %q.", req.ID))
+		return
+	}
+	eng, diags := r.clients.engine()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	_, err := eng.Load(ctx, ns, name)
+	switch {
+	case engine.IsNotFound(err):
+		resp.Diagnostics.Append(r.adopt(ctx, eng, ns, name)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+	case err != nil:
+		resp.Diagnostics.AddError("Error importing migration", fmt.Sprintf("Reading the record of migration %s/%s failed: %v", ns, name, err))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("destination"), &destModel{
+		Namespace: types.StringValue(ns), Name: types.StringValue(name),
+	})...)
+}
+
+// fillImported fills, after an import, the configuration the record and
+// the cluster show: the DataVolumes' storage class, access and volume
+// mode, the VM's disk bus, run strategy, networks and labels, the image
+// format and power-off policy of the record, and the settings the provider
+// saved on the record (transport, validation, retry, shutdown_timeout,
+// delete_policy). What none of them tells takes its default.
+func (r *migrationResource) fillImported(ctx context.Context, m *migrationModel, rec engine.Record, vm *kubevirtv1.VirtualMachine) diag.Diagnostics {
+	var diags diag.Diagnostics
+	d := m.Destination
+	ns := d.Namespace.ValueString()
+	d.StorageClass = types.StringValue("")
+	d.AccessMode, d.VolumeMode = types.StringValue(engine.DefaultAccessMode), types.StringValue(engine.DefaultVolumeMode)
+	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus), types.StringValue(engine.DefaultRunStrategy)
+	if len(rec.Disks) > 0 {
+		if dv, err := r.clients.kube.GetDataVolume(ctx, ns, rec.Disks[0].DataVolume); err == nil && dv.Spec.Storage != nil {
+			st := dv.Spec.Storage
+			if st.StorageClassName != nil {
+				d.StorageClass = types.StringValue(*st.StorageClassName)
+			}
+			if len(st.AccessModes) > 0 {
+				d.AccessMode = types.StringValue(string(st.AccessModes[0]))
+			}
+			if st.VolumeMode != nil {
+				d.VolumeMode = types.StringValue(string(*st.VolumeMode))
+			}
+		}
+	}
+	if vm != nil {
+		if vm.Spec.RunStrategy != nil {
+			d.RunStrategy = types.StringValue(string(*vm.Spec.RunStrategy))
+		}
+		if t := vm.Spec.Template; t != nil {
+			if ds := t.Spec.Domain.Devices.Disks; len(ds) > 0 && ds[0].Disk != nil && ds[0].Disk.Bus != "" {
+				d.DiskBus = types.StringValue(string(ds[0].Disk.Bus))
+			}
+			if rec.Source != nil && len(t.Spec.Networks) > 0 {
+				nm := map[string]types.String{}
+				for i, n := range t.Spec.Networks {
+					if i >= len(rec.Source.NICs) {
+						break
+					}
+					switch {
+					case n.Pod != nil:
+						nm[rec.Source.NICs[i].Network] = types.StringValue(preflight.PodNetwork)
+					case n.Multus != nil:
+						nm[rec.Source.NICs[i].Network] = types.StringValue(n.Multus.NetworkName)
+					}
+				}
+				d.NetworkMap = nm
+			}
+		}
+		labels := map[string]types.String{}
+		for k, v := range vm.Labels {
+			if k != kube.LabelMigration && k != kube.LabelManagedBy {
+				labels[k] = types.StringValue(v)
+			}
+		}
+		if len(labels) > 0 {
+			d.Labels = labels
+		}
+	}
+	m.TargetFormat = types.StringValue(engine.DefaultTargetFormat)
+	if len(rec.Disks) > 0 && rec.Disks[0].ArtifactFormat != "" {
+		m.TargetFormat = types.StringValue(rec.Disks[0].ArtifactFormat)
+	}
+	m.PowerOffPolicy = types.StringValue(engine.DefaultPowerOffPolicy)
+	if rec.PowerOff != nil && rec.PowerOff.Policy != "" {
+		m.PowerOffPolicy = types.StringValue(rec.PowerOff.Policy)
+	}
+	m.ShutdownTO = types.StringValue("5m")
+	m.DeletePolicy = types.StringValue(string(engine.ForgetKeep))
+	s, err := r.loadSettings(ctx, ns, d.Name.ValueString())
+	if err != nil {
+		diags.AddWarning("Import incomplete", fmt.Sprintf("The settings saved with migration %s/%s could not be read (%v): transport, validation and retry are left empty and show as changes in the next plan.", ns, d.Name.ValueString(), err))
+		return diags
+	}
+	if s != nil {
+		s.apply(m)
+	}
+	return diags
+}
+
+// annotationSettings on the record's ConfigMap holds the settings of the
+// configuration that neither the record nor the cluster show, so that an
+// import reproduces them and a plan with the same configuration is empty.
+// They hold no secrets (the upload proxy's CA certificate is public).
+const annotationSettings = "vmmigration.io/terraform-settings"
+
+type savedSettings struct {
+	PowerOffPolicy  *string          `json:"powerOffPolicy,omitempty"`
+	ShutdownTimeout *string          `json:"shutdownTimeout,omitempty"`
+	DeletePolicy    *string          `json:"deletePolicy,omitempty"`
+	Transport       *savedTransport  `json:"transport,omitempty"`
+	Validation      *savedValidation `json:"validation,omitempty"`
+	Retry           *savedRetry      `json:"retry,omitempty"`
+}
+
+type savedTransport struct {
+	UploadProxyURL *string `json:"uploadProxyURL,omitempty"`
+	UploadProxyCA  *string `json:"uploadProxyCA,omitempty"`
+	Insecure       *bool   `json:"insecure,omitempty"`
+	StagingDir     *string `json:"stagingDir,omitempty"`
+	StagingURL     *string `json:"stagingURL,omitempty"`
+}
+
+type savedValidation struct {
+	GuestAgent *bool     `json:"guestAgent,omitempty"`
+	IPReported *bool     `json:"ipReported,omitempty"`
+	TCP        *[]string `json:"tcp,omitempty"`
+	HTTP       *[]string `json:"http,omitempty"`
+	Timeout    *string   `json:"timeout,omitempty"`
+}
+
+type savedRetry struct {
+	Attempts       *int64  `json:"attempts,omitempty"`
+	InitialBackoff *string `json:"initialBackoff,omitempty"`
+	MaxBackoff     *string `json:"maxBackoff,omitempty"`
+}
+
+func strPtr(v types.String) *string {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	s := v.ValueString()
+	return &s
+}
+
+func ptrStr(p *string) types.String {
+	if p == nil {
+		return types.StringNull()
+	}
+	return types.StringValue(*p)
+}
+
+func boolPtr(v types.Bool) *bool {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	b := v.ValueBool()
+	return &b
+}
+
+func ptrBool(p *bool) types.Bool {
+	if p == nil {
+		return types.BoolNull()
+	}
+	return types.BoolValue(*p)
+}
+
+func listPtr(in []types.String) *[]string {
+	if in == nil {
+		return nil
+	}
+	out := stringList(in)
+	return &out
+}
+
+func ptrList(p *[]string) []types.String {
+	if p == nil {
+		return nil
+	}
+	out := make([]types.String, 0, len(*p))
+	for _, s := range *p {
+		out = append(out, types.StringValue(s))
+	}
+	return out
+}
+
+func settingsOf(m *migrationModel) savedSettings {
+	s := savedSettings{PowerOffPolicy: strPtr(m.PowerOffPolicy), ShutdownTimeout: strPtr(m.ShutdownTO), DeletePolicy: strPtr(m.DeletePolicy)}
+	if t := m.Transport; t != nil {
+		s.Transport = &savedTransport{UploadProxyURL: strPtr(t.UploadProxyURL), UploadProxyCA: strPtr(t.UploadProxyCA),
+			Insecure: boolPtr(t.Insecure), StagingDir: strPtr(t.StagingDir), StagingURL: strPtr(t.StagingURL)}
+	}
+	if v := m.Validation; v != nil {
+		s.Validation = &savedValidation{GuestAgent: boolPtr(v.GuestAgent), IPReported: boolPtr(v.IPReported),
+			TCP: listPtr(v.TCP), HTTP: listPtr(v.HTTP), Timeout: strPtr(v.Timeout)}
+	}
+	if rt := m.Retry; rt != nil {
+		s.Retry = &savedRetry{InitialBackoff: strPtr(rt.InitialBackoff), MaxBackoff: strPtr(rt.MaxBackoff)}
+		if !rt.Attempts.IsNull() && !rt.Attempts.IsUnknown() {
+			a := rt.Attempts.ValueInt64()
+			s.Retry.Attempts = &a
+		}
+	}
+	return s
+}
+
+func (s *savedSettings) apply(m *migrationModel) {
+	if s.PowerOffPolicy != nil {
+		m.PowerOffPolicy = ptrStr(s.PowerOffPolicy)
+	}
+	if s.ShutdownTimeout != nil {
+		m.ShutdownTO = ptrStr(s.ShutdownTimeout)
+	}
+	if s.DeletePolicy != nil {
+		m.DeletePolicy = ptrStr(s.DeletePolicy)
+	}
+	if t := s.Transport; t != nil {
+		m.Transport = &transportModel{UploadProxyURL: ptrStr(t.UploadProxyURL), UploadProxyCA: ptrStr(t.UploadProxyCA),
+			Insecure: ptrBool(t.Insecure), StagingDir: ptrStr(t.StagingDir), StagingURL: ptrStr(t.StagingURL)}
+	}
+	if v := s.Validation; v != nil {
+		m.Validation = &validateModel{GuestAgent: ptrBool(v.GuestAgent), IPReported: ptrBool(v.IPReported),
+			TCP: ptrList(v.TCP), HTTP: ptrList(v.HTTP), Timeout: ptrStr(v.Timeout)}
+	}
+	if rt := s.Retry; rt != nil {
+		m.Retry = &retryModel{Attempts: types.Int64Null(), InitialBackoff: ptrStr(rt.InitialBackoff), MaxBackoff: ptrStr(rt.MaxBackoff)}
+		if rt.Attempts != nil {
+			m.Retry.Attempts = types.Int64Value(*rt.Attempts)
+		}
+	}
+}
+
+// saveSettings writes the settings annotation on the record's ConfigMap
+// (a merge patch of that one annotation). Failing to is a warning: only a
+// later import misses them.
+func (r *migrationResource) saveSettings(ctx context.Context, m *migrationModel) diag.Diagnostics {
+	var diags diag.Diagnostics
+	ns, name := m.Destination.Namespace.ValueString(), m.Destination.Name.ValueString()
+	fail := func(err error) diag.Diagnostics {
+		diags.AddWarning("Settings not saved",
+			fmt.Sprintf("The settings of migration %s/%s could not be saved on its record ConfigMap %s (%v). The migration is not affected; "+
+				"an import of it would show transport, validation and retry as changes.", ns, name, engine.RecordName(name), err))
+		return diags
+	}
+	b, err := json.Marshal(settingsOf(m))
+	if err != nil {
+		return fail(err)
+	}
+	cl, err := r.clients.kube.Raw()
+	if err != nil {
+		return fail(err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: engine.RecordName(name)}, cm); err != nil {
+		return fail(err)
+	}
+	if cm.Annotations[annotationSettings] == string(b) {
+		return diags
+	}
+	patch := client.MergeFrom(cm.DeepCopy())
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[annotationSettings] = string(b)
+	if err := cl.Patch(ctx, cm, patch); err != nil {
+		return fail(err)
+	}
+	return diags
+}
+
+// loadSettings reads the settings annotation; nil when there is none.
+func (r *migrationResource) loadSettings(ctx context.Context, ns, name string) (*savedSettings, error) {
+	cl, err := r.clients.kube.Raw()
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: engine.RecordName(name)}, cm); err != nil {
+		return nil, err
+	}
+	v, ok := cm.Annotations[annotationSettings]
+	if !ok {
+		return nil, nil
+	}
+	var s savedSettings
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", annotationSettings, err)
+	}
+	return &s, nil
+}
+
+// adopt is where a VirtualMachine migrated without this provider would be
+// matched to its source and recorded; until then it explains the refusal.
+func (r *migrationResource) adopt(_ context.Context, _ *engine.Engine, ns, name string) diag.Diagnostics {
+	var diags diag.Diagnostics
+	diags.AddError("Cannot import migration",
+		fmt.Sprintf("Migration %s/%s has no record (ConfigMap %s/%s). Check the namespace and name: the import ID is <namespace>/<name> of the destination VirtualMachine. "+
+			"Importing a VM migrated without this provider is not supported yet.",
+			ns, name, ns, engine.RecordName(name)))
+	return diags
 }

@@ -55,6 +55,7 @@ type migrationModel struct {
 	Disks      types.List   `tfsdk:"disks"`
 	Conditions types.List   `tfsdk:"conditions"`
 	Errors     types.List   `tfsdk:"errors"`
+	Drift      types.List   `tfsdk:"drift"`
 }
 
 type sourceModel struct {
@@ -146,7 +147,9 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			"source": schema.SingleNestedAttribute{
 				Required:            true,
 				MarkdownDescription: "The VM to migrate. Changing it replaces the migration.",
-				PlanModifiers:       []planmodifier.Object{objectplanmodifier.RequiresReplace()},
+				PlanModifiers: []planmodifier.Object{objectplanmodifier.RequiresReplaceIf(sourceChangeReplaces,
+					"Changing the source replaces the migration (naming the same VM by vmid instead of vm_name does not).",
+					"Changing the source replaces the migration (naming the same VM by `vmid` instead of `vm_name` does not).")},
 				Attributes: map[string]schema.Attribute{
 					"host": schema.StringAttribute{Required: true, MarkdownDescription: "Name of an `esxi_host` block of the provider."},
 					"vm_name": schema.StringAttribute{
@@ -281,6 +284,10 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				}},
 			},
 			"errors": schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "History of failed attempts, oldest first."},
+			"drift": schema.ListAttribute{Computed: true, ElementType: types.StringType,
+				MarkdownDescription: "What a refresh found changed outside Terraform that the migration made: the VirtualMachine or a DataVolume gone, replaced or no longer labelled as this migration's. " +
+					"Empty when nothing drifted. When it is not empty the plan replaces the migration, which migrates the source again into the same destination. " +
+					"A changed run strategy shows as a change of `destination.run_strategy` instead, and a source VM running again after cutover as a warning."},
 		},
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),

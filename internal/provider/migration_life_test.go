@@ -1,0 +1,452 @@
+package provider_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+)
+
+// lifeCfg is one vmmigration_migration configuration of the life tests;
+// the zero values are those of the first apply.
+type lifeCfg struct {
+	label, vm, namespace, name, storageClass string
+	dest, extra                              string
+}
+
+func (e *migrationEnv) lifeConfig(cs ...lifeCfg) string {
+	out := acctest.ProviderConfig(e.providerBlock())
+	for _, c := range cs {
+		if c.vm == "" {
+			c.vm = c.label
+		}
+		if c.namespace == "" {
+			c.namespace = e.namespace
+		}
+		if c.name == "" {
+			c.name = c.label
+		}
+		if c.storageClass == "" {
+			c.storageClass = "standard"
+		}
+		out += fmt.Sprintf(`
+resource "vmmigration_migration" %q {
+  source = {
+    host    = "esxi-a"
+    vm_name = %q
+  }
+  destination = {
+    namespace     = %q
+    name          = %q
+    storage_class = %q
+    network_map   = { "VM Network" = "pod" }
+%s
+  }
+  transport = {
+    upload_proxy_url            = %q
+    upload_proxy_ca_certificate = %q
+  }
+  retry = {
+    attempts        = 3
+    initial_backoff = "200ms"
+    max_backoff     = "1s"
+  }
+%s
+}
+`, c.label, c.vm, c.namespace, c.name, c.storageClass, c.dest, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()), c.extra)
+	}
+	return out
+}
+
+// addSmallVM adds a powered-off VM with one 2 MiB disk and one NIC.
+func (e *migrationEnv) addSmallVM(t *testing.T, name, mac string) (int, *esxisim.VMFiles) {
+	t.Helper()
+	return e.host.AddVM(t, esxisim.VMSpec{Name: name, GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 2 * mib, Content: []esxisim.Extent{{Offset: 0, Length: 256 << 10, Seed: 3}}}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network", MAC: mac}}})
+}
+
+func (e *migrationEnv) vm(t *testing.T, ns, name string) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	vm := &kubevirtv1.VirtualMachine{}
+	if err := e.cluster.AdminClient().Get(context.Background(), keyOf(ns, name), vm); err != nil {
+		t.Fatalf("get VirtualMachine %s/%s: %v", ns, name, err)
+	}
+	return vm
+}
+
+func (e *migrationEnv) setRunStrategy(t *testing.T, name string, rs kubevirtv1.VirtualMachineRunStrategy) {
+	t.Helper()
+	vm := e.vm(t, e.namespace, name)
+	vm.Spec.RunStrategy = &rs
+	if err := e.cluster.AdminClient().Update(context.Background(), vm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *migrationEnv) ensureStorageClass(t *testing.T, name string) {
+	t.Helper()
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "kubevirt.io.hostpath-provisioner"}
+	if err := e.cluster.AdminClient().Create(t.Context(), sc); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+}
+
+func (e *migrationEnv) extraNamespace(t *testing.T) string {
+	t.Helper()
+	ns := e.namespace + "-b"
+	if err := e.cluster.AdminClient().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func (e *migrationEnv) recordExists(t *testing.T, name string) bool {
+	t.Helper()
+	err := e.cluster.AdminClient().Get(context.Background(), keyOf(e.namespace, engine.RecordName(name)), &corev1.ConfigMap{})
+	return err == nil
+}
+
+func action(addr string, a plancheck.ResourceActionType) resource.ConfigPlanChecks {
+	return resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, a)}}
+}
+
+// refreshPlan checks the plan of a PlanOnly step (made after a refresh).
+func refreshPlan(checks ...plancheck.PlanCheck) resource.ConfigPlanChecks {
+	return resource.ConfigPlanChecks{PostApplyPostRefresh: checks}
+}
+
+// TestAccMigrationLifeUpdateReplace: the plan of a new migration shows the
+// disks it copies; a run strategy changed outside Terraform shows in the
+// plan and is set back; run_strategy, labels, validation, retry,
+// delete_policy and timeouts change in place without touching the VM;
+// source, destination namespace and name, storage_class and target_format
+// force a replacement; a replacement under delete_policy keep is refused at
+// plan time and the VM survives; under delete_destination it migrates
+// again.
+func TestAccMigrationLifeUpdateReplace(t *testing.T) {
+	e := newMigrationEnv(t)
+	e.addSmallVM(t, "web", "00:50:56:00:10:01")
+	e.addSmallVM(t, "other", "00:50:56:00:10:02")
+	e.ensureStorageClass(t, "fast")
+	ns2 := e.extraNamespace(t)
+	const addr = "vmmigration_migration.web"
+	base := lifeCfg{label: "web"}
+	with := func(f func(*lifeCfg)) string {
+		c := base
+		f(&c)
+		return e.lifeConfig(c)
+	}
+	var uid string
+	saveUID := func(*terraform.State) error { uid = string(e.vm(t, e.namespace, "web").UID); return nil }
+	sameUID := func(*terraform.State) error {
+		if got := string(e.vm(t, e.namespace, "web").UID); got != uid {
+			return fmt.Errorf("VirtualMachine UID %s, want %s (the VM must not be replaced)", got, uid)
+		}
+		return nil
+	}
+	replace := func(f func(*lifeCfg)) resource.TestStep {
+		return resource.TestStep{Config: with(f), PlanOnly: true, ExpectNonEmptyPlan: true,
+			ConfigPlanChecks: refreshPlan(plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroyBeforeCreate))}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: e.lifeConfig(base),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionCreate),
+					plancheck.ExpectKnownValue(addr, tfjsonpath.New("disks"), knownvalue.ListExact([]knownvalue.Check{
+						knownvalue.ObjectPartial(map[string]knownvalue.Check{
+							"index": knownvalue.Int64Exact(0), "device": knownvalue.StringExact("scsi0:0"),
+							"size_bytes": knownvalue.Int64Exact(2 * mib), "data_volume": knownvalue.StringExact("web-disk-0"),
+							"source_path": knownvalue.StringRegexp(errRE("web-flat.vmdk")),
+						}),
+					})),
+					plancheck.ExpectUnknownValue(addr, tfjsonpath.New("disks").AtSliceIndex(0).AtMapKey("source_sha256")),
+					plancheck.ExpectKnownValue(addr, tfjsonpath.New("drift"), knownvalue.ListSizeExact(0)),
+				}},
+				// The framework then checks that the plans after apply and
+				// after a refresh are empty.
+				Check: resource.ComposeAggregateTestCheckFunc(
+					attrs(addr, map[string]string{"phase": "Completed", "drift.#": "0", "destination.run_strategy": "Always"}),
+					saveUID),
+			},
+			{
+				// Halted outside Terraform: the refreshed plan sets it back.
+				PreConfig: func() { e.setRunStrategy(t, "web", kubevirtv1.RunStrategyHalted) },
+				Config:    e.lifeConfig(base), PlanOnly: true, ExpectNonEmptyPlan: true,
+				ConfigPlanChecks: refreshPlan(
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue(addr, tfjsonpath.New("destination").AtMapKey("run_strategy"), knownvalue.StringExact("Always"))),
+			},
+			{
+				Config: e.lifeConfig(base), ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
+				Check: resource.ComposeAggregateTestCheckFunc(sameUID, func(*terraform.State) error {
+					if rs := e.vm(t, e.namespace, "web").Spec.RunStrategy; rs == nil || *rs != kubevirtv1.RunStrategyAlways {
+						return fmt.Errorf("runStrategy %v, want Always again", rs)
+					}
+					return nil
+				}),
+			},
+			{
+				Config:           with(func(c *lifeCfg) { c.dest = halted }),
+				ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
+				Check: resource.ComposeAggregateTestCheckFunc(sameUID, func(*terraform.State) error {
+					vm := e.vm(t, e.namespace, "web")
+					if rs := vm.Spec.RunStrategy; rs == nil || *rs != kubevirtv1.RunStrategyHalted || vm.Labels["team"] != "a" {
+						return fmt.Errorf("runStrategy %v, labels %v: want Halted and team=a", rs, vm.Labels)
+					}
+					return nil
+				}),
+			},
+			{
+				Config: with(func(c *lifeCfg) {
+					c.dest = halted
+					c.extra = "  validation = { timeout = \"1m\" }\n"
+				}),
+				ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
+				Check:            sameUID,
+			},
+			{
+				Config: with(func(c *lifeCfg) {
+					c.dest = halted
+					c.extra = "  validation = { timeout = \"1m\" }\n  delete_policy = \"delete_destination\"\n  timeouts { delete = \"5m\" }\n"
+				}),
+				ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
+				Check:            resource.ComposeAggregateTestCheckFunc(sameUID, attrs(addr, map[string]string{"delete_policy": "delete_destination"})),
+			},
+			// Identity changes replace the migration (plans only).
+			replace(func(c *lifeCfg) { c.dest, c.extra, c.vm = halted, ddExtra, "other" }),
+			replace(func(c *lifeCfg) { c.dest, c.extra, c.namespace = halted, ddExtra, ns2 }),
+			replace(func(c *lifeCfg) { c.dest, c.extra, c.name = halted, ddExtra, "web2" }),
+			replace(func(c *lifeCfg) { c.dest, c.extra, c.storageClass = halted, ddExtra, "fast" }),
+			replace(func(c *lifeCfg) { c.dest, c.extra = halted, ddExtra+"  target_format = \"qcow2\"\n" }),
+			{
+				// Back to keep: a replacement would adopt the old VM.
+				Config:           with(func(c *lifeCfg) { c.dest = halted }),
+				ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
+			},
+			{
+				Config:      with(func(c *lifeCfg) { c.dest, c.storageClass = halted, "fast" }),
+				PlanOnly:    true,
+				ExpectError: errRE(`Replacement would adopt the old VM`),
+			},
+			{
+				Config: with(func(c *lifeCfg) { c.dest = halted }), PlanOnly: true,
+				Check: sameUID,
+			},
+			{
+				Config:           with(func(c *lifeCfg) { c.dest, c.extra = halted, ddExtra }),
+				ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
+			},
+			{
+				// delete_destination: the replacement deletes the old VM
+				// and migrates the source again into the new storage class.
+				Config:           with(func(c *lifeCfg) { c.dest, c.extra, c.storageClass = halted, ddExtra, "fast" }),
+				ConfigPlanChecks: action(addr, plancheck.ResourceActionDestroyBeforeCreate),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					attrs(addr, map[string]string{"phase": "Completed", "destination.storage_class": "fast"}),
+					func(*terraform.State) error {
+						if got := string(e.vm(t, e.namespace, "web").UID); got == uid {
+							return fmt.Errorf("VirtualMachine UID %s unchanged, want a new VM", got)
+						}
+						dv := &cdiv1beta1.DataVolume{}
+						if err := e.cluster.AdminClient().Get(context.Background(), keyOf(e.namespace, "web-disk-0"), dv); err != nil {
+							return err
+						}
+						if sc := dv.Spec.Storage.StorageClassName; sc == nil || *sc != "fast" {
+							return fmt.Errorf("DataVolume storage class %v, want fast", sc)
+						}
+						return nil
+					}),
+			},
+		},
+	})
+}
+
+const (
+	halted  = `    run_strategy = "Halted"` + "\n" + `    labels = { team = "a" }`
+	ddExtra = "  validation = { timeout = \"1m\" }\n  delete_policy = \"delete_destination\"\n  timeouts { delete = \"5m\" }\n"
+)
+
+// TestAccMigrationLifeDeletePolicies destroys migrations through
+// Terraform: keep leaves the VM and DataVolumes and removes the record,
+// delete_destination removes them too, rollback is refused once the VM has
+// started and then nothing is deleted.
+func TestAccMigrationLifeDeletePolicies(t *testing.T) {
+	e := newMigrationEnv(t)
+	e.addSmallVM(t, "keep", "00:50:56:00:20:01")
+	e.addSmallVM(t, "dd", "00:50:56:00:20:02")
+	e.addSmallVM(t, "rb", "00:50:56:00:20:03")
+	keep := lifeCfg{label: "keep"}
+	dd := lifeCfg{label: "dd", extra: `  delete_policy = "delete_destination"` + "\n"}
+	rb := lifeCfg{label: "rb", extra: `  delete_policy = "rollback"` + "\n"}
+	rbKeep := lifeCfg{label: "rb"}
+	left := func(name string, wantObjects bool) error {
+		dvs, vms := e.ours(t, name)
+		if wantObjects && (len(dvs) != 1 || len(vms) != 1) {
+			return fmt.Errorf("%s: DataVolumes %v, VMs %v; want its VM and DataVolume kept", name, dvs, vms)
+		}
+		if !wantObjects && (len(dvs) != 0 || len(vms) != 0) {
+			return fmt.Errorf("%s: DataVolumes %v, VMs %v; want them deleted", name, dvs, vms)
+		}
+		return nil
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: e.lifeConfig(keep, dd, rb)},
+			{
+				Config: e.lifeConfig(keep, dd),
+				ExpectError: errRE(`Error deleting migration ` +
+					`delete_policy "rollback" for migration ` + e.namespace + `/rb: migration needs manual intervention in phase Completed: ` +
+					`cannot roll back: the destination VM ` + e.namespace + `/rb started at`),
+			},
+			{
+				Config:           e.lifeConfig(keep, dd, rbKeep),
+				ConfigPlanChecks: action("vmmigration_migration.rb", plancheck.ResourceActionUpdate),
+				Check: func(*terraform.State) error {
+					if !e.recordExists(t, "rb") {
+						return fmt.Errorf("the refused rollback removed the record of rb")
+					}
+					return left("rb", true)
+				},
+			},
+			{
+				Config: acctest.ProviderConfig(e.providerBlock()),
+				Check: func(*terraform.State) error {
+					for _, n := range []string{"keep", "dd", "rb"} {
+						if e.recordExists(t, n) {
+							return fmt.Errorf("the record of %s is still there", n)
+						}
+					}
+					if err := left("keep", true); err != nil {
+						return err
+					}
+					if err := left("rb", true); err != nil {
+						return err
+					}
+					return left("dd", false)
+				},
+			},
+		},
+	})
+}
+
+// TestAccMigrationLifeImport adopts a migration from its record by
+// <namespace>/<name>, with terraform import and with an import block:
+// the state matches the configuration, so the plan is empty.
+func TestAccMigrationLifeImport(t *testing.T) {
+	e := newMigrationEnv(t)
+	e.addSmallVM(t, "imp", "00:50:56:00:30:01")
+	const addr = "vmmigration_migration.imp"
+	cfg := e.lifeConfig(lifeCfg{label: "imp", dest: `    labels = { team = "b" }`,
+		extra: "  validation = { timeout = \"1m\" }\n  power_off_policy = \"hard\"\n"})
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: cfg},
+			{Config: cfg, ResourceName: addr, ImportState: true, ImportStateVerify: true},
+			{Config: cfg, ResourceName: addr, ImportState: true, ImportStateKind: resource.ImportBlockWithID},
+			{Config: cfg, ResourceName: addr, ImportState: true, ImportStateId: "bad-id",
+				ExpectError: errRE(`Import a migration by its destination as <namespace>/<name>, for example apps/web-01; got "bad-id".`)},
+			{Config: cfg, ResourceName: addr, ImportState: true, ImportStateId: e.namespace + "/nothing",
+				ExpectError: errRE(`Migration ` + e.namespace + `/nothing has no record`)},
+		},
+	})
+}
+
+// TestAccMigrationLifeDrift runs the built provider through the terraform
+// CLI: a Completed migration plans nothing (exit code 0); a source VM
+// powered on again is a warning and still no change; a VirtualMachine
+// deleted outside Terraform is drift and the plan replaces the migration
+// (exit code 2); applying it migrates again and the plan is empty again.
+func TestAccMigrationLifeDrift(t *testing.T) {
+	e := newMigrationEnv(t)
+	vmid, _ := e.addSmallVM(t, "dr", "00:50:56:00:40:01")
+	// The required_providers block of BinaryConfig, then the configuration.
+	cfg := strings.TrimSuffix(acctest.BinaryConfig(""), acctest.ProviderConfig("")) + e.lifeConfig(lifeCfg{label: "dr"})
+	w := acctest.NewWorkdir(t, cfg)
+	ctx := t.Context()
+	run := func(wantExit int, args ...string) acctest.Result {
+		t.Helper()
+		res := w.Run(ctx, nil, args...)
+		code := 0
+		if res.Err != nil {
+			code = -1
+			if ee, ok := res.Err.(interface{ ExitCode() int }); ok {
+				code = ee.ExitCode()
+			}
+		}
+		if code != wantExit {
+			t.Fatalf("terraform %v: exit %d, want %d\n%s\n%s", args, code, wantExit, res.Stdout, res.Stderr)
+		}
+		return res
+	}
+	run(0, "apply", "-auto-approve", "-input=false")
+	run(0, "plan", "-detailed-exitcode", "-input=false")
+
+	if err := e.host.SetPowerState(vmid, esxisim.PoweredOn); err != nil {
+		t.Fatal(err)
+	}
+	res := run(0, "plan", "-detailed-exitcode", "-input=false")
+	if out := res.Stdout + res.Stderr; !strings.Contains(out, "Source VM running again after cutover") || !errRE("two servers with one identity").MatchString(out) {
+		t.Fatalf("plan with the source running again: want the warning\n%s", out)
+	}
+	if err := e.host.SetPowerState(vmid, esxisim.PoweredOff); err != nil {
+		t.Fatal(err)
+	}
+
+	old := e.vm(t, e.namespace, "dr")
+	if err := e.cluster.AdminClient().Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	res = run(2, "plan", "-detailed-exitcode", "-input=false")
+	out := res.Stdout + res.Stderr
+	for _, want := range []string{"Migration drifted", "must be replaced", "forces replacement"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("plan after the VM was deleted: want %q\n%s", want, out)
+		}
+	}
+	if !errRE("VirtualMachine " + e.namespace + "/dr is gone").MatchString(out) {
+		t.Fatalf("plan does not say the VM is gone\n%s", out)
+	}
+	run(0, "apply", "-auto-approve", "-input=false")
+	if now := e.vm(t, e.namespace, "dr"); now.UID == old.UID {
+		t.Fatalf("VirtualMachine UID unchanged after the replacement")
+	}
+	run(0, "plan", "-detailed-exitcode", "-input=false")
+	run(0, "destroy", "-auto-approve", "-input=false")
+}
+
+// TestAccMigrationLifePreflightPlan: the plan of a new migration runs the
+// pre-flight checks, so a blocker fails the plan with its fix.
+func TestAccMigrationLifePreflightPlan(t *testing.T) {
+	e := newMigrationEnv(t)
+	e.host.AddVM(t, esxisim.VMSpec{Name: "pf", GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 2 * mib}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network", MAC: "00:50:56:00:50:01"}, {Network: "Storage", MAC: "00:50:56:00:50:02"}}})
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: e.lifeConfig(lifeCfg{label: "pf"}), PlanOnly: true,
+			ExpectError: errRE(`Migration blocked by pre-flight check nics_mapped`),
+		}},
+	})
+}
