@@ -21,7 +21,7 @@ const mib = 1 << 20
 func needQemuImg(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath(DefaultBinary); err != nil {
-		t.Skip("qemu-img not installed (Debian package qemu-utils)")
+		t.Fatal("qemu-img is not installed: install the Debian package qemu-utils (make test does so)")
 	}
 }
 
@@ -133,7 +133,7 @@ func countingQemuImg(t *testing.T, sleep bool) (bin, log string) {
 	t.Helper()
 	real, err := exec.LookPath(DefaultBinary)
 	if err != nil {
-		t.Skip("qemu-img not installed")
+		t.Fatal("qemu-img is not installed: install the Debian package qemu-utils (make test does so)")
 	}
 	dir := t.TempDir()
 	log = filepath.Join(dir, "calls")

@@ -23,12 +23,13 @@ type crashChildArgs struct {
 	Chunk int64
 }
 
-// TestCrashChild is the process killed by TestCopySurvivesKill9; it does
-// nothing in a normal test run.
+// TestCrashChild is the process killed by TestCopySurvivesKill9. In a
+// normal test run (no child arguments) there is nothing to copy, and it
+// passes at once.
 func TestCrashChild(t *testing.T) {
 	raw := os.Getenv(crashChildEnv)
 	if raw == "" {
-		t.Skip("helper process for TestCopySurvivesKill9")
+		return
 	}
 	var a crashChildArgs
 	if err := json.Unmarshal([]byte(raw), &a); err != nil {
