@@ -24,6 +24,11 @@
 // power-off policy allows, and is recorded once so that it is never decided
 // again.
 //
+// A VM migrated by other means has no record; Adopt matches it to its
+// source (by MAC addresses, or by name and disk sizes), labels it and its
+// DataVolumes as the migration's and records it as Completed, so that it
+// can be imported like any other.
+//
 // The package has no Terraform dependency: the provider's resource turns
 // Spec, Record, Observation, Event and StopError into its schema, logs and
 // diagnostics.

@@ -153,19 +153,7 @@ func (r *run) stepDiscover(ctx context.Context) error {
 func (r *run) recordInventory(vm *esxi.VM) {
 	rec := r.rec()
 	rec.Identity.VMID, rec.Identity.VMName, rec.Identity.VMXPath = vm.VMID, vm.Name, vm.VMXPath
-	inv := &SourceInventory{
-		VMID: vm.VMID, Name: vm.Name, VMXPath: vm.VMXPath, GuestOS: vm.GuestOS, HardwareVersion: vm.HardwareVersion,
-		Firmware: string(vm.Firmware), SecureBoot: vm.SecureBoot, CPUs: vm.CPUs, MemoryMiB: vm.MemoryMiB,
-		PowerState: string(vm.PowerState), ToolsRunning: vm.ToolsRunning,
-	}
-	for _, d := range vm.Disks {
-		inv.Disks = append(inv.Disks, SourceDisk{Device: d.Device, Bus: d.Bus, DescriptorPath: d.DescriptorPath,
-			DataPath: d.DataPath, CapacityBytes: d.CapacityBytes, Thin: d.Thin})
-	}
-	for _, n := range vm.NICs {
-		inv.NICs = append(inv.NICs, SourceNIC{Device: n.Device, Network: n.NetworkName, MAC: n.MAC, Adapter: n.AdapterType})
-	}
-	rec.Source = inv
+	rec.Source = sourceInventoryOf(vm)
 	disks := make([]DiskEvidence, len(vm.Disks))
 	for i, d := range vm.Disks {
 		ev := DiskEvidence{Index: i, Device: d.Device, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes,

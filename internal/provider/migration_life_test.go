@@ -367,7 +367,8 @@ func TestAccMigrationLifeImport(t *testing.T) {
 			{Config: cfg, ResourceName: addr, ImportState: true, ImportStateId: "bad-id",
 				ExpectError: errRE(`Import a migration by its destination as <namespace>/<name>, for example apps/web-01; got "bad-id".`)},
 			{Config: cfg, ResourceName: addr, ImportState: true, ImportStateId: e.namespace + "/nothing",
-				ExpectError: errRE(`Migration ` + e.namespace + `/nothing has no record`)},
+				ExpectError: errRE(`migration ` + e.namespace + `/nothing has no record (ConfigMap ` + e.namespace + `/vmmigration-nothing) ` +
+					`and there is no VirtualMachine ` + e.namespace + `/nothing to adopt either.`)},
 		},
 	})
 }

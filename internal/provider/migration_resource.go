@@ -81,13 +81,10 @@ func (r *migrationResource) ValidateConfig(ctx context.Context, req resource.Val
 		}
 		return v.ValueString(), true
 	}
+	// A missing transport is refused when a migration is planned
+	// (planCreate): an imported one copies nothing and needs none.
 	switch {
-	case transport.IsUnknown():
-	case transport.IsNull():
-		resp.Diagnostics.AddAttributeError(path.Root("transport"), "Missing transport",
-			"Say how disk images reach CDI: set transport.upload_proxy_url to the URL of CDI's upload proxy "+
-				"(see `kubectl get cdiconfig config -o jsonpath='{.status.uploadProxyURL}'`), or "+
-				"transport.http_staging_dir and transport.http_staging_url for a staging location that your HTTP server serves.")
+	case transport.IsUnknown() || transport.IsNull():
 	default:
 		proxy, k1 := str(transport, "upload_proxy_url")
 		dir, k2 := str(transport, "http_staging_dir")
@@ -586,6 +583,14 @@ func (r *migrationResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 
 func (r *migrationResource) planCreate(ctx context.Context, plan *migrationModel, resp *resource.ModifyPlanResponse) {
 	plan.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+	if plan.Transport == nil {
+		resp.Diagnostics.AddAttributeError(path.Root("transport"), "Missing transport",
+			"Say how disk images reach CDI: set transport.upload_proxy_url to the URL of CDI's upload proxy "+
+				"(see `kubectl get cdiconfig config -o jsonpath='{.status.uploadProxyURL}'`), or "+
+				"transport.http_staging_dir and transport.http_staging_url for a staging location that your HTTP server serves. "+
+				"(Only a migration that is imported, and so copies nothing, may leave transport out.)")
+		return
+	}
 	if r.clients == nil {
 		return
 	}
@@ -868,7 +873,8 @@ func (r *migrationResource) Update(ctx context.Context, req resource.UpdateReque
 
 // ImportState takes <namespace>/<name> of the destination VM. Read then
 // fills the rest from the migration's record and the cluster. A VM migrated
-// without this provider has no record and cannot be imported yet.
+// without this provider has no record: adopt matches it to its source and
+// writes one.
 func (r *migrationResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	ns, name, ok := strings.Cut(req.ID, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -912,17 +918,15 @@ func (r *migrationResource) fillImported(ctx context.Context, m *migrationModel,
 	d.AccessMode, d.VolumeMode = types.StringValue(engine.DefaultAccessMode), types.StringValue(engine.DefaultVolumeMode)
 	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus), types.StringValue(engine.DefaultRunStrategy)
 	if len(rec.Disks) > 0 {
-		if dv, err := r.clients.kube.GetDataVolume(ctx, ns, rec.Disks[0].DataVolume); err == nil && dv.Spec.Storage != nil {
-			st := dv.Spec.Storage
-			if st.StorageClassName != nil {
-				d.StorageClass = types.StringValue(*st.StorageClassName)
-			}
-			if len(st.AccessModes) > 0 {
-				d.AccessMode = types.StringValue(string(st.AccessModes[0]))
-			}
-			if st.VolumeMode != nil {
-				d.VolumeMode = types.StringValue(string(*st.VolumeMode))
-			}
+		sc, am, mode := r.claimSettings(ctx, ns, rec.Disks[0].DataVolume)
+		if sc != nil {
+			d.StorageClass = types.StringValue(*sc)
+		}
+		if len(am) > 0 {
+			d.AccessMode = types.StringValue(string(am[0]))
+		}
+		if mode != nil {
+			d.VolumeMode = types.StringValue(string(*mode))
 		}
 	}
 	if vm != nil {
@@ -936,14 +940,15 @@ func (r *migrationResource) fillImported(ctx context.Context, m *migrationModel,
 			if rec.Source != nil && len(t.Spec.Networks) > 0 {
 				nm := map[string]types.String{}
 				for i, n := range t.Spec.Networks {
-					if i >= len(rec.Source.NICs) {
-						break
+					nic := sourceNICOf(rec.Source.NICs, t.Spec.Domain.Devices.Interfaces, n.Name, i)
+					if nic == nil {
+						continue
 					}
 					switch {
 					case n.Pod != nil:
-						nm[rec.Source.NICs[i].Network] = types.StringValue(preflight.PodNetwork)
+						nm[nic.Network] = types.StringValue(preflight.PodNetwork)
 					case n.Multus != nil:
-						nm[rec.Source.NICs[i].Network] = types.StringValue(n.Multus.NetworkName)
+						nm[nic.Network] = types.StringValue(n.Multus.NetworkName)
 					}
 				}
 				d.NetworkMap = nm
@@ -978,6 +983,49 @@ func (r *migrationResource) fillImported(ctx context.Context, m *migrationModel,
 		s.apply(m)
 	}
 	return diags
+}
+
+// sourceNICOf is the source NIC behind the VM's network named network (the
+// i-th): the one whose MAC address its interface carries, else the i-th
+// (the provider renders them in order; a VM made by another tool may not).
+func sourceNICOf(nics []engine.SourceNIC, ifaces []kubevirtv1.Interface, network string, i int) *engine.SourceNIC {
+	for _, iface := range ifaces {
+		if iface.Name != network || iface.MacAddress == "" {
+			continue
+		}
+		for j := range nics {
+			if strings.EqualFold(nics[j].MAC, iface.MacAddress) {
+				return &nics[j]
+			}
+		}
+	}
+	if i < len(nics) {
+		return &nics[i]
+	}
+	return nil
+}
+
+// claimSettings reads the storage class, access modes and volume mode of a
+// disk: from its DataVolume's spec.storage or spec.pvc, else (the
+// DataVolume garbage-collected, or a bare claim) from the claim.
+func (r *migrationResource) claimSettings(ctx context.Context, ns, name string) (*string, []corev1.PersistentVolumeAccessMode, *corev1.PersistentVolumeMode) {
+	if dv, err := r.clients.kube.GetDataVolume(ctx, ns, name); err == nil {
+		if st := dv.Spec.Storage; st != nil {
+			return st.StorageClassName, st.AccessModes, st.VolumeMode
+		}
+		if p := dv.Spec.PVC; p != nil {
+			return p.StorageClassName, p.AccessModes, p.VolumeMode
+		}
+	}
+	cl, err := r.clients.kube.Raw()
+	if err != nil {
+		return nil, nil, nil
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pvc); err != nil {
+		return nil, nil, nil
+	}
+	return pvc.Spec.StorageClassName, pvc.Spec.AccessModes, pvc.Spec.VolumeMode
 }
 
 // annotationSettings on the record's ConfigMap holds the settings of the
@@ -1171,13 +1219,40 @@ func (r *migrationResource) loadSettings(ctx context.Context, ns, name string) (
 	return &s, nil
 }
 
-// adopt is where a VirtualMachine migrated without this provider would be
-// matched to its source and recorded; until then it explains the refusal.
-func (r *migrationResource) adopt(_ context.Context, _ *engine.Engine, ns, name string) diag.Diagnostics {
+// adopt records a VirtualMachine migrated without this provider (it has
+// no record) as a Completed migration of the source VM it matches on one
+// of the configured hosts (engine.Adopt), and says in a warning what
+// matched and what was written: the record and the migration label on the
+// VirtualMachine and its DataVolumes. With an import block this happens
+// while Terraform plans.
+func (r *migrationResource) adopt(ctx context.Context, eng *engine.Engine, ns, name string) diag.Diagnostics {
 	var diags diag.Diagnostics
-	diags.AddError("Cannot import migration",
-		fmt.Sprintf("Migration %s/%s has no record (ConfigMap %s/%s). Check the namespace and name: the import ID is <namespace>/<name> of the destination VirtualMachine. "+
-			"Importing a VM migrated without this provider is not supported yet.",
-			ns, name, ns, engine.RecordName(name)))
+	hosts := r.clients.esxi.Names()
+	rec, rep, err := eng.Adopt(ctx, ns, name, hosts)
+	if err != nil {
+		diags.AddError("Cannot import migration",
+			fmt.Sprintf("Adopting VirtualMachine %s/%s as a migration failed: %v", ns, name, err))
+		return diags
+	}
+	m := rep.Match
+	tflog.Info(ctx, "adopted a VM migrated by other means", map[string]any{"esxi_host": m.Host, "vmid": m.VMID, "matched": m.Matched()})
+	var b strings.Builder
+	fmt.Fprintf(&b, "VirtualMachine %s/%s had no migration record. It was %s to the source VM %q (vmid %d) on ESXi host %s, "+
+		"and recorded as a Completed migration in ConfigMap %s/%s.",
+		ns, name, m.Matched(), rec.Identity.VMName, rec.Identity.VMID, rec.Identity.Host, ns, engine.RecordName(name))
+	if len(rep.Labelled) > 0 {
+		fmt.Fprintf(&b, "\n\nLabelled %s=%s so that they count as this migration's: %s.", kube.LabelMigration, name, strings.Join(rep.Labelled, ", "))
+	}
+	for _, n := range rep.Notes {
+		b.WriteString("\n\nNote: " + n + ".")
+	}
+	if len(rep.Others) > 0 {
+		b.WriteString("\n\nOther candidates, not adopted:")
+		for _, o := range rep.Others {
+			b.WriteString("\n  - " + o.String())
+		}
+	}
+	b.WriteString("\n\nIf this is not the VM's source, remove the resource from the state, delete that ConfigMap and import again once the wrong candidate is gone.")
+	diags.AddWarning("Migration adopted", b.String())
 	return diags
 }

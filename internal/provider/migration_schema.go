@@ -218,7 +218,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			},
 			"transport": schema.SingleNestedAttribute{
 				Optional:            true,
-				MarkdownDescription: "How disk images reach CDI. Default: CDI's upload proxy, as `virtctl image-upload` uses it; or an HTTP staging location you serve, imported with a DataVolume `http` source.",
+				MarkdownDescription: "How disk images reach CDI: CDI's upload proxy, as `virtctl image-upload` uses it, or an HTTP staging location you serve, imported with a DataVolume `http` source. Required to migrate; a migration adopted by import copies nothing and may leave it out.",
 				Attributes: map[string]schema.Attribute{
 					"upload_proxy_url":            schema.StringAttribute{Optional: true, MarkdownDescription: "URL of CDI's upload proxy reachable from the machine running Terraform, e.g. `https://cdi-uploadproxy.example.com`."},
 					"upload_proxy_ca_certificate": schema.StringAttribute{Optional: true, MarkdownDescription: "PEM CA of the upload proxy's certificate."},
