@@ -433,7 +433,45 @@ func TestAccMigrationLifeDrift(t *testing.T) {
 		t.Fatalf("VirtualMachine UID unchanged after the replacement")
 	}
 	run(0, "plan", "-detailed-exitcode", "-input=false")
+
+	// A DataVolume deleted outside Terraform (with no claim left behind) is
+	// drift too.
+	dv := &cdiv1beta1.DataVolume{}
+	if err := e.cluster.AdminClient().Get(ctx, keyOf(e.namespace, "dr-disk-0"), dv); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cluster.AdminClient().Delete(ctx, dv); err != nil {
+		t.Fatal(err)
+	}
+	res = run(2, "plan", "-detailed-exitcode", "-input=false")
+	out = res.Stdout + res.Stderr
+	if !strings.Contains(out, "Migration drifted") || !strings.Contains(out, "dr-disk-0") || !strings.Contains(out, "forces replacement") {
+		t.Fatalf("plan after the DataVolume was deleted: want drift naming dr-disk-0 and a replacement\n%s", out)
+	}
 	run(0, "destroy", "-auto-approve", "-input=false")
+}
+
+// TestAccMigrationLifePreflightWarning: a failed warning check of a new
+// migration is a warning in the plan, which still succeeds.
+func TestAccMigrationLifePreflightWarning(t *testing.T) {
+	e := newMigrationEnv(t)
+	e.host.AddVM(t, esxisim.VMSpec{Name: "pw", GuestOS: "rhel9-64", Power: esxisim.PoweredOn,
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 2 * mib}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network", MAC: "00:50:56:00:51:01"}}})
+	cfg := strings.TrimSuffix(acctest.BinaryConfig(""), acctest.ProviderConfig("")) +
+		e.lifeConfig(lifeCfg{label: "pw", extra: `  power_off_policy = "hard"`})
+	w := acctest.NewWorkdir(t, cfg)
+	res := w.Run(t.Context(), nil, "plan", "-input=false")
+	if res.Err != nil {
+		t.Fatalf("plan: %v\n%s\n%s", res.Err, res.Stdout, res.Stderr)
+	}
+	out := res.Stdout + res.Stderr
+	if !strings.Contains(out, "Warning:") || !errRE(`is poweredOn and power_off_policy is "hard": it will be powered off without a guest shutdown`).MatchString(out) {
+		t.Fatalf("plan: want the power_off_policy warning\n%s", out)
+	}
+	if !strings.Contains(out, "1 to add") {
+		t.Fatalf("plan: want the migration planned despite the warning\n%s", out)
+	}
 }
 
 // TestAccMigrationLifePreflightPlan: the plan of a new migration runs the
