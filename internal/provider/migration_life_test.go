@@ -448,6 +448,18 @@ func TestAccMigrationLifeDrift(t *testing.T) {
 	if !strings.Contains(out, "Migration drifted") || !strings.Contains(out, "dr-disk-0") || !strings.Contains(out, "forces replacement") {
 		t.Fatalf("plan after the DataVolume was deleted: want drift naming dr-disk-0 and a replacement\n%s", out)
 	}
+	run(0, "apply", "-auto-approve", "-input=false")
+	run(0, "plan", "-detailed-exitcode", "-input=false")
+
+	// After cutover the source VM is often unregistered from its host:
+	// that is normal, not drift.
+	if err := e.host.Unregister(vmid); err != nil {
+		t.Fatal(err)
+	}
+	res = run(0, "plan", "-detailed-exitcode", "-input=false")
+	if out := res.Stdout + res.Stderr; strings.Contains(out, "Migration drifted") {
+		t.Fatalf("plan after the source was unregistered reports drift\n%s", out)
+	}
 	run(0, "destroy", "-auto-approve", "-input=false")
 }
 
