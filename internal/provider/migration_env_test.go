@@ -73,6 +73,11 @@ func (e *migrationEnv) providerBlock() string {
 // migration renders a vmmigration_migration for one source VM with the
 // environment's transport and fast retries; extra is added to its body.
 func (e *migrationEnv) migration(label, vmName, networkMap, extra string) string {
+	return e.migrationWithRetries(label, vmName, networkMap, 3, extra)
+}
+
+// migrationWithRetries is migration with a retry budget of attempts tries.
+func (e *migrationEnv) migrationWithRetries(label, vmName, networkMap string, attempts int, extra string) string {
 	return fmt.Sprintf(`
 resource "vmmigration_migration" %q {
   source = {
@@ -90,13 +95,13 @@ resource "vmmigration_migration" %q {
     upload_proxy_ca_certificate = %q
   }
   retry = {
-    attempts        = 3
+    attempts        = %d
     initial_backoff = "200ms"
     max_backoff     = "1s"
   }
 %s
 }
-`, label, vmName, e.namespace, label, networkMap, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()), extra)
+`, label, vmName, e.namespace, label, networkMap, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()), attempts, extra)
 }
 
 // ours lists the DataVolumes and VirtualMachines labelled as a migration's.

@@ -42,30 +42,7 @@ func failVM(name string, power esxisim.PowerState) esxisim.VMSpec {
 // failingMigration renders a vmmigration_migration like e.migration, with
 // a retry budget of attempts tries.
 func (e *migrationEnv) failingMigration(label, vmName string, attempts int, extra string) string {
-	return fmt.Sprintf(`
-resource "vmmigration_migration" %q {
-  source = {
-    host    = "esxi-a"
-    vm_name = %q
-  }
-  destination = {
-    namespace     = %q
-    name          = %q
-    storage_class = "standard"
-    network_map   = { "VM Network" = "pod" }
-  }
-  transport = {
-    upload_proxy_url            = %q
-    upload_proxy_ca_certificate = %q
-  }
-  retry = {
-    attempts        = %d
-    initial_backoff = "200ms"
-    max_backoff     = "1s"
-  }
-%s
-}
-`, label, vmName, e.namespace, label, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()), attempts, extra)
+	return e.migrationWithRetries(label, vmName, `{ "VM Network" = "pod" }`, attempts, extra)
 }
 
 // cfg is the provider configuration plus one resource.
