@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"io"
 	"net"
 	"strconv"
@@ -11,32 +12,15 @@ import (
 	"syscall"
 )
 
-// Class tells a caller what to do with an error.
-type Class int
+// Class is the shared error classification (see package fault).
+type Class = fault.Class
 
+// The classes, as this package's callers have always named them.
 const (
-	// Permanent errors will not go away by retrying: the VM or file does not
-	// exist, the input is invalid.
-	Permanent Class = iota
-	// Transient errors may succeed on retry: dropped connections, timeouts,
-	// hostd busy or restarting.
-	Transient
-	// NeedsHuman errors need someone to act before a retry can succeed:
-	// refused credentials, lockdown mode, host key mismatch, a powered-on VM
-	// holding its disks, VMware Tools not running.
-	NeedsHuman
+	Permanent  = fault.Permanent
+	Transient  = fault.Transient
+	NeedsHuman = fault.NeedsHuman
 )
-
-func (c Class) String() string {
-	switch c {
-	case Transient:
-		return "transient"
-	case NeedsHuman:
-		return "needs-human"
-	default:
-		return "permanent"
-	}
-}
 
 // Sentinel errors, matched with errors.Is on any error this package returns.
 var (

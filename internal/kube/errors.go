@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"io"
 	"net"
 	"net/http"
@@ -13,31 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 )
 
-// Class says what the caller should do about an error.
-type Class int
+// Class is the shared error classification (see package fault).
+type Class = fault.Class
 
+// The classes, as this package's callers have always named them.
 const (
-	// Permanent errors will not go away by retrying: invalid objects, bad
-	// requests, not found, and anything not recognised.
-	Permanent Class = iota
-	// Transient errors may go away by retrying with backoff: timeouts,
-	// conflicts, throttling, server errors, refused or reset connections.
-	Transient
-	// NeedsHuman errors need someone to change credentials, permissions or
-	// the cluster (e.g. install KubeVirt or CDI) before a retry can help.
-	NeedsHuman
+	Permanent  = fault.Permanent
+	Transient  = fault.Transient
+	NeedsHuman = fault.NeedsHuman
 )
-
-func (c Class) String() string {
-	switch c {
-	case Transient:
-		return "transient"
-	case NeedsHuman:
-		return "needs-human"
-	default:
-		return "permanent"
-	}
-}
 
 // ErrNotFound matches, with errors.Is, every error returned by this package
 // for an object that does not exist.
