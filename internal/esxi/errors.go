@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
 
 // Class is the shared error classification (see package fault).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
 
 // Class is the shared error classification (see package fault).
