@@ -123,7 +123,7 @@ func ParseGetAllVMs(out string) (GetAllVMsResult, []Problem) {
 					continue
 				}
 				if seen[vmid] {
-					probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("vmid %d listed twice; keeping the first row", vmid)})
+					probs = append(probs, Problem{Line: ln, VMID: vmid, Message: fmt.Sprintf("vmid %d listed twice; keeping the first row", vmid)})
 					cur = -1
 					continue
 				}
@@ -134,7 +134,7 @@ func ParseGetAllVMs(out string) (GetAllVMsResult, []Problem) {
 					e.Name, e.Datastore, e.File, e.GuestOS, e.Version, e.Annotation = s.name, s.ds, s.file, s.guest, s.version, s.annotation
 				} else {
 					e.Ambiguous = true
-					probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("row for vmid %d splits into columns in %d ways; only the vmid is used", vmid, len(splits))})
+					probs = append(probs, Problem{Line: ln, VMID: vmid, Message: fmt.Sprintf("row for vmid %d splits into columns in %d ways; only the vmid is used", vmid, len(splits))})
 				}
 				res.VMs = append(res.VMs, e)
 				cur = len(res.VMs) - 1
@@ -147,7 +147,7 @@ func ParseGetAllVMs(out string) (GetAllVMsResult, []Problem) {
 			e := &res.VMs[cur]
 			e.Annotation += "\n" + line
 			if gavRowStartRE.MatchString(line) {
-				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("line starts with a number but is not a complete VM row; read as part of vmid %d's annotation", e.VMID)})
+				probs = append(probs, Problem{Line: ln, VMID: e.VMID, Message: fmt.Sprintf("line starts with a number but is not a complete VM row; read as part of vmid %d's annotation", e.VMID)})
 			}
 			continue
 		}

@@ -13,11 +13,21 @@ import (
 )
 
 // Inventory returns every VM registered on the host, fully populated, in
-// three round trips whatever the number of VMs: (1) vmInventory.xml and
-// getallvms; (2) every .vmx plus power.getstate, get.guest and
-// snapshot.get per VM; (3) every disk descriptor. Round trips 2 and 3 are
-// split over the session pool in parallel. Per-VM trouble is reported in
-// VM.Problems; problems with the host as a whole in the returned list.
+// three round trips whatever the number of VMs (see [Client.collect] for
+// the stages). Round trips 2 and 3 are split over the session pool in
+// parallel.
+//
+// Problems belong to the VM they concern. Anything about one vmid (its
+// vmInventory.xml entry, its getallvms row, hostd's "Skipping invalid VM
+// 'N'", its .vmx, descriptors and vim-cmd output) is in that VM's
+// VM.Problems and nowhere else, so one broken VM never blocks another. The
+// returned list holds only problems about no listed VM: those marked
+// [Problem.HostWide] make every VM's data uncertain (vmInventory.xml
+// unreadable or unparseable as a whole, a broken exec framing); the others
+// are notes that concern no VM in the list (a vmid that disappeared during
+// the refresh, a getallvms line that is not a row).
+//
+// System VMs (see [VM.System]) and invalid VMs are listed like the others.
 //
 // Reading is side-effect free, so a transient failure (a dropped
 // connection, hostd busy) is retried a few times with backoff.
@@ -37,8 +47,11 @@ var readRetry = retry.Policy{Attempts: 3, Initial: 500 * time.Millisecond, Max: 
 
 func isTransient(err error) bool { return Classify(err) == Transient }
 
-// VM returns one VM by vmid, built the same way as [Client.Inventory]. An
-// unknown vmid is an error matching [ErrVMNotFound].
+// VM returns one VM by vmid, built the same way as [Client.Inventory] and
+// in as many round trips. Its Problems are its own plus the host-wide ones
+// ([Problem.HostWide]), which make its data uncertain too; problems of
+// other VMs never appear. An unknown vmid is an error matching
+// [ErrVMNotFound].
 func (c *Client) VM(ctx context.Context, vmid int) (VM, error) {
 	if vmid <= 0 {
 		return VM{}, &Error{Class: Permanent, Kind: ErrVMNotFound, Host: c.cfg.Name, Op: "reading VM", VMID: vmid, Msg: "vmids are positive integers"}
@@ -47,44 +60,102 @@ func (c *Client) VM(ctx context.Context, vmid int) (VM, error) {
 	if err != nil {
 		return VM{}, err
 	}
-	for _, vm := range vms {
-		if vm.VMID == vmid {
-			vm.Problems = append(vm.Problems, probs...)
-			return vm, nil
+	if len(vms) != 1 || vms[0].VMID != vmid {
+		return VM{}, &Error{Class: Permanent, Kind: ErrVMNotFound, Host: c.cfg.Name, Op: "reading VM", VMID: vmid,
+			Msg: "no VM with this vmid is registered on the host: it may have been unregistered or re-registered under a new vmid; refresh the inventory"}
+	}
+	vm := vms[0]
+	for _, p := range probs {
+		if p.HostWide {
+			vm.Problems = append(vm.Problems, p)
 		}
 	}
-	return VM{}, &Error{Class: Permanent, Kind: ErrVMNotFound, Host: c.cfg.Name, Op: "reading VM", VMID: vmid,
-		Msg: "no VM with this vmid is registered on the host: it may have been unregistered or re-registered under a new vmid; refresh the inventory"}
+	return vm, nil
 }
 
+// vmWork is one VM while the inventory is collected.
 type vmWork struct {
-	vm       VM
-	gav      *GetAllVMsEntry
+	vm VM
+	// gav is the VM's getallvms row, nil when getallvms does not list it.
+	gav *GetAllVMsEntry
+	// invalid is true for a VM hostd skips as invalid: vim-cmd does not
+	// know it and its .vmx cannot be read.
+	invalid  bool
 	vmx      VMXConfig
 	vmxOK    bool
-	results  map[string]Result
 	guestIPs map[string][]string // by lower-case MAC
 }
 
-func (c *Client) collect(ctx context.Context, only int) ([]VM, []Problem, error) {
-	var hostProbs []Problem
+func (w *vmWork) problem(source, msg string) {
+	w.vm.Problems = append(w.vm.Problems, Problem{Source: source, VMID: w.vm.VMID, Message: msg})
+}
 
-	// Round 1.
-	inv, _ := Cat(InventoryXMLPath)
-	labels := []string{"inventory", "getallvms"}
-	cmds := []Command{inv, GetAllVMs()}
-	if only > 0 {
-		l, cm := perVMCommands(only)
-		labels, cmds = append(labels, l...), append(cmds, cm...)
+// inventoryRun carries one collection through its stages.
+type inventoryRun struct {
+	c *Client
+	// only is the vmid of the single VM asked for, 0 for all VMs.
+	only int
+	work []*vmWork
+	// host holds problems that concern no listed VM.
+	host []Problem
+	// results of the configs stage (vim-cmd and .vmx, by label) and of
+	// the descriptors stage (by descriptor path).
+	configs map[string]Result
+	descs   map[string]Result
+}
+
+// collect builds the inventory in explicit stages, one round trip each
+// except assemble:
+//
+//  1. list: vmInventory.xml and getallvms give the VM list with .vmx paths,
+//     system and invalid VMs; the single-VM filter applies here, once.
+//  2. configs: every listed VM's .vmx and power.getstate, get.guest and
+//     snapshot.get.
+//  3. descriptors: every disk descriptor the .vmx files name.
+//  4. assemble: each VM from what the stages read.
+//
+// Each stage attaches what it learns about a VM to that VM; only problems
+// about no listed VM are returned separately (see [Client.Inventory]).
+func (c *Client) collect(ctx context.Context, only int) ([]VM, []Problem, error) {
+	run := &inventoryRun{c: c, only: only}
+	for _, stage := range []func(context.Context) error{run.list, run.readConfigs, run.readDescriptors} {
+		if err := stage(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
-	r1, probs, err := c.runMany(ctx, "inventory", labels, cmds)
+	return run.assemble(), run.host, nil
+}
+
+// batch runs one stage's commands and keeps the framing problems, which
+// make everything that exec read uncertain.
+func (run *inventoryRun) batch(ctx context.Context, labels []string, cmds []Command) (map[string]Result, error) {
+	if len(cmds) == 0 {
+		return map[string]Result{}, nil
+	}
+	rs, probs, err := run.c.runMany(ctx, "inventory", labels, cmds)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	hostProbs = append(hostProbs, probs...)
-	gavRes := r1["getallvms"]
+	run.host = append(run.host, hostWide(probs)...)
+	return rs, nil
+}
+
+// list is stage 1: the registered VMs and their .vmx paths.
+//
+// vmInventory.xml is authoritative for the list and the paths; getallvms
+// adds VMs the file lacks (or all of them when the file is unreadable),
+// marks invalid VMs ("Skipping invalid VM 'N'") and gives names for VMs
+// whose .vmx is not read.
+func (run *inventoryRun) list(ctx context.Context) error {
+	c := run.c
+	inv, _ := Cat(InventoryXMLPath)
+	r, err := run.batch(ctx, []string{"inventory", "getallvms"}, []Command{inv, GetAllVMs()})
+	if err != nil {
+		return err
+	}
+	gavRes := r["getallvms"]
 	if e := c.vimErr("getallvms", 0, gavRes); e != nil {
-		return nil, nil, e
+		return e
 	}
 	gav, gavProbs := ParseGetAllVMs(gavRes.Output)
 	gavByID := map[int]*GetAllVMsEntry{}
@@ -96,135 +167,211 @@ func (c *Client) collect(ctx context.Context, only int) ([]VM, []Problem, error)
 		skipped[id] = true
 	}
 
-	var work []*vmWork
-	seen := map[int]bool{}
-	invRes := r1["inventory"]
-	if e := c.fileErr("cat", InventoryXMLPath, 0, invRes); e != nil {
-		hostProbs = append(hostProbs, Problem{Source: InventoryXMLPath, Message: "unreadable, using getallvms paths instead: " + e.Error()})
-		hostProbs = append(hostProbs, gavProbs...)
-	} else {
-		// vmInventory.xml is authoritative for the VM list and paths (a VM
-		// it lists that getallvms lacks is reported per VM, and names come
-		// from the .vmx), so a getallvms line read as a multi-line
-		// annotation, or a row that splits into columns in several ways,
-		// is not worth reporting here.
-		for _, p := range gavProbs {
-			if !strings.Contains(p.Message, "is not a complete VM row") && !strings.Contains(p.Message, "splits into columns") {
-				hostProbs = append(hostProbs, p)
+	// Problems about one vmid wait here until that VM's work exists.
+	byVM := map[int][]Problem{}
+	var loose []Problem
+	add := func(ps []Problem) {
+		for _, p := range ps {
+			if p.VMID > 0 && !p.HostWide {
+				byVM[p.VMID] = append(byVM[p.VMID], p)
+			} else {
+				loose = append(loose, p)
 			}
 		}
-		entries, probs := ParseVMInventory(invRes.Output)
-		hostProbs = append(hostProbs, probs...)
-		for _, e := range entries {
-			if only > 0 && e.VMID != only {
-				continue
+	}
+
+	var entries []InventoryEntry
+	invRes := r["inventory"]
+	if e := c.fileErr("cat", InventoryXMLPath, 0, invRes); e != nil {
+		if Classify(e) == Transient {
+			return e
+		}
+		// getallvms is now the only list: a line it does not understand
+		// may be a VM missing from it.
+		loose = append(loose, Problem{Source: InventoryXMLPath, HostWide: true, Message: "unreadable, using getallvms paths instead: " + e.Error()})
+		for i := range gavProbs {
+			if gavProbs[i].VMID == 0 {
+				gavProbs[i].HostWide = true
 			}
-			w := &vmWork{vm: VM{VMID: e.VMID, VMXPath: e.VMXPath}, gav: gavByID[e.VMID]}
-			if w.gav == nil {
-				if skipped[e.VMID] {
-					w.vm.Problems = append(w.vm.Problems, Problem{Source: "getallvms", Message: "hostd skips this VM as invalid (its datastore may be missing or its .vmx unreadable)"})
-				} else {
-					w.vm.Problems = append(w.vm.Problems, Problem{Source: "getallvms", Message: "registered in vmInventory.xml but not listed by getallvms"})
-				}
+		}
+		add(gavProbs)
+	} else {
+		// With vmInventory.xml authoritative for the list and paths (and
+		// names coming from the .vmx), a getallvms line read as part of a
+		// multi-line annotation, or a row that splits into columns in
+		// several ways, is not worth reporting.
+		for _, p := range gavProbs {
+			if !strings.Contains(p.Message, "is not a complete VM row") && !strings.Contains(p.Message, "splits into columns") {
+				add([]Problem{p})
 			}
-			seen[e.VMID] = true
-			work = append(work, w)
+		}
+		var probs []Problem
+		entries, probs = ParseVMInventory(invRes.Output)
+		add(probs)
+	}
+
+	seen := map[int]bool{}
+	var work []*vmWork
+	newWork := func(vmid int) *vmWork {
+		w := &vmWork{vm: VM{VMID: vmid}, gav: gavByID[vmid]}
+		seen[vmid] = true
+		work = append(work, w)
+		return w
+	}
+	for _, e := range entries {
+		w := newWork(e.VMID)
+		w.vm.VMXPath, w.vm.System = e.VMXPath, e.System
+	}
+	// Entries vmInventory.xml has but could not give a path for: still
+	// registered VMs, listed with their problem.
+	for vmid := range byVM {
+		if !seen[vmid] && gavByID[vmid] == nil && !skipped[vmid] {
+			newWork(vmid)
 		}
 	}
 	for i := range gav.VMs {
 		g := &gav.VMs[i]
-		if seen[g.VMID] || (only > 0 && g.VMID != only) {
+		if seen[g.VMID] {
 			continue
 		}
-		w := &vmWork{vm: VM{VMID: g.VMID}, gav: g}
+		w := newWork(g.VMID)
 		switch {
 		case g.Ambiguous:
-			w.vm.Problems = append(w.vm.Problems, Problem{Source: "getallvms", Message: "not in vmInventory.xml and its getallvms row is ambiguous: .vmx path unknown"})
+			w.problem("getallvms", "not in vmInventory.xml and its getallvms row is ambiguous: .vmx path unknown")
 		case g.Datastore == "" && strings.HasPrefix(g.File, "/"):
 			w.vm.VMXPath = g.File
 		default:
 			w.vm.VMXPath = VolumesRoot + "/" + g.Datastore + "/" + g.File
 		}
 		if w.vm.VMXPath != "" {
-			if _, _, err := splitVolumePath(w.vm.VMXPath); err != nil {
-				w.vm.Problems = append(w.vm.Problems, Problem{Source: "getallvms", Message: err.Error()})
+			system, err := checkVMXPath(w.vm.VMXPath)
+			if err != nil {
+				w.problem("getallvms", err.Error())
 				w.vm.VMXPath = ""
 			}
+			w.vm.System = system
 		}
-		work = append(work, w)
 	}
-	sort.Slice(work, func(i, j int) bool { return work[i].vm.VMID < work[j].vm.VMID })
-	if only > 0 {
-		// The per-VM commands ran in round 1: a missing VM shows there.
-		if len(work) == 0 {
-			if e := c.vimErr("power.getstate", only, r1[perVMLabel("state", only)]); e != nil && !errors.Is(e, ErrVMNotFound) {
-				return nil, nil, e
-			}
-			return nil, hostProbs, nil
+	for _, id := range gav.Skipped {
+		if !seen[id] {
+			newWork(id)
 		}
-		work[0].results = r1
 	}
 
-	// Round 2: .vmx files (and per-VM vim-cmd for the full inventory).
-	labels, cmds = nil, nil
 	for _, w := range work {
-		if w.vm.VMXPath != "" {
+		id := w.vm.VMID
+		if g := w.gav; g != nil && !g.Ambiguous && g.Datastore == "" && strings.HasPrefix(g.File, "/") {
+			// getallvms prints "[] /abs/path.vmx" for system VMs.
+			w.vm.System = true
+		}
+		switch {
+		case skipped[id]:
+			w.invalid = true
+			w.problem("getallvms", fmt.Sprintf("hostd skips this VM as invalid (\"Skipping invalid VM '%d'\"): its .vmx is missing or unreadable, or its datastore is gone; restore its files or unregister it", id))
+		case w.gav == nil:
+			w.problem("getallvms", "registered in vmInventory.xml but not listed by getallvms")
+		}
+		w.vm.Problems = append(w.vm.Problems, byVM[id]...)
+		delete(byVM, id)
+	}
+	// Problems about a vmid that is listed nowhere concern no listed VM.
+	for _, ps := range byVM {
+		loose = append(loose, ps...)
+	}
+
+	// The single-VM filter: the only place that looks at run.only.
+	if run.only > 0 {
+		var kept []*vmWork
+		for _, w := range work {
+			if w.vm.VMID == run.only {
+				kept = append(kept, w)
+			}
+		}
+		work = kept
+		var host []Problem
+		for _, p := range loose {
+			if p.HostWide {
+				host = append(host, p)
+			}
+		}
+		loose = host
+	}
+	sort.Slice(work, func(i, j int) bool { return work[i].vm.VMID < work[j].vm.VMID })
+	sort.SliceStable(loose, func(i, j int) bool { return loose[i].VMID < loose[j].VMID })
+	run.work = work
+	run.host = append(run.host, loose...)
+	return nil
+}
+
+// readConfigs is stage 2: .vmx files and per-VM vim-cmd output. System
+// VMs are never migrated, so their .vmx (outside /vmfs/volumes, e.g.
+// /var/run/crx/infra/) is not read; invalid VMs have none to read and
+// vim-cmd does not know them.
+func (run *inventoryRun) readConfigs(ctx context.Context) error {
+	var labels []string
+	var cmds []Command
+	for _, w := range run.work {
+		if w.invalid {
+			continue
+		}
+		if w.vm.VMXPath != "" && !w.vm.System {
 			cmd, err := Cat(w.vm.VMXPath)
 			if err != nil {
-				w.vm.Problems = append(w.vm.Problems, Problem{Source: "vmx", Message: err.Error()})
+				w.problem("vmx", err.Error())
 				w.vm.VMXPath = ""
 			} else {
 				labels, cmds = append(labels, perVMLabel("vmx", w.vm.VMID)), append(cmds, cmd)
 			}
 		}
-		if only == 0 {
-			l, cm := perVMCommands(w.vm.VMID)
-			labels, cmds = append(labels, l...), append(cmds, cm...)
-		}
+		l, cm := perVMCommands(w.vm.VMID)
+		labels, cmds = append(labels, l...), append(cmds, cm...)
 	}
-	r2, probs, err := c.runMany(ctx, "inventory", labels, cmds)
+	rs, err := run.batch(ctx, labels, cmds)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	hostProbs = append(hostProbs, probs...)
-	for _, w := range work {
-		if w.results == nil {
-			w.results = r2
-		}
-	}
+	run.configs = rs
 
-	// Per-VM vim-cmd results and .vmx.
 	var kept []*vmWork
-	for _, w := range work {
-		gone, err := c.applyVimResults(w)
-		if err != nil {
-			return nil, nil, err
-		}
-		if gone {
-			hostProbs = append(hostProbs, Problem{Source: "inventory", Message: fmt.Sprintf("vmid %d disappeared during the refresh (unregistered)", w.vm.VMID)})
+	for _, w := range run.work {
+		if w.invalid {
+			kept = append(kept, w)
 			continue
 		}
-		if w.vm.VMXPath != "" {
-			r := r2[perVMLabel("vmx", w.vm.VMID)]
-			if e := c.fileErr("cat", w.vm.VMXPath, w.vm.VMID, r); e != nil {
+		gone, err := run.c.applyVimResults(w, rs)
+		if err != nil {
+			return err
+		}
+		if gone {
+			run.host = append(run.host, Problem{Source: "inventory", VMID: w.vm.VMID, Message: fmt.Sprintf("vmid %d disappeared during the refresh (unregistered)", w.vm.VMID)})
+			continue
+		}
+		if w.vm.VMXPath != "" && !w.vm.System {
+			r := rs[perVMLabel("vmx", w.vm.VMID)]
+			if e := run.c.fileErr("cat", w.vm.VMXPath, w.vm.VMID, r); e != nil {
 				if Classify(e) == Transient {
-					return nil, nil, e
+					return e
 				}
-				w.vm.Problems = append(w.vm.Problems, Problem{Source: w.vm.VMXPath, Message: e.Error()})
+				w.problem(w.vm.VMXPath, e.Error())
 			} else {
 				cfg, probs := ParseVMX(r.Output)
 				w.vmx, w.vmxOK = cfg, true
-				w.vm.Problems = append(w.vm.Problems, withSource(probs, w.vm.VMXPath)...)
+				w.vm.Problems = append(w.vm.Problems, withVMID(withSource(probs, w.vm.VMXPath), w.vm.VMID)...)
 			}
 		}
 		kept = append(kept, w)
 	}
-	work = kept
+	run.work = kept
+	return nil
+}
 
-	// Round 3: descriptors.
+// readDescriptors is stage 3: every disk descriptor the read .vmx files
+// name, each once.
+func (run *inventoryRun) readDescriptors(ctx context.Context) error {
 	descLabel := map[string]string{}
-	labels, cmds = nil, nil
-	for _, w := range work {
+	var labels []string
+	var cmds []Command
+	for _, w := range run.work {
 		if !w.vmxOK {
 			continue
 		}
@@ -248,28 +395,32 @@ func (c *Client) collect(ctx context.Context, only int) ([]VM, []Problem, error)
 			labels, cmds = append(labels, l), append(cmds, cmd)
 		}
 	}
-	r3 := map[string]Result{}
-	if len(cmds) > 0 {
-		r3, probs, err = c.runMany(ctx, "inventory", labels, cmds)
-		if err != nil {
-			return nil, nil, err
-		}
-		hostProbs = append(hostProbs, probs...)
+	rs, err := run.batch(ctx, labels, cmds)
+	if err != nil {
+		return err
 	}
+	run.descs = map[string]Result{}
+	for p, l := range descLabel {
+		if r, ok := rs[l]; ok {
+			run.descs[p] = r
+		}
+	}
+	return nil
+}
 
-	vms := make([]VM, 0, len(work))
-	for _, w := range work {
-		c.assemble(w, func(p string) (Result, bool) {
-			l, ok := descLabel[p]
-			if !ok {
-				return Result{}, false
-			}
-			r, ok := r3[l]
+// assemble is stage 4: each VM from its getallvms row, .vmx and
+// descriptors.
+func (run *inventoryRun) assemble() []VM {
+	vms := make([]VM, 0, len(run.work))
+	for _, w := range run.work {
+		run.c.assemble(w, func(p string) (Result, bool) {
+			r, ok := run.descs[p]
 			return r, ok
 		})
+		w.vm.Problems = withVMID(w.vm.Problems, w.vm.VMID)
 		vms = append(vms, w.vm)
 	}
-	return vms, hostProbs, nil
+	return vms
 }
 
 func perVMLabel(kind string, vmid int) string { return kind + ":" + strconv.Itoa(vmid) }
@@ -284,9 +435,8 @@ func perVMCommands(vmid int) ([]string, []Command) {
 
 // applyVimResults fills power state, guest and snapshot data. gone is true
 // when hostd no longer knows the VM; a Transient error aborts the refresh.
-func (c *Client) applyVimResults(w *vmWork) (gone bool, err error) {
+func (c *Client) applyVimResults(w *vmWork, rs map[string]Result) (gone bool, err error) {
 	id := w.vm.VMID
-	rs := w.results
 	stRes, ok := rs[perVMLabel("state", id)]
 	if !ok {
 		w.vm.Problems = append(w.vm.Problems, Problem{Source: "power.getstate", Message: "no output"})

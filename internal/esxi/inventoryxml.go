@@ -17,11 +17,18 @@ type InventoryEntry struct {
 	VMID int
 	// VMXPath is <vmxCfgPath>, the absolute path of the .vmx.
 	VMXPath string
+	// System is true when VMXPath is outside /vmfs/volumes: a system VM
+	// the host or vCenter manages, such as a vCLS VM under
+	// /var/run/crx/infra/ (see [VM.System]).
+	System bool
 }
 
-// ParseVMInventory parses hostd's vmInventory.xml. Entries with a
-// non-numeric objID or a .vmx path outside /vmfs/volumes are reported as
-// Problems and left out.
+// ParseVMInventory parses hostd's vmInventory.xml. A path outside
+// /vmfs/volumes marks a system VM and is not a problem. Entries with a
+// non-numeric objID, a .vmx path that is not absolute or would escape its
+// datastore, or a repeated vmid are reported as Problems (with VMID set
+// when the vmid is known) and left out. Problems that leave the rest of the
+// file unread (XML syntax errors, no <ConfigRoot>) are HostWide.
 func ParseVMInventory(s string) ([]InventoryEntry, []Problem) {
 	var (
 		out   []InventoryEntry
@@ -42,7 +49,7 @@ func ParseVMInventory(s string) ([]InventoryEntry, []Problem) {
 			break
 		}
 		if err != nil {
-			probs = append(probs, Problem{Message: fmt.Sprintf("XML syntax error, entries after it are missing: %v", err)})
+			probs = append(probs, Problem{HostWide: true, Message: fmt.Sprintf("XML syntax error, entries after it are missing: %v", err)})
 			break
 		}
 		se, ok := tok.(xml.StartElement)
@@ -59,7 +66,7 @@ func ParseVMInventory(s string) ([]InventoryEntry, []Problem) {
 		}
 		var e entry
 		if err := dec.DecodeElement(&e, &se); err != nil {
-			probs = append(probs, Problem{Message: fmt.Sprintf("ConfigEntry: %v", err)})
+			probs = append(probs, Problem{HostWide: true, Message: fmt.Sprintf("ConfigEntry: %v, entries after it are missing", err)})
 			break
 		}
 		vmid, err := strconv.Atoi(strings.TrimSpace(e.ObjID))
@@ -68,19 +75,38 @@ func ParseVMInventory(s string) ([]InventoryEntry, []Problem) {
 			continue
 		}
 		p := strings.TrimSpace(e.VMXPath)
-		if _, _, err := splitVolumePath(p); err != nil {
-			probs = append(probs, Problem{Message: fmt.Sprintf("ConfigEntry id=%q (vmid %d): %v", e.ID, vmid, err)})
+		system, err := checkVMXPath(p)
+		if err != nil {
+			probs = append(probs, Problem{VMID: vmid, Message: fmt.Sprintf("ConfigEntry id=%q (vmid %d): %v", e.ID, vmid, err)})
 			continue
 		}
 		if seen[vmid] {
-			probs = append(probs, Problem{Message: fmt.Sprintf("vmid %d appears twice; keeping the first entry", vmid)})
+			probs = append(probs, Problem{VMID: vmid, Message: fmt.Sprintf("vmid %d appears twice; keeping the first entry", vmid)})
 			continue
 		}
 		seen[vmid] = true
-		out = append(out, InventoryEntry{ID: e.ID, VMID: vmid, VMXPath: p})
+		out = append(out, InventoryEntry{ID: e.ID, VMID: vmid, VMXPath: p, System: system})
 	}
 	if !sawRoot && len(probs) == 0 {
-		probs = append(probs, Problem{Message: "no <ConfigRoot> element: not a vmInventory.xml"})
+		probs = append(probs, Problem{HostWide: true, Message: "no <ConfigRoot> element: not a vmInventory.xml"})
 	}
 	return out, withSource(probs, InventoryXMLPath)
+}
+
+// checkVMXPath accepts a .vmx path below /vmfs/volumes (system false) or
+// an absolute path elsewhere, which only system VMs have (system true: a
+// vCLS VM's /var/run/crx/infra/vCLS-1/vCLS-1.vmx). Such a path is never
+// read or resolved, so it only needs to be absolute and printable.
+func checkVMXPath(p string) (system bool, err error) {
+	if strings.HasPrefix(p, VolumesRoot+"/") {
+		_, _, err := splitVolumePath(p)
+		return false, err
+	}
+	if !strings.HasPrefix(p, "/") {
+		return false, fmt.Errorf("path %q is not absolute", p)
+	}
+	if strings.ContainsAny(p, "\x00\n\r") {
+		return false, fmt.Errorf("path %q contains a NUL byte or a line break", p)
+	}
+	return true, nil
 }

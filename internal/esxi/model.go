@@ -9,8 +9,18 @@ type VM struct {
 	// Name is the .vmx displayName (getallvms' Name column when the .vmx
 	// could not be read and the row was unambiguous).
 	Name string
-	// VMXPath is the absolute path of the .vmx (/vmfs/volumes/...).
+	// VMXPath is the absolute path of the .vmx (/vmfs/volumes/...; outside
+	// it for system VMs).
 	VMXPath string
+	// System is true for a system VM the host or vCenter manages, such as
+	// a vSphere Cluster Services (vCLS) VM: getallvms shows it with the
+	// empty datastore "[]" and its .vmx lies outside /vmfs/volumes (e.g.
+	// /var/run/crx/infra/vCLS-1/vCLS-1.vmx on ESXi 8). Such VMs are listed
+	// so the inventory is complete, but they are never migrated: their
+	// .vmx and disks are not read (Name, GuestOS, HardwareVersion and
+	// Annotation come from getallvms; Disks and NICs stay empty), and a
+	// path outside /vmfs/volumes is not a problem for them.
+	System bool
 	// Datastore is the datastore name as getallvms prints it, or the
 	// /vmfs/volumes component (often a UUID) of VMXPath.
 	Datastore       string
@@ -33,9 +43,12 @@ type VM struct {
 	// (per-NIC addresses when available, else the primary ipAddress).
 	GuestIPs   []string
 	Annotation string
-	// Problems lists what could not be read or parsed (an unreadable .vmx or
-	// descriptor, an unresolvable path). Unsafe but well-read states, such as
-	// RDM or snapshot-delta disks, are flags on Disk instead.
+	// Problems lists what could not be read or parsed about this VM (an
+	// unreadable .vmx or descriptor, an unresolvable path, hostd skipping
+	// it as invalid). Each has VMID set to this VM's vmid; [Client.VM] adds
+	// the host-wide problems ([Problem.HostWide]). Unsafe but well-read
+	// states, such as RDM or snapshot-delta disks, are flags on Disk
+	// instead.
 	Problems []Problem
 }
 

@@ -1,0 +1,164 @@
+# Reads a byte range of a file on the ESXi host and writes it to stdout as a
+# framed stream in which runs of zeros cost a few bytes instead of their
+# length. Standard library only; runs on the host's Python 3.5 and later.
+#
+# Usage: python -c SCRIPT PATH OFFSET LENGTH
+#        python -c SCRIPT --probe
+#
+# Stream (all integers big-endian):
+#   magic   b"VMMSPR1\n"
+#   DATA    b"D" offset:u64 length:u32 bytes[length]   (length <= 1 MiB)
+#   ZERO    b"Z" offset:u64 length:u64
+#   END     b"E" total:u64 sha256[32]
+# Frames cover [OFFSET, OFFSET+LENGTH) in order, without gaps or overlap.
+# END carries the SHA-256 of the whole range, zeros included.
+#
+# Reads are 1 MiB (VMFS's file block, and dd's block size elsewhere in the
+# provider); each read is classified in 64 KiB grains, the size of the
+# client's own zero-block detection, so a partly written MiB still sends
+# only its written grains. Holes reported by SEEK_DATA/SEEK_HOLE are not
+# read at all.
+import errno
+import hashlib
+import os
+import struct
+import sys
+
+MAGIC = b"VMMSPR1\n"
+READ = 1 << 20
+GRAIN = 64 << 10
+
+
+def fail(msg):
+    sys.stderr.write("vmm-sparse: %s\n" % msg)
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+class Stream(object):
+    def __init__(self, out, off):
+        self.out = out
+        self.h = hashlib.sha256()
+        self.zoff = off
+        self.zlen = 0
+        self.zb = bytes(READ)
+        self.zg = bytes(GRAIN)
+        self.zero = memoryview(self.zb)
+
+    def run(self, off, n):
+        # Adds [off, off+n) to the pending zero run (already hashed).
+        if self.zlen == 0:
+            self.zoff = off
+        self.zlen += n
+
+    def hole(self, off, n):
+        self.run(off, n)
+        while n > 0:
+            k = min(n, READ)
+            self.h.update(self.zero[:k])
+            n -= k
+
+    def flush(self):
+        if self.zlen:
+            self.out.write(b"Z" + struct.pack(">QQ", self.zoff, self.zlen))
+            self.zlen = 0
+
+    def data(self, off, mv):
+        self.flush()
+        self.out.write(b"D" + struct.pack(">QI", off, len(mv)))
+        self.out.write(mv)
+
+    def block(self, off, buf):
+        # buf: bytes read at off, at most READ long. Comparisons are on
+        # bytes objects (memcmp); memoryview comparisons go byte by byte.
+        n = len(buf)
+        self.h.update(buf)
+        if buf == (self.zb if n == READ else bytes(n)):
+            self.run(off, n)
+            return
+        mv = memoryview(buf)
+        start = None
+        i = 0
+        while i < n:
+            j = min(i + GRAIN, n)
+            if buf[i] == 0 and buf[i:j] == (self.zg if j - i == GRAIN else bytes(j - i)):
+                if start is not None:
+                    self.data(off + start, mv[start:i])
+                    start = None
+                self.run(off + i, j - i)
+            elif start is None:
+                start = i
+            i = j
+        if start is not None:
+            self.data(off + start, mv[start:n])
+
+
+def probe_data(fd, pos, end, state):
+    # Returns (data_start, data_end) of the next data region at or after
+    # pos, clipped to end; data_start == end when only holes remain.
+    if not state[0]:
+        return pos, end
+    try:
+        d = os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            return end, end
+        state[0] = False
+        return pos, end
+    if d >= end:
+        return end, end
+    try:
+        h = os.lseek(fd, d, os.SEEK_HOLE)
+    except OSError:
+        state[0] = False
+        return d, end
+    return d, min(max(h, d), end)
+
+
+def main(argv):
+    if argv == ["--probe"]:
+        sys.stdout.write("vmm-sparse 1 python %d.%d\n" % tuple(sys.version_info[:2]))
+        return
+    if len(argv) != 3:
+        fail("usage: PATH OFFSET LENGTH")
+    path = argv[0]
+    try:
+        off = int(argv[1])
+        length = int(argv[2])
+    except ValueError:
+        fail("invalid offset or length")
+    if off < 0 or length <= 0 or off + length > (1 << 63) - 1:
+        fail("invalid range offset=%d length=%d" % (off, length))
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        fail("can't open '%s': %s" % (path, e.strerror))
+    end = off + length
+    size = os.fstat(fd).st_size
+    if size < end:
+        fail("'%s' is %d bytes, shorter than the range end %d" % (path, size, end))
+    out = sys.stdout.buffer
+    out.write(MAGIC)
+    s = Stream(out, off)
+    state = [hasattr(os, "SEEK_DATA") and hasattr(os, "SEEK_HOLE")]
+    pos = off
+    while pos < end:
+        d, dend = probe_data(fd, pos, end, state)
+        if d > pos:
+            s.hole(pos, d - pos)
+            pos = d
+        while pos < dend:
+            try:
+                buf = os.pread(fd, min(READ, dend - pos), pos)
+            except OSError as e:
+                fail("read error at offset %d of '%s': %s" % (pos, path, e.strerror))
+            if not buf:
+                fail("'%s' ended at offset %d, before the range end %d" % (path, pos, end))
+            s.block(pos, buf)
+            pos += len(buf)
+    s.flush()
+    out.write(b"E" + struct.pack(">Q", length) + s.h.digest())
+    out.flush()
+
+
+main(sys.argv[1:])
