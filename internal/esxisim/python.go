@@ -1,0 +1,103 @@
+package esxisim
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+)
+
+// The simulated host's `python` runs a real local Python 3 on the
+// simulator's backing files, so the script the client sends is what is
+// tested. Only the form the client uses is accepted:
+//
+//	/bin/python -c SCRIPT PATH ARG...   (the script reads PATH)
+//	/bin/python -c SCRIPT --probe
+//
+// PATH is opened by the simulator with the host's rules (confined to
+// /vmfs/volumes, "Device or resource busy" for a powered-on VM's disks) and
+// handed to the interpreter as an inherited descriptor (/dev/fd/3).
+//
+// A host has no Python until [Server.SetPython] names an interpreter, like
+// ESXi 6.x; ESXi 7 and 8 have /bin/python.
+
+// pythonInterp maps a server to its interpreter path (absent: no Python).
+var pythonInterp sync.Map // *Server -> string
+
+// SetPython makes `python` (and /bin/python) on s run interpreter, a local
+// Python 3 such as "python3" (looked up in PATH). An empty interpreter
+// removes Python, as on ESXi 6.x.
+func (s *Server) SetPython(interpreter string) {
+	if interpreter == "" {
+		pythonInterp.Delete(s)
+		return
+	}
+	pythonInterp.Store(s, interpreter)
+}
+
+// registerPythonCommands adds the python applets to cmds. It must run after
+// the command table is built (exec.go's init).
+func registerPythonCommands(cmds map[string]cmdFunc) {
+	cmds["python"] = cmdPython
+	cmds["python3"] = cmdPython
+}
+
+func init() {
+	// exec.go's init builds the table; files initialise in name order, so
+	// it exists here. Should that change, the python tests fail loudly.
+	if commands != nil {
+		registerPythonCommands(commands)
+	}
+}
+
+func cmdPython(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer) int {
+	v, ok := pythonInterp.Load(s)
+	if !ok {
+		fmt.Fprintf(stderr, "sh: %s: not found\n", args[0])
+		return 127
+	}
+	interp := v.(string)
+	if len(args) < 4 || args[1] != "-c" {
+		fmt.Fprintln(stderr, "python: the simulated host runs only `python -c SCRIPT PATH ARG...` or `python -c SCRIPT --probe`")
+		return 2
+	}
+	script, rest := args[2], append([]string(nil), args[3:]...)
+	cmd := exec.CommandContext(env.ctx, interp, "-c", script)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
+	if rest[0] != "--probe" {
+		name := rest[0]
+		f, err := s.openPath(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "vmm-sparse: can't open '%s': %s\n", name, errText(err))
+			return 1
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			fmt.Fprintf(stderr, "vmm-sparse: can't open '%s': %s\n", name, "Is a directory")
+			return 1
+		}
+		osf, isFile := f.(*os.File)
+		if !isFile {
+			fmt.Fprintf(stderr, "vmm-sparse: can't open '%s': %s\n", name, "Operation not permitted")
+			return 1
+		}
+		cmd.ExtraFiles = []*os.File{osf}
+		rest[0] = "/dev/fd/3"
+	}
+	cmd.Args = append(cmd.Args, rest...)
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() >= 0 {
+			return ee.ExitCode()
+		}
+		if env.ctx.Err() != nil {
+			return 255
+		}
+		fmt.Fprintf(stderr, "python: %v\n", err)
+		return 126
+	}
+	return 0
+}
