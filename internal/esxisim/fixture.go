@@ -76,6 +76,20 @@ type VMSpec struct {
 	// with one snapshot. Without it an empty .vmsd is written, as ESXi does.
 	Snapshots bool
 
+	// System makes Server.AddVM add a system VM like the vCLS VMs vCenter
+	// runs on ESXi 7/8 hosts: its .vmx is kept in host memory at
+	// /var/run/crx/infra/<Name>/<Name>.vmx (see SystemVMDir), getallvms
+	// prints it with datastore "[]", and no disk files are written (its
+	// .vmx names a disk that does not exist here). Datastore, Disks and
+	// Snapshots are ignored.
+	System bool
+	// Invalid makes Server.AddVM register a VM whose files are gone
+	// (<Datastore>/<Name>/<Name>.vmx is not written): vmInventory.xml lists
+	// it, getallvms prints "Skipping invalid VM 'N'" on stderr, and
+	// per-VM vim-cmd commands answer vim.fault.NotFound, as hostd does.
+	// Only Name and Datastore are used.
+	Invalid bool
+
 	// Power, Tools and IPs are the initial runtime state set by Server.AddVM.
 	Power PowerState
 	Tools ToolsState
@@ -511,8 +525,17 @@ func writeSparse(name string, capacity int64, exts []Extent) error {
 }
 
 // AddVM writes the VM's files under Root (see WriteVM), registers it and
-// sets its initial power state, Tools state and IPs from spec.
+// sets its initial power state, Tools state and IPs from spec. A System or
+// Invalid spec adds a system VM or an invalid VM instead (see VMSpec).
 func (s *Server) AddVM(spec VMSpec) (int, *VMFiles, error) {
+	switch {
+	case spec.System && spec.Invalid:
+		return 0, nil, errors.New("esxisim: a VMSpec cannot be both System and Invalid")
+	case spec.System:
+		return s.addSystemVM(spec)
+	case spec.Invalid:
+		return s.addInvalidVM(spec)
+	}
 	files, err := WriteVM(s.opts.Root, spec)
 	if err != nil {
 		return 0, nil, err

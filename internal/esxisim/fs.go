@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 //
 //	/vmfs/volumes/<ds>/...             -> Options.Root/<ds>/... (via os.Root: no escape, symlinks included)
 //	/etc/vmware/hostd/vmInventory.xml  -> generated from the registry
+//	/var/run/crx/infra/<vm>/<vm>.vmx   -> system VMs' .vmx, in memory
 //	/, /etc, /etc/vmware, /etc/vmware/hostd, /vmfs -> directories
 //	anything else                      -> No such file or directory
 const (
@@ -126,6 +128,9 @@ func (s *Server) statPath(p string) (fs.FileInfo, error) {
 	}
 	rel, ok := rootRel(p)
 	if !ok {
+		if f, ok := s.openSys(p); ok {
+			return f.Stat()
+		}
 		return nil, fs.ErrNotExist
 	}
 	return s.root.Stat(rel)
@@ -144,6 +149,9 @@ func (s *Server) openPath(p string) (hostFile, error) {
 	}
 	rel, ok := rootRel(p)
 	if !ok {
+		if f, ok := s.openSys(p); ok {
+			return f, nil
+		}
 		return nil, fs.ErrNotExist
 	}
 	f, err := s.root.Open(rel)
@@ -166,10 +174,22 @@ func (s *Server) openPath(p string) (hostFile, error) {
 func (s *Server) readDir(p string) ([]string, error) {
 	p = cleanHostPath(p)
 	if names, ok := virtualDirs[p]; ok {
-		return append([]string(nil), names...), nil
+		names = append([]string(nil), names...)
+		if extra, ok := s.sysDir(p); ok {
+			for _, n := range extra {
+				if !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+			}
+			sort.Strings(names)
+		}
+		return names, nil
 	}
 	rel, ok := rootRel(p)
 	if !ok {
+		if names, ok := s.sysDir(p); ok {
+			return names, nil
+		}
 		return nil, fs.ErrNotExist
 	}
 	f, err := s.root.Open(rel)
@@ -190,6 +210,9 @@ func (s *Server) readDir(p string) ([]string, error) {
 func (s *Server) readHostFile(p string) ([]byte, error) {
 	rel, ok := rootRel(p)
 	if !ok {
+		if b, ok := s.sysFile(cleanHostPath(p)); ok {
+			return append([]byte(nil), b...), nil
+		}
 		return nil, fs.ErrNotExist
 	}
 	return s.root.ReadFile(rel)

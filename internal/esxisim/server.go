@@ -156,6 +156,9 @@ type Server struct {
 	dropCmds  int   // remaining commands before a drop; <0 when disarmed
 	vimFail   int
 	vimMode   VimFailure
+	// sysFiles are host files kept in memory outside /vmfs/volumes (system
+	// VMs' .vmx under SystemVMDir), by host path.
+	sysFiles map[string][]byte
 
 	stats struct {
 		conns, execs, commands, vimcmds, stdout, authFail, rejected atomic.Int64

@@ -248,7 +248,7 @@ func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 	}
 	switch op {
 	case "vmsvc/getallvms":
-		return s.getAllVMs(stdout)
+		return s.getAllVMs(stdout, stderr)
 	case "vmsvc/power.getstate", "vmsvc/power.on", "vmsvc/power.off", "vmsvc/power.shutdown",
 		"vmsvc/get.guest", "vmsvc/get.summary", "vmsvc/snapshot.get":
 	default:
@@ -261,7 +261,10 @@ func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 	}
 	vmid, err := strconv.Atoi(rest[0])
 	vv, ok := s.view(vmid)
-	if err != nil || !ok {
+	// hostd does not know a VM it skips as invalid: like unregister in
+	// esxi5-getallvms-skipping-invalid-and-unregister-notfound.txt, every
+	// per-VM command answers NotFound.
+	if err != nil || !ok || !vv.valid {
 		fmt.Fprint(stdout, s.notFound(rest[0]))
 		return 1
 	}
@@ -367,7 +370,7 @@ var vimName = strings.NewReplacer("%", "%25", "/", "%2f", "\\", "%5c")
 // titles are centred on the values' width (rounded down), values are left
 // aligned; rows keep their trailing spaces; later lines of a multi-line
 // annotation print as bare lines.
-func (s *Server) getAllVMs(stdout io.Writer) int {
+func (s *Server) getAllVMs(stdout, stderr io.Writer) int {
 	uuidToName, _ := s.datastoreAliases()
 	headers := []string{"Vmid", "Name", "File", "Guest OS", "Version", "Annotation"}
 	var rows [][]string
@@ -375,7 +378,8 @@ func (s *Server) getAllVMs(stdout io.Writer) int {
 	for _, vm := range s.VMs() {
 		vv, ok := s.view(vm.Vmid)
 		if !ok || !vv.valid {
-			fmt.Fprintf(&out, "Skipping invalid VM '%d'\n", vm.Vmid)
+			// hostd prints this on stderr, before the table.
+			fmt.Fprintf(stderr, "Skipping invalid VM '%d'\n", vm.Vmid)
 			continue
 		}
 		name := vv.v.get("displayName")

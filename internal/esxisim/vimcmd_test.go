@@ -111,8 +111,12 @@ func TestGetAllVMsTraps(t *testing.T) {
 	s.Register("/vmfs/volumes/ds1/missing/missing.vmx")
 	s.Register("ds1/b/b.vmx")
 	r := mustRun(t, dial(t, s), "vim-cmd vmsvc/getallvms")
-	if !strings.HasPrefix(r.out, "Skipping invalid VM '2'\nVmid") {
-		t.Errorf("want Skipping line first, got %q", r.out)
+	// hostd prints the skipped VM on stderr, before the table.
+	if r.err != "Skipping invalid VM '2'\n" || strings.Contains(r.out, "Skipping") || !strings.HasPrefix(r.out, "Vmid") {
+		t.Errorf("want the Skipping line alone on stderr, got stdout %q stderr %q", r.out, r.err)
+	}
+	if m := mustRun(t, dial(t, s), "vim-cmd vmsvc/getallvms 2>&1"); !strings.HasPrefix(m.out, "Skipping invalid VM '2'\nVmid") {
+		t.Errorf("merged output should start with the Skipping line: %q", m.out)
 	}
 	if !strings.Contains(r.out, "\n1      web (prod) [eu]   [ds1] a/a.vmx   rhel9_64Guest            vmx-19    first line\n42 starts with digits\n") {
 		t.Errorf("multi-line annotation row wrong:\n%s", r.out)
