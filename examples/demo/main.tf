@@ -43,7 +43,9 @@ data "vmmigration_esxi_vms" "wave" {
 }
 
 locals {
-  vms = { for vm in data.vmmigration_esxi_vms.wave.vms : vm.name => vm }
+  # System VMs (the host's vCLS VM) are never migrated, and a VM hostd
+  # skips as invalid has no files and no name to migrate it under.
+  vms = { for vm in data.vmmigration_esxi_vms.wave.vms : vm.name => vm if !vm.system && vm.name != "" }
   # Front-end networks go to the pod network; the backup network is a
   # Multus network in the destination namespace.
   network_map = {

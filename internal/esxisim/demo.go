@@ -3,7 +3,9 @@ package esxisim
 // DemoVMs are the VMs of the demo and of people trying the provider without
 // a host: a BIOS Linux VM that is running with VMware Tools, an EFI +
 // secure-boot Windows VM, a VM with two disks (the second in a subfolder),
-// and a VM on a snapshot, which the pre-flight checks refuse. Disks hold real
+// a VM on a snapshot, which the pre-flight checks refuse, plus what a
+// vCenter-managed host carries next to them: a vCLS system VM (never
+// migrated) and an invalid VM whose files were deleted. Disks hold real
 // content between long zero runs, like thin disks of real guests.
 func DemoVMs() []VMSpec {
 	const mib = 1 << 20
@@ -45,5 +47,10 @@ func DemoVMs() []VMSpec {
 			Disks:     []DiskSpec{{CapacityBytes: 64 * mib, Thin: true}},
 			Snapshots: true, Power: PoweredOff,
 		},
+		{
+			System: true, Name: "vCLS-1", GuestOS: "other5xlinux-64", HardwareVersion: 19, Power: PoweredOn,
+			Annotation: "vSphere Cluster Service VM is required to maintain the health of vSphere Cluster Services.",
+		},
+		{Invalid: true, Datastore: "datastore1", Name: "deleted-vm"},
 	}
 }

@@ -443,6 +443,8 @@ var vimGuestIDs = map[string]string{
 	"other-64":              "otherGuest64",
 	"otherlinux":            "otherLinuxGuest",
 	"otherlinux-64":         "otherLinux64Guest",
+	"other4xlinux-64":       "other4xLinux64Guest",
+	"other5xlinux-64":       "other5xLinux64Guest",
 	"winxppro":              "winXPProGuest",
 	"windows7srv-64":        "windows7Server64Guest",
 	"windows8srv-64":        "windows8Server64Guest",

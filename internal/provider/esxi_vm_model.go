@@ -12,6 +12,7 @@ type vmModel struct {
 	VMID            types.Int64     `tfsdk:"vmid"`
 	Name            types.String    `tfsdk:"name"`
 	VMXPath         types.String    `tfsdk:"vmx_path"`
+	System          types.Bool      `tfsdk:"system"`
 	Datastore       types.String    `tfsdk:"datastore"`
 	GuestOS         types.String    `tfsdk:"guest_os"`
 	HardwareVersion types.Int64     `tfsdk:"hardware_version"`
@@ -78,7 +79,8 @@ func vmAttributes() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"vmid":             num("The host's Vmid of the VM (`vim-cmd vmsvc/getallvms`). Stable while the VM stays registered."),
 		"name":             str("Display name. Two VMs on one host can share it."),
-		"vmx_path":         str("Absolute path of the `.vmx` file under `/vmfs/volumes`."),
+		"vmx_path":         str("Absolute path of the `.vmx` file under `/vmfs/volumes` (elsewhere for system VMs, e.g. `/var/run/crx/infra/` for vCLS)."),
+		"system":           boolean("True for system VMs the host or vCenter manages, such as vCLS; they are never migrated. Their `.vmx` and disks are not read, so only the name, guest OS, hardware version, annotation and power state are filled."),
 		"datastore":        str("Datastore holding the `.vmx`."),
 		"guest_os":         str("Guest OS identifier from the `.vmx`, e.g. `ubuntu64Guest`."),
 		"hardware_version": num("Virtual hardware version, e.g. `19`."),
@@ -141,6 +143,7 @@ func newVMModel(vm esxi.VM) vmModel {
 		VMID:            types.Int64Value(int64(vm.VMID)),
 		Name:            types.StringValue(vm.Name),
 		VMXPath:         types.StringValue(vm.VMXPath),
+		System:          types.BoolValue(vm.System),
 		Datastore:       types.StringValue(vm.Datastore),
 		GuestOS:         types.StringValue(vm.GuestOS),
 		HardwareVersion: types.Int64Value(int64(vm.HardwareVersion)),
