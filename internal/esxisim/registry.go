@@ -430,6 +430,12 @@ func (s *Server) datastoreAliases() (uuidToName, nameToUUID map[string]string) {
 // VMs, in the format of a real host (paths through the datastore UUID
 // directory when the datastore name is a symlink to one).
 func (s *Server) InventoryXML() string {
+	s.mu.Lock()
+	override, ok := s.inventoryXML, s.inventoryXMLSet
+	s.mu.Unlock()
+	if ok {
+		return override
+	}
 	_, nameToUUID := s.datastoreAliases()
 	vms := s.VMs()
 	var b strings.Builder
@@ -450,6 +456,22 @@ func (s *Server) InventoryXML() string {
 	}
 	b.WriteString("</ConfigRoot>\n")
 	return b.String()
+}
+
+// SetInventoryXML makes /etc/vmware/hostd/vmInventory.xml read as content
+// instead of the file generated from the registry, for hosts whose file is
+// damaged or holds entries hostd itself ignores. ClearInventoryXML undoes it.
+func (s *Server) SetInventoryXML(content string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inventoryXML, s.inventoryXMLSet = content, true
+}
+
+// ClearInventoryXML goes back to the generated vmInventory.xml.
+func (s *Server) ClearInventoryXML() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inventoryXML, s.inventoryXMLSet = "", false
 }
 
 var xmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")

@@ -159,6 +159,10 @@ type Server struct {
 	// sysFiles are host files kept in memory outside /vmfs/volumes (system
 	// VMs' .vmx under SystemVMDir), by host path.
 	sysFiles map[string][]byte
+	// inventoryXML replaces the generated vmInventory.xml when
+	// inventoryXMLSet is true.
+	inventoryXML    string
+	inventoryXMLSet bool
 
 	stats struct {
 		conns, execs, commands, vimcmds, stdout, authFail, rejected atomic.Int64

@@ -85,3 +85,20 @@ func TestSystemAndInvalidVMs(t *testing.T) {
 		t.Errorf("power.on changed an invalid VM to %v", st)
 	}
 }
+
+func TestSetInventoryXML(t *testing.T) {
+	s := newServer(t, nil)
+	if _, _, err := s.AddVM(VMSpec{Name: "web", Disks: []DiskSpec{{CapacityBytes: 1 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	generated := s.InventoryXML()
+	c := dial(t, s)
+	s.SetInventoryXML("<ConfigRoot>\n")
+	if r := mustRun(t, c, "cat /etc/vmware/hostd/vmInventory.xml"); r.out != "<ConfigRoot>\n" {
+		t.Errorf("overridden file reads %q", r.out)
+	}
+	s.ClearInventoryXML()
+	if r := mustRun(t, c, "cat /etc/vmware/hostd/vmInventory.xml"); r.out != generated || !strings.Contains(r.out, "/vmfs/volumes/datastore1/web/web.vmx") {
+		t.Errorf("after ClearInventoryXML: %q", r.out)
+	}
+}
