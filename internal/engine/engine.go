@@ -99,6 +99,8 @@ type Engine struct {
 	identity string
 	limiter  *hostLimiter
 	tool     *convert.Tool
+	// inventories shares host inventory reads (see Inventory).
+	inventories inventoryCache
 }
 
 // New returns an engine for deps.
@@ -520,7 +522,7 @@ func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action 
 }
 
 func (r *run) stopError(phase, state Phase, reason, msg, action string, err error) *StopError {
-	return &StopError{Phase: phase, State: state, Reason: reason, Message: msg, Action: action, Err: err}
+	return &StopError{Phase: phase, State: state, Reason: reason, Message: msg, Action: action, Field: FieldOf(err), Err: err}
 }
 
 // interrupted records an interruption (context cancelled or timed out,

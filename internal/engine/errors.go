@@ -30,6 +30,9 @@ type StopError struct {
 	// Message says what happened; Action what to do next.
 	Message string
 	Action  string
+	// Field is the configuration attribute to fix (one of the Field
+	// constants), or "" when the stop concerns none in particular.
+	Field string
 	// Err is the underlying error, if any.
 	Err error
 }

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,10 +22,14 @@ import (
 )
 
 // Observation is what the systems show now about a migration, read
-// without changing anything (for the provider's Read and drift detection).
+// without changing anything (for the provider's Read, drift detection and
+// import).
 type Observation struct {
 	// Record is the stored record; nil when there is none.
 	Record *Record
+	// Settings is the caller's settings saved with the record (see
+	// SaveSettings); "" when none were saved.
+	Settings string
 	// Phase is Record.Phase, or "" without a record.
 	Phase Phase
 	// VM is the destination VirtualMachine.
@@ -33,9 +39,15 @@ type Observation struct {
 	// Source is the source VM's state. After cutover a missing or
 	// unreachable source is normal.
 	Source SourceObservation
-	// Drift lists differences between the record and what is observed, in
-	// words.
+	// Drift lists, in words, what the migration made that is gone, was
+	// replaced, or no longer carries the migration's label. Applying the
+	// configuration again cannot restore it without migrating again.
 	Drift []string
+	// SourceRunningAgain explains a source VM that runs again after its
+	// copy started ("" otherwise): two servers with one identity may be
+	// on the network. It is a warning, not drift: only a human can decide
+	// which one to keep.
+	SourceRunningAgain string
 }
 
 // VMObservation is the observed destination VirtualMachine.
@@ -48,6 +60,23 @@ type VMObservation struct {
 	PrintableStatus string
 	// VMIPhase is the VirtualMachineInstance's phase, "" without one.
 	VMIPhase string
+	// Labels are the VirtualMachine's labels.
+	Labels map[string]string
+	// DiskBus is the bus of its first disk ("" when not set).
+	DiskBus string
+	// Networks are its networks in order, with the interface of each.
+	Networks []NetworkObservation
+}
+
+// NetworkObservation is one network of the destination VM.
+type NetworkObservation struct {
+	Name string
+	// Pod is true for the pod network; Multus names the
+	// NetworkAttachmentDefinition otherwise.
+	Pod    bool
+	Multus string
+	// MAC is the address of the interface on this network, if set.
+	MAC string
 }
 
 // DataVolumeObservation is one observed destination DataVolume.
@@ -58,6 +87,15 @@ type DataVolumeObservation struct {
 	UID      string
 	Phase    string
 	Progress string
+	// ClaimExists is true while a PersistentVolumeClaim of that name
+	// remains (CDI may garbage-collect a completed DataVolume and keep
+	// its claim, which is not drift).
+	ClaimExists bool
+	// StorageClass, AccessModes and VolumeMode come from the DataVolume's
+	// spec, or from the claim when the DataVolume is gone.
+	StorageClass string
+	AccessModes  []string
+	VolumeMode   string
 }
 
 // SourceObservation is the observed source VM.
@@ -83,6 +121,7 @@ func (e *Engine) Observe(ctx context.Context, namespace, name string) (Observati
 	default:
 		rec := s.rec
 		obs.Record, obs.Phase = &rec, rec.Phase
+		obs.Settings = s.cm.Annotations[AnnotationSettings]
 	}
 	kc := e.deps.Kube
 	vm, err := kc.GetVirtualMachine(ctx, namespace, name)
@@ -91,8 +130,7 @@ func (e *Engine) Observe(ctx context.Context, namespace, name string) (Observati
 	case err != nil:
 		return obs, err
 	default:
-		obs.VM = VMObservation{Exists: true, Ours: isOurs(vm.Labels, name), UID: string(vm.UID),
-			RunStrategy: runStrategyOf(vm), PrintableStatus: string(vm.Status.PrintableStatus)}
+		obs.VM = observeVM(vm, name)
 		vmi, err := kc.GetVirtualMachineInstance(ctx, namespace, name)
 		switch {
 		case kube.IsNotFound(err):
@@ -107,15 +145,9 @@ func (e *Engine) Observe(ctx context.Context, namespace, name string) (Observati
 		return obs, err
 	}
 	for _, n := range names {
-		dvo := DataVolumeObservation{Name: n}
-		dv, err := kc.GetDataVolume(ctx, namespace, n)
-		switch {
-		case kube.IsNotFound(err):
-		case err != nil:
+		dvo, err := e.observeDataVolume(ctx, namespace, n, name)
+		if err != nil {
 			return obs, err
-		default:
-			dvo = DataVolumeObservation{Name: n, Exists: true, Ours: isOurs(dv.Labels, name), UID: string(dv.UID),
-				Phase: string(dv.Status.Phase), Progress: string(dv.Status.Progress)}
 		}
 		obs.DataVolumes = append(obs.DataVolumes, dvo)
 	}
@@ -125,7 +157,95 @@ func (e *Engine) Observe(ctx context.Context, namespace, name string) (Observati
 		obs.Source.Error = "no migration record: the source is not known"
 	}
 	obs.Drift = drift(obs)
+	obs.SourceRunningAgain = sourceRunningAgain(obs)
 	return obs, nil
+}
+
+func observeVM(vm *kubevirtv1.VirtualMachine, name string) VMObservation {
+	o := VMObservation{Exists: true, Ours: isOurs(vm.Labels, name), UID: string(vm.UID),
+		RunStrategy: runStrategyOf(vm), PrintableStatus: string(vm.Status.PrintableStatus), Labels: vm.Labels}
+	t := vm.Spec.Template
+	if t == nil {
+		return o
+	}
+	if ds := t.Spec.Domain.Devices.Disks; len(ds) > 0 && ds[0].Disk != nil {
+		o.DiskBus = string(ds[0].Disk.Bus)
+	}
+	for _, n := range t.Spec.Networks {
+		no := NetworkObservation{Name: n.Name, Pod: n.Pod != nil}
+		if n.Multus != nil {
+			no.Multus = n.Multus.NetworkName
+		}
+		for _, iface := range t.Spec.Domain.Devices.Interfaces {
+			if iface.Name == n.Name {
+				no.MAC = iface.MacAddress
+			}
+		}
+		o.Networks = append(o.Networks, no)
+	}
+	return o
+}
+
+// observeDataVolume reads one DataVolume and its claim.
+func (e *Engine) observeDataVolume(ctx context.Context, namespace, dvName, name string) (DataVolumeObservation, error) {
+	o := DataVolumeObservation{Name: dvName}
+	kc := e.deps.Kube
+	dv, err := kc.GetDataVolume(ctx, namespace, dvName)
+	switch {
+	case kube.IsNotFound(err):
+	case err != nil:
+		return o, err
+	default:
+		o.Exists, o.Ours, o.UID = true, isOurs(dv.Labels, name), string(dv.UID)
+		o.Phase, o.Progress = string(dv.Status.Phase), string(dv.Status.Progress)
+		switch {
+		case dv.Spec.Storage != nil:
+			st := dv.Spec.Storage
+			o.StorageClass, o.AccessModes, o.VolumeMode = deref(st.StorageClassName), accessModes(st.AccessModes), volumeMode(st.VolumeMode)
+		case dv.Spec.PVC != nil:
+			p := dv.Spec.PVC
+			o.StorageClass, o.AccessModes, o.VolumeMode = deref(p.StorageClassName), accessModes(p.AccessModes), volumeMode(p.VolumeMode)
+		}
+	}
+	cl, err := kc.Raw()
+	if err != nil {
+		return o, err
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	err = cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: dvName}, pvc)
+	switch {
+	case kube.IsNotFound(err):
+	case err != nil:
+		return o, &kube.Error{Op: "get", Kind: "PersistentVolumeClaim", Namespace: namespace, Name: dvName, Class: kube.Classify(err), Err: err}
+	default:
+		o.ClaimExists = pvc.DeletionTimestamp == nil
+		if !o.Exists {
+			o.StorageClass, o.AccessModes, o.VolumeMode = deref(pvc.Spec.StorageClassName), accessModes(pvc.Spec.AccessModes), volumeMode(pvc.Spec.VolumeMode)
+		}
+	}
+	return o, nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func accessModes(in []corev1.PersistentVolumeAccessMode) []string {
+	var out []string
+	for _, m := range in {
+		out = append(out, string(m))
+	}
+	return out
+}
+
+func volumeMode(m *corev1.PersistentVolumeMode) string {
+	if m == nil {
+		return ""
+	}
+	return string(*m)
 }
 
 // dataVolumeNames lists the DataVolume names of a migration: those the
@@ -179,23 +299,24 @@ func (e *Engine) observeSourcePower(ctx context.Context, id Identity) SourceObse
 	return so
 }
 
-// drift describes where the systems differ from what the record says.
+// drift lists what the migration made that is gone, was replaced, or no
+// longer carries the migration's label. A changed run strategy is not
+// drift: it is a setting the configuration changes back in place.
 func drift(o Observation) []string {
 	rec := o.Record
 	if rec == nil {
 		return nil
 	}
-	var out []string
+	ns := rec.Identity.Namespace
+	out := []string{}
 	if rec.VM != nil && rec.VM.UID != "" {
 		switch {
 		case !o.VM.Exists:
-			out = append(out, "the VirtualMachine "+rec.VM.Name+" is gone")
+			out = append(out, fmt.Sprintf("VirtualMachine %s/%s is gone", ns, rec.VM.Name))
 		case o.VM.UID != rec.VM.UID:
-			out = append(out, "the VirtualMachine "+rec.VM.Name+" was replaced (new UID)")
+			out = append(out, fmt.Sprintf("VirtualMachine %s/%s was replaced by another object (UID %s; the migration made %s)", ns, rec.VM.Name, o.VM.UID, rec.VM.UID))
 		case !o.VM.Ours:
-			out = append(out, "the VirtualMachine "+rec.VM.Name+" lost its "+kube.LabelMigration+" label")
-		case rec.Phase == PhaseCompleted && o.VM.RunStrategy != rec.VM.RunStrategy:
-			out = append(out, fmt.Sprintf("the VirtualMachine's runStrategy is %s, not %s", o.VM.RunStrategy, rec.VM.RunStrategy))
+			out = append(out, fmt.Sprintf("VirtualMachine %s/%s no longer carries the label %s=%s", ns, rec.VM.Name, kube.LabelMigration, rec.Identity.Name))
 		}
 	}
 	for _, d := range rec.Disks {
@@ -203,15 +324,36 @@ func drift(o Observation) []string {
 			continue
 		}
 		for _, dv := range o.DataVolumes {
-			if dv.Name == d.DataVolume && !dv.Exists {
-				out = append(out, "the DataVolume "+d.DataVolume+" is gone")
+			if dv.Name != d.DataVolume {
+				continue
+			}
+			switch {
+			case !dv.Exists && !dv.ClaimExists:
+				out = append(out, fmt.Sprintf("DataVolume %s/%s and its PersistentVolumeClaim are gone", ns, dv.Name))
+			case dv.Exists && !dv.Ours:
+				out = append(out, fmt.Sprintf("DataVolume %s/%s no longer carries the label %s=%s", ns, dv.Name, kube.LabelMigration, rec.Identity.Name))
 			}
 		}
 	}
-	if po := rec.PowerOff; po != nil && po.Done && o.Source.Exists && o.Source.PowerState != string(esxi.PoweredOff) {
-		out = append(out, "the source VM is "+o.Source.PowerState+" again after the migration powered it off: two copies may now run")
-	}
 	return out
+}
+
+// sourceRunningAgain explains a source VM that runs again after the
+// destination VM started, or returns "".
+func sourceRunningAgain(o Observation) string {
+	rec := o.Record
+	if rec == nil {
+		return ""
+	}
+	po := rec.PowerOff
+	if po == nil || !po.Done || rec.Timestamps.VMStarted == nil || !o.Source.Exists || o.Source.PowerState == string(esxi.PoweredOff) {
+		return ""
+	}
+	return fmt.Sprintf("The source VM %q (vmid %d) on ESXi host %s is %s again, and its migrated copy %s/%s started at %s: "+
+		"two servers with one identity (the same MAC addresses, IP addresses and host name) may now be on the network. "+
+		"Power one of them off now. Terraform will not do it for you: it cannot know which one you mean to keep.",
+		rec.Identity.VMName, rec.Identity.VMID, rec.Identity.Host, o.Source.PowerState,
+		rec.Identity.Namespace, rec.Identity.Name, rec.Timestamps.VMStarted.UTC().Format(time.RFC3339))
 }
 
 // ForgetPolicy says what Forget removes besides the record.
@@ -234,6 +376,14 @@ const (
 // ForgetPolicies lists the policies, for validators and documentation.
 var ForgetPolicies = []ForgetPolicy{ForgetKeep, ForgetDeleteDestination, ForgetRollback}
 
+// DeletePolicies are ForgetPolicies as the resource's delete_policy spells
+// them.
+var DeletePolicies = []string{string(ForgetKeep), string(ForgetDeleteDestination), string(ForgetRollback)}
+
+// DefaultDeletePolicy is what destroying a migration does unless told:
+// keep the migrated VM.
+const DefaultDeletePolicy = ForgetKeep
+
 // ForgetResult says what Forget did.
 type ForgetResult struct {
 	Actions []string
@@ -254,7 +404,7 @@ type ForgetOptions struct {
 func (e *Engine) Forget(ctx context.Context, namespace, name string, policy ForgetPolicy, opts ForgetOptions) (ForgetResult, error) {
 	var res ForgetResult
 	if !slices.Contains(ForgetPolicies, policy) {
-		return res, fmt.Errorf("delete policy %q is not one of keep, delete_destination, rollback", policy)
+		return res, onField(FieldDeletePolicy, fmt.Errorf("delete_policy %q is not one of %s", policy, strings.Join(DeletePolicies, ", ")))
 	}
 	l, ctx, err := e.acquireLeaseWaiting(ctx, namespace, name)
 	if err != nil {

@@ -31,6 +31,20 @@ const (
 	PhaseFailed Phase = "Failed"
 )
 
+// StopPhases are the states a migration waits in for a retry or a human.
+var StopPhases = []Phase{PhaseRetryable, PhaseManualInterventionRequired, PhaseFailed}
+
+// ConditionTypes lists the condition types in the order they are reached.
+var ConditionTypes = []string{CondSourceDiscovered, CondValidated, CondSourcePoweredOff, CondDiskAcquired, CondDiskConverted,
+	CondDiskImported, CondVMCreated, CondVMStarted, CondGuestReady, CondReady}
+
+// PowerActions lists the values of PowerOff.Action.
+var PowerActions = []string{PowerActionAlreadyOff, PowerActionGraceful, PowerActionHard, PowerActionUser}
+
+// TimestampNames are the keys of Timestamps.Map, in the order reached.
+var TimestampNames = []string{"created", "discovered", "validated", "sourcePoweredOff", "acquired", "converted",
+	"imported", "vmCreated", "vmStarted", "completed"}
+
 // Condition types, named after observed state.
 const (
 	CondSourceDiscovered = "SourceDiscovered"
@@ -294,13 +308,10 @@ func stamp(p **time.Time, now time.Time) {
 // Map returns the timestamps that are set, by their JSON names.
 func (t Timestamps) Map() map[string]time.Time {
 	out := map[string]time.Time{}
-	for k, p := range map[string]*time.Time{
-		"created": t.Created, "discovered": t.Discovered, "validated": t.Validated,
-		"sourcePoweredOff": t.SourcePoweredOff, "acquired": t.Acquired, "converted": t.Converted,
-		"imported": t.Imported, "vmCreated": t.VMCreated, "vmStarted": t.VMStarted, "completed": t.Completed,
-	} {
+	for i, p := range []*time.Time{t.Created, t.Discovered, t.Validated, t.SourcePoweredOff, t.Acquired,
+		t.Converted, t.Imported, t.VMCreated, t.VMStarted, t.Completed} {
 		if p != nil {
-			out[k] = *p
+			out[TimestampNames[i]] = *p
 		}
 	}
 	return out

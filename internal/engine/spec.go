@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
@@ -23,6 +25,9 @@ var (
 	TargetFormats  = []string{"raw", "qcow2"}
 	TransportKinds = []string{TransportCDIUpload, TransportHTTP}
 	PodBindings    = []string{"masquerade", "bridge"}
+	// PowerOffPolicies are the source power-off policies (see package
+	// preflight, whose checks judge them).
+	PowerOffPolicies = preflight.PowerOffPolicies
 )
 
 // Transport kinds.
@@ -160,7 +165,6 @@ func (s Spec) WithDefaults() Spec {
 	def(&s.RunStrategy, DefaultRunStrategy)
 	def(&s.TargetFormat, DefaultTargetFormat)
 	def(&s.PowerOffPolicy, DefaultPowerOffPolicy)
-	def(&s.Transport.Kind, TransportCDIUpload)
 	def(&s.PodBinding, DefaultPodBinding)
 	dur := func(p *time.Duration, v time.Duration) {
 		if *p <= 0 {
@@ -179,63 +183,120 @@ func (s Spec) WithDefaults() Spec {
 }
 
 // Validate checks a defaulted Spec without contacting anything. Every
-// message names the field to fix.
+// problem is tied to the attribute to fix (see FieldProblems).
 func (s Spec) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, onField(field, fmt.Errorf(format, args...)))
+	}
 	oneOf := func(field, v string, allowed []string) {
 		if !slices.Contains(allowed, v) {
-			bad("%s %q is not one of %s", field, v, strings.Join(allowed, ", "))
+			bad(field, "%s %q is not one of %s", field, v, strings.Join(allowed, ", "))
 		}
 	}
 	if s.Host == "" {
-		bad("host is required")
+		bad(FieldSourceHost, "source.host is required")
 	}
 	if s.VMName == "" && s.VMID <= 0 {
-		bad("the source VM is required: set vm_name or vm_id")
+		bad(FieldSource, "the source VM is required: set source.vm_name or source.vmid")
 	}
-	if s.Namespace == "" || s.Name == "" {
-		bad("namespace and name of the destination are required")
+	if s.Namespace == "" {
+		bad(FieldNamespace, "destination.namespace is required")
+	}
+	if s.Name == "" {
+		bad(FieldName, "destination.name is required")
 	}
 	if s.StorageClass == "" {
-		bad("storage_class is required")
+		bad(FieldStorageClass, "destination.storage_class is required")
 	}
-	oneOf("access_mode", s.AccessMode, AccessModes)
-	oneOf("volume_mode", s.VolumeMode, VolumeModes)
-	oneOf("disk_bus", s.DiskBus, DiskBuses)
-	oneOf("run_strategy", s.RunStrategy, RunStrategies)
-	oneOf("target_format", s.TargetFormat, TargetFormats)
-	oneOf("power_off_policy", s.PowerOffPolicy, preflight.PowerOffPolicies)
-	oneOf("transport.kind", s.Transport.Kind, TransportKinds)
-	oneOf("pod_binding", s.PodBinding, PodBindings)
+	oneOf(FieldAccessMode, s.AccessMode, AccessModes)
+	oneOf(FieldVolumeMode, s.VolumeMode, VolumeModes)
+	oneOf(FieldDiskBus, s.DiskBus, DiskBuses)
+	oneOf(FieldRunStrategy, s.RunStrategy, RunStrategies)
+	oneOf(FieldTargetFormat, s.TargetFormat, TargetFormats)
+	oneOf(FieldPowerOffPolicy, s.PowerOffPolicy, PowerOffPolicies)
+	oneOf(FieldPodBinding, s.PodBinding, PodBindings)
 	if s.WorkDir == "" || !filepath.IsAbs(s.WorkDir) {
-		bad("work_dir must be an absolute path")
+		bad(FieldWorkDir, "the provider's work_dir must be an absolute path")
 	}
 	if s.CopyChunkSize < 0 || s.CopyChunkSize%(1<<20) != 0 {
-		bad("copy chunk size must be a multiple of 1 MiB")
+		bad(FieldWorkDir, "copy chunk size must be a multiple of 1 MiB")
 	}
-	switch s.Transport.Kind {
-	case TransportCDIUpload:
-		if s.Transport.UploadProxyURL == "" {
-			bad("transport.upload_proxy_url is required for transport cdi_upload")
-		}
-	case TransportHTTP:
-		if s.Transport.StagingDir == "" || !filepath.IsAbs(s.Transport.StagingDir) {
-			bad("transport.staging_dir must be an absolute path for transport http")
-		}
-		if u, err := url.Parse(s.Transport.StagingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("transport.staging_url must be an http(s) URL for transport http")
+	errs = append(errs, s.Transport.validate())
+	for src, dst := range s.NetworkMap {
+		if err := ValidateNetwork(dst); err != nil {
+			bad(FieldNetworkMap, "destination.network_map[%q]: %v", src, err)
 		}
 	}
 	for _, a := range s.Validation.TCP {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad("validation tcp %q is not host:port", a)
+			bad(FieldValidationTCP, "validation.tcp %q is not host:port", a)
 		}
 	}
 	for _, h := range s.Validation.HTTP {
 		if u, err := url.Parse(h); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-			bad("validation http %q is not an http(s) URL", h)
+			bad(FieldValidationHTTP, "validation.http %q is not an http(s) URL", h)
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateNetwork checks a destination.network_map value: "pod" for the
+// pod network, or a Multus NetworkAttachmentDefinition "<namespace>/<name>"
+// (or "<name>" in the VM's namespace).
+func ValidateNetwork(v string) error {
+	if v == preflight.PodNetwork {
+		return nil
+	}
+	ns, name, found := strings.Cut(v, "/")
+	if !found {
+		ns, name = "", v
+	}
+	if (found && len(validation.IsDNS1123Label(ns)) > 0) || len(validation.IsDNS1123Label(name)) > 0 {
+		return fmt.Errorf("%q is neither %q (the pod network) nor a Multus NetworkAttachmentDefinition \"<namespace>/<name>\"", v, preflight.PodNetwork)
+	}
+	return nil
+}
+
+// TransportOf turns the transport attributes into a Transport: CDI's upload
+// proxy when uploadProxyURL is set, else HTTP staging. Its problems (none
+// set, both set, one half of the HTTP pair, malformed values) are those of
+// Transport.validate, so configuration checks and Spec.Validate agree.
+func TransportOf(uploadProxyURL, uploadProxyCA string, insecure bool, stagingDir, stagingURL string) (Transport, error) {
+	var t Transport
+	switch {
+	case uploadProxyURL != "" && (stagingDir != "" || stagingURL != ""):
+		return t, onField(FieldTransport, errors.New("set either transport.upload_proxy_url (CDI upload) or transport.http_staging_dir and transport.http_staging_url (HTTP import), not both"))
+	case uploadProxyURL != "":
+		t = Transport{Kind: TransportCDIUpload, UploadProxyURL: uploadProxyURL, UploadProxyCAPEM: uploadProxyCA, Insecure: insecure}
+	case stagingDir != "" || stagingURL != "":
+		t = Transport{Kind: TransportHTTP, StagingDir: stagingDir, StagingURL: stagingURL}
+	}
+	return t, t.validate()
+}
+
+// validate checks a transport; an empty Kind means none was configured.
+func (t Transport) validate() error {
+	var errs []error
+	bad := func(field, msg string) { errs = append(errs, onField(field, errors.New(msg))) }
+	switch t.Kind {
+	case "":
+		bad(FieldTransport, "say how disk images reach CDI: set transport.upload_proxy_url to the URL of CDI's upload proxy "+
+			"(see `kubectl get cdiconfig config -o jsonpath='{.status.uploadProxyURL}'`), or "+
+			"transport.http_staging_dir and transport.http_staging_url for a staging location that your HTTP server serves")
+	case TransportCDIUpload:
+		if u, err := url.Parse(t.UploadProxyURL); t.UploadProxyURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			bad(FieldUploadProxyURL, "transport.upload_proxy_url must be the URL of CDI's upload proxy, such as https://cdi-uploadproxy.example.com")
+		}
+	case TransportHTTP:
+		if t.StagingDir == "" || !filepath.IsAbs(t.StagingDir) {
+			bad(FieldHTTPStagingDir, "transport.http_staging_dir must be an absolute path (set it together with transport.http_staging_url)")
+		}
+		if u, err := url.Parse(t.StagingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad(FieldHTTPStagingURL, "transport.http_staging_url must be an http(s) URL (set it together with transport.http_staging_dir)")
+		}
+	default:
+		bad(FieldTransport, fmt.Sprintf("transport kind %q is not one of %s", t.Kind, strings.Join(TransportKinds, ", ")))
 	}
 	return errors.Join(errs...)
 }

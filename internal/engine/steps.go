@@ -61,75 +61,17 @@ func (r *run) stepPending(context.Context) error {
 }
 
 // esxiClient returns the source host's client.
-func (r *run) esxiClient() (*esxi.Client, error) {
-	c, err := r.e.deps.ESXi.Client(r.spec.Host)
-	if err != nil {
-		return nil, needsHuman("HostNotConfigured", fmt.Sprintf("ESXi host %q is not configured in the provider", r.spec.Host),
-			"add an esxi_host block named "+r.spec.Host+" to the provider configuration, then run apply again", err)
-	}
-	return c, nil
-}
+func (r *run) esxiClient() (*esxi.Client, error) { return r.e.hostClient(r.spec.Host) }
 
 // observeSource reads the source VM now: by the recorded vmid (checking
-// it is still the same .vmx), else by the configured vmid or name.
+// it is still the same .vmx), else the VM the spec names.
 func (r *run) observeSource(ctx context.Context) (*esxi.VM, error) {
-	c, err := r.esxiClient()
+	vm, err := r.e.findSource(ctx, r.spec, r.rec().Identity, 0)
 	if err != nil {
 		return nil, err
 	}
-	id := r.rec().Identity
-	vmid := id.VMID
-	if vmid == 0 {
-		vmid = r.spec.VMID
-	}
-	if vmid != 0 {
-		vm, err := c.VM(ctx, vmid)
-		if errors.Is(err, esxi.ErrVMNotFound) {
-			what := fmt.Sprintf("vmid %d", vmid)
-			if id.VMName != "" {
-				what = fmt.Sprintf("VM %q (vmid %d)", id.VMName, vmid)
-			}
-			return nil, permanent("SourceVMNotFound", fmt.Sprintf("source %s is not registered on host %q", what, r.spec.Host),
-				"check vm_id/vm_name and the host, or register the VM again on the host", err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if id.VMXPath != "" && vm.VMXPath != id.VMXPath {
-			return nil, permanent("SourceVMChanged", fmt.Sprintf("vmid %d on host %q is now %s, not %s as recorded: the VM was unregistered and another took its id", vmid, r.spec.Host, vm.VMXPath, id.VMXPath),
-				"find the original VM (its new vmid) and start a new migration for it", nil)
-		}
-		if r.spec.VMName != "" && id.VMID == 0 && vm.Name != r.spec.VMName {
-			return nil, permanent("SourceVMMismatch", fmt.Sprintf("vmid %d on host %q is named %q, not %q", vmid, r.spec.Host, vm.Name, r.spec.VMName),
-				"set vm_id and vm_name so they name the same VM", nil)
-		}
-		r.src = &vm
-		return &vm, nil
-	}
-	vms, _, err := c.Inventory(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var found []esxi.VM
-	for _, vm := range vms {
-		if vm.Name == r.spec.VMName {
-			found = append(found, vm)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return nil, permanent("SourceVMNotFound", fmt.Sprintf("no VM named %q is registered on host %q", r.spec.VMName, r.spec.Host),
-			"check vm_name (it is case-sensitive) and the host", nil)
-	case 1:
-		r.src = &found[0]
-		return &found[0], nil
-	}
-	var ids []string
-	for _, vm := range found {
-		ids = append(ids, fmt.Sprintf("%d (%s)", vm.VMID, vm.VMXPath))
-	}
-	return nil, needsHuman("SourceVMAmbiguous", fmt.Sprintf("%d VMs named %q are registered on host %q: vmids %s", len(found), r.spec.VMName, r.spec.Host, strings.Join(ids, ", ")),
-		"set vm_id to the one to migrate, then run apply again", nil)
+	r.src = vm
+	return vm, nil
 }
 
 // stepDiscover records the source's identity and inventory and the
@@ -154,20 +96,11 @@ func (r *run) recordInventory(vm *esxi.VM) {
 	rec := r.rec()
 	rec.Identity.VMID, rec.Identity.VMName, rec.Identity.VMXPath = vm.VMID, vm.Name, vm.VMXPath
 	rec.Source = sourceInventoryOf(vm)
-	disks := make([]DiskEvidence, len(vm.Disks))
-	for i, d := range vm.Disks {
-		ev := DiskEvidence{Index: i, Device: d.Device, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes,
-			StagedPath: r.spec.stagedPath(i), DataVolume: preflight.DiskName(r.spec.Name, i)}
-		if i < len(rec.Disks) && rec.Disks[i].SourcePath == d.DataPath && rec.Disks[i].SizeBytes == d.CapacityBytes {
-			ev = rec.Disks[i]
-		}
-		disks[i] = ev
-	}
-	rec.Disks = disks
+	rec.Disks = planDisks(r.spec, vm, rec.Disks)
 }
 
 // stepValidate runs the pre-flight checks on what the source and the
-// cluster show now.
+// cluster show now, through the same Preview judgement a plan makes.
 func (r *run) stepValidate(ctx context.Context) error {
 	vm, err := r.observeSource(ctx)
 	if err != nil {
@@ -175,32 +108,27 @@ func (r *run) stepValidate(ctx context.Context) error {
 	}
 	// The source may have changed while a human fixed a blocker.
 	r.recordInventory(vm)
-	res, err := preflight.Run(ctx, *vm, preflight.Destination{
-		Namespace: r.spec.Namespace, Name: r.spec.Name, StorageClass: r.spec.StorageClass,
-		NetworkMap: r.spec.NetworkMap, PowerOffPolicy: r.spec.PowerOffPolicy, Owner: r.spec.Name,
-	}, r.e.deps.Kube)
+	p, err := r.e.judge(ctx, r.spec, vm, r.rec().Disks)
 	if err != nil {
 		return err
 	}
 	now := r.now()
 	rec := r.rec()
 	rec.Preflight = nil
-	for _, c := range res.Checks {
+	for _, c := range p.Checks.Checks {
 		rec.Preflight = append(rec.Preflight, CheckResult{ID: c.ID, Severity: string(c.Severity), Passed: c.Passed, Message: c.Message, Time: now})
 	}
 	var blockers []string
-	for _, c := range rec.Preflight {
-		if !c.Passed && c.Severity == string(preflight.Blocker) {
-			blockers = append(blockers, c.ID+": "+c.Message)
-		}
+	for _, c := range p.Blockers() {
+		blockers = append(blockers, c.ID+": "+c.Message)
 	}
 	if len(blockers) > 0 {
 		msg := "pre-flight checks failed: " + strings.Join(blockers, " ")
 		rec.setCondition(now, CondValidated, false, "ChecksFailed", msg)
-		return needsHuman("PreflightFailed", msg, "fix what the checks report, then run apply again", nil)
+		return onField(FieldSource, needsHuman("PreflightFailed", msg, "fix what the checks report, then run apply again", nil))
 	}
 	stamp(&rec.Timestamps.Validated, now)
-	rec.setCondition(now, CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(res.Checks)))
+	rec.setCondition(now, CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(p.Checks.Checks)))
 	return nil
 }
 

@@ -33,6 +33,16 @@ type stored struct {
 	cm  *corev1.ConfigMap
 }
 
+// LabelMigration marks the objects of a migration: its value is the
+// migration's name (the destination VM's).
+const LabelMigration = kube.LabelMigration
+
+// IsOwnLabel reports whether a label key is one the engine sets on the
+// objects it makes (not one a user configured).
+func IsOwnLabel(key string) bool {
+	return key == kube.LabelMigration || key == kube.LabelManagedBy
+}
+
 func ourLabels(name string) map[string]string {
 	return map[string]string{kube.LabelMigration: name, kube.LabelManagedBy: kube.ManagedByValue}
 }

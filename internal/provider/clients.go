@@ -4,20 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
-
-// inventoryTTL is how long one host inventory is reused by the data sources
-// and resources of a run. A plan reads every data source within seconds, so
-// N data sources on one host cost one batched inventory read.
-const inventoryTTL = 30 * time.Second
 
 // clients is what Configure hands every resource and data source: settings
 // and lazily connected clients. Nothing here connects until a resource or
@@ -27,30 +20,20 @@ type clients struct {
 	esxi     *esxi.Registry
 	kube     *kube.Client
 
-	mu          sync.Mutex
-	inventories map[string]*inventoryEntry
-	eng         *engine.Engine
+	mu  sync.Mutex
+	eng *engine.Engine
 
 	progressMu sync.Mutex
 	progress   map[string]func(engine.Event)
 }
 
-type inventoryEntry struct {
-	done     chan struct{}
-	at       time.Time
-	vms      []esxi.VM
-	problems []esxi.Problem
-	err      error
-}
-
 func newClients(s settings) (*clients, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	c := &clients{
-		settings:    s,
-		esxi:        esxi.NewRegistry(nil),
-		kube:        kube.New(s.Kubernetes.kubeConfig()),
-		inventories: map[string]*inventoryEntry{},
-		progress:    map[string]func(engine.Event){},
+		settings: s,
+		esxi:     esxi.NewRegistry(nil),
+		kube:     kube.New(s.Kubernetes.kubeConfig()),
+		progress: map[string]func(engine.Event){},
 	}
 	for _, h := range s.Hosts {
 		_, err := c.esxi.Add(esxi.HostConfig{
@@ -155,63 +138,24 @@ func (c *clients) routeProgress(ev engine.Event) {
 	}
 }
 
-// destination is the destination cluster as the pre-flight checks see it.
-// The client connects on its first request.
-func (c *clients) destination(_ context.Context) (preflight.Cluster, diag.Diagnostics) {
-	var diags diag.Diagnostics
-	if c == nil {
-		diags.AddError("Provider not configured", "The provider was not configured before use. This is a bug in the provider; please report it.")
-		return nil, diags
-	}
-	return c.kube, diags
-}
-
-// inventory reads a host's inventory once per inventoryTTL, however many
-// data sources and resources ask for it concurrently.
+// inventory reads a host's inventory through the engine, which shares one
+// read between the data sources and resources of a run for
+// engine.DefaultInventoryMaxAge.
 func (c *clients) inventory(ctx context.Context, host string) ([]esxi.VM, []esxi.Problem, diag.Diagnostics) {
-	cl, diags := c.esxiClient(host)
+	if _, diags := c.esxiClient(host); diags.HasError() {
+		return nil, nil, diags
+	}
+	var diags diag.Diagnostics
+	eng, diags := c.engine()
 	if diags.HasError() {
 		return nil, nil, diags
 	}
-	c.mu.Lock()
-	e, ok := c.inventories[host]
-	if ok {
-		select {
-		case <-e.done:
-			if e.err != nil || time.Since(e.at) > inventoryTTL {
-				ok = false
-			}
-		default:
-		}
-	}
-	if !ok {
-		e = &inventoryEntry{done: make(chan struct{})}
-		c.inventories[host] = e
-		c.mu.Unlock()
-		e.vms, e.problems, e.err = cl.Inventory(ctx)
-		e.at = time.Now()
-		close(e.done)
-	} else {
-		c.mu.Unlock()
-		select {
-		case <-e.done:
-		case <-ctx.Done():
-			diags.AddError("Error reading ESXi inventory", fmt.Sprintf("Reading the inventory of ESXi host %q was cancelled: %v", host, ctx.Err()))
-			return nil, nil, diags
-		}
-	}
-	if e.err != nil {
-		diags.AddError("Error reading ESXi inventory", esxiErrorDetail(host, e.err))
+	vms, problems, err := eng.Inventory(ctx, host, engine.DefaultInventoryMaxAge)
+	if err != nil {
+		diags.AddError("Error reading ESXi inventory", esxiErrorDetail(host, err))
 		return nil, nil, diags
 	}
-	return e.vms, e.problems, diags
-}
-
-// invalidateInventory forgets a host's cached inventory after a change.
-func (c *clients) invalidateInventory(host string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.inventories, host)
+	return vms, problems, diags
 }
 
 // esxiErrorDetail says what kind of failure an ESXi error is and what to do.

@@ -3,8 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -15,7 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 )
 
 var (
@@ -87,7 +85,7 @@ func (d *esxiVMDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	vm, err := pickVM(vms, host, m.Name.ValueString(), int(m.VMID.ValueInt64()))
+	vm, err := engine.PickVM(vms, host, m.Name.ValueString(), int(m.VMID.ValueInt64()))
 	if err != nil {
 		resp.Diagnostics.AddError("Error finding ESXi VM", err.Error())
 		return
@@ -95,46 +93,4 @@ func (d *esxiVMDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	m.ID = types.StringValue(fmt.Sprintf("%s/%d", host, vm.VMID))
 	m.vmModel = newVMModel(vm)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-// pickVM finds one VM by Vmid (when vmid > 0) or by display name, with an
-// error that says how to disambiguate.
-func pickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
-	if vmid > 0 {
-		for _, vm := range vms {
-			if vm.VMID == vmid {
-				return vm, nil
-			}
-		}
-		return esxi.VM{}, fmt.Errorf("ESXi host %q has no VM with Vmid %d. List the host's VMs with the vmmigration_esxi_vms data source or `vim-cmd vmsvc/getallvms` on the host.", host, vmid)
-	}
-	var found []esxi.VM
-	for _, vm := range vms {
-		if vm.Name == name {
-			found = append(found, vm)
-		}
-	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
-		var near []string
-		for _, vm := range vms {
-			if strings.EqualFold(vm.Name, name) || strings.EqualFold(strings.TrimSpace(vm.Name), strings.TrimSpace(name)) {
-				near = append(near, fmt.Sprintf("%q (Vmid %d)", vm.Name, vm.VMID))
-			}
-		}
-		msg := fmt.Sprintf("ESXi host %q has no VM named %q.", host, name)
-		if len(near) > 0 {
-			msg += " Names differ only in case or spaces: " + strings.Join(near, ", ") + "."
-		}
-		return esxi.VM{}, fmt.Errorf("%s Names are matched exactly; list them with the vmmigration_esxi_vms data source.", msg)
-	default:
-		var ids []string
-		sort.Slice(found, func(i, j int) bool { return found[i].VMID < found[j].VMID })
-		for _, vm := range found {
-			ids = append(ids, fmt.Sprintf("%d (%s)", vm.VMID, vm.VMXPath))
-		}
-		return esxi.VM{}, fmt.Errorf("%d VMs on ESXi host %q are named %q: Vmids %s. Set vmid instead of name to choose one.", len(found), host, name, strings.Join(ids, ", "))
-	}
 }

@@ -2,12 +2,14 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"regexp"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
@@ -17,115 +19,13 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 )
 
-// Allowed values, shared by validators and descriptions.
+// Patterns shared by validators.
 var (
-	runStrategies  = []string{"Always", "Halted", "Manual", "RerunOnFailure"}
-	accessModes    = []string{"ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"}
-	volumeModes    = []string{"Filesystem", "Block"}
-	diskBuses      = []string{"virtio", "sata", "scsi"}
-	targetFormats  = []string{"raw", "qcow2"}
-	deletePolicies = []string{"keep", "delete_destination", "rollback"}
-
 	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	durationRE   = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`)
-)
-
-type migrationModel struct {
-	ID             types.String    `tfsdk:"id"`
-	Source         *sourceModel    `tfsdk:"source"`
-	Destination    *destModel      `tfsdk:"destination"`
-	PowerOffPolicy types.String    `tfsdk:"power_off_policy"`
-	ShutdownTO     types.String    `tfsdk:"shutdown_timeout"`
-	TargetFormat   types.String    `tfsdk:"target_format"`
-	Transport      *transportModel `tfsdk:"transport"`
-	Validation     *validateModel  `tfsdk:"validation"`
-	Retry          *retryModel     `tfsdk:"retry"`
-	DeletePolicy   types.String    `tfsdk:"delete_policy"`
-	Timeouts       timeouts.Value  `tfsdk:"timeouts"`
-
-	// Computed collections are types.List/Map: they are unknown in a plan.
-	Phase      types.String `tfsdk:"phase"`
-	SourceVMID types.Int64  `tfsdk:"source_vmid"`
-	VMUID      types.String `tfsdk:"vm_uid"`
-	PowerOff   types.String `tfsdk:"power_off_action"`
-	Timestamps types.Map    `tfsdk:"timestamps"`
-	Disks      types.List   `tfsdk:"disks"`
-	Conditions types.List   `tfsdk:"conditions"`
-	Errors     types.List   `tfsdk:"errors"`
-	Drift      types.List   `tfsdk:"drift"`
-}
-
-type sourceModel struct {
-	Host   types.String `tfsdk:"host"`
-	VMName types.String `tfsdk:"vm_name"`
-	VMID   types.Int64  `tfsdk:"vmid"`
-}
-
-type destModel struct {
-	Namespace    types.String            `tfsdk:"namespace"`
-	Name         types.String            `tfsdk:"name"`
-	StorageClass types.String            `tfsdk:"storage_class"`
-	AccessMode   types.String            `tfsdk:"access_mode"`
-	VolumeMode   types.String            `tfsdk:"volume_mode"`
-	DiskBus      types.String            `tfsdk:"disk_bus"`
-	RunStrategy  types.String            `tfsdk:"run_strategy"`
-	NetworkMap   map[string]types.String `tfsdk:"network_map"`
-	Labels       map[string]types.String `tfsdk:"labels"`
-}
-
-type transportModel struct {
-	UploadProxyURL types.String `tfsdk:"upload_proxy_url"`
-	UploadProxyCA  types.String `tfsdk:"upload_proxy_ca_certificate"`
-	Insecure       types.Bool   `tfsdk:"upload_proxy_insecure"`
-	StagingDir     types.String `tfsdk:"http_staging_dir"`
-	StagingURL     types.String `tfsdk:"http_staging_url"`
-}
-
-type validateModel struct {
-	GuestAgent types.Bool     `tfsdk:"guest_agent"`
-	IPReported types.Bool     `tfsdk:"ip_reported"`
-	TCP        []types.String `tfsdk:"tcp"`
-	HTTP       []types.String `tfsdk:"http"`
-	Timeout    types.String   `tfsdk:"timeout"`
-}
-
-type retryModel struct {
-	Attempts       types.Int64  `tfsdk:"attempts"`
-	InitialBackoff types.String `tfsdk:"initial_backoff"`
-	MaxBackoff     types.String `tfsdk:"max_backoff"`
-}
-
-type diskEvidenceModel struct {
-	Index          types.Int64  `tfsdk:"index"`
-	Device         types.String `tfsdk:"device"`
-	SourcePath     types.String `tfsdk:"source_path"`
-	SizeBytes      types.Int64  `tfsdk:"size_bytes"`
-	SourceSHA256   types.String `tfsdk:"source_sha256"`
-	ArtifactFormat types.String `tfsdk:"artifact_format"`
-	ArtifactSHA256 types.String `tfsdk:"artifact_sha256"`
-	DataVolume     types.String `tfsdk:"data_volume"`
-	DataVolumeUID  types.String `tfsdk:"data_volume_uid"`
-}
-
-type conditionModel struct {
-	Type    types.String `tfsdk:"type"`
-	Status  types.String `tfsdk:"status"`
-	Reason  types.String `tfsdk:"reason"`
-	Message types.String `tfsdk:"message"`
-}
-
-var (
-	diskEvidenceType = types.ObjectType{AttrTypes: map[string]attr.Type{
-		"index": types.Int64Type, "device": types.StringType, "source_path": types.StringType,
-		"size_bytes": types.Int64Type, "source_sha256": types.StringType, "artifact_format": types.StringType,
-		"artifact_sha256": types.StringType, "data_volume": types.StringType, "data_volume_uid": types.StringType,
-	}}
-	conditionType = types.ObjectType{AttrTypes: map[string]attr.Type{
-		"type": types.StringType, "status": types.StringType, "reason": types.StringType, "message": types.StringType,
-	}}
 )
 
 func migrationSchema(ctx context.Context) schema.Schema {
@@ -180,18 +80,18 @@ func migrationSchema(ctx context.Context) schema.Schema {
 							stringvalidator.RegexMatches(dns1123Label, "must be lower-case letters, digits and '-', starting and ending with a letter or digit"),
 						}},
 					"storage_class": schema.StringAttribute{Required: true, PlanModifiers: replace, MarkdownDescription: "StorageClass of the DataVolumes."},
-					"access_mode": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString("ReadWriteOnce"),
-						MarkdownDescription: "Access mode of the DataVolumes: " + backticked(accessModes) + ". Live migration in KubeVirt needs `ReadWriteMany`.",
-						Validators:          []validator.String{stringvalidator.OneOf(accessModes...)}},
-					"volume_mode": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString("Filesystem"),
-						MarkdownDescription: "Volume mode of the DataVolumes: " + backticked(volumeModes) + ".",
-						Validators:          []validator.String{stringvalidator.OneOf(volumeModes...)}},
-					"disk_bus": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString("virtio"),
-						MarkdownDescription: "Bus of the VM's disks: " + backticked(diskBuses) + ". Guests without virtio drivers (Windows before the drivers are installed) need `sata`.",
-						Validators:          []validator.String{stringvalidator.OneOf(diskBuses...)}},
-					"run_strategy": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("Always"),
-						MarkdownDescription: "KubeVirt run strategy once migrated: " + backticked(runStrategies) + ". Changes in place.",
-						Validators:          []validator.String{stringvalidator.OneOf(runStrategies...)}},
+					"access_mode": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString(engine.DefaultAccessMode),
+						MarkdownDescription: "Access mode of the DataVolumes: " + backticked(engine.AccessModes) + ". Live migration in KubeVirt needs `ReadWriteMany`.",
+						Validators:          []validator.String{stringvalidator.OneOf(engine.AccessModes...)}},
+					"volume_mode": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString(engine.DefaultVolumeMode),
+						MarkdownDescription: "Volume mode of the DataVolumes: " + backticked(engine.VolumeModes) + ".",
+						Validators:          []validator.String{stringvalidator.OneOf(engine.VolumeModes...)}},
+					"disk_bus": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString(engine.DefaultDiskBus),
+						MarkdownDescription: "Bus of the VM's disks: " + backticked(engine.DiskBuses) + ". Guests without virtio drivers (Windows before the drivers are installed) need `sata`.",
+						Validators:          []validator.String{stringvalidator.OneOf(engine.DiskBuses...)}},
+					"run_strategy": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultRunStrategy),
+						MarkdownDescription: "KubeVirt run strategy once migrated: " + backticked(engine.RunStrategies) + ". Changes in place.",
+						Validators:          []validator.String{stringvalidator.OneOf(engine.RunStrategies...)}},
 					"network_map": schema.MapAttribute{Optional: true, ElementType: types.StringType,
 						MarkdownDescription: "Destination of each source network (port group): `\"pod\"` for the pod network, or a Multus network `\"<namespace>/<name>\"`. Every NIC's network must be mapped. MAC addresses are kept."},
 					"labels": schema.MapAttribute{Optional: true, ElementType: types.StringType,
@@ -199,22 +99,22 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				},
 			},
 			"power_off_policy": schema.StringAttribute{
-				Optional: true, Computed: true, Default: stringdefault.StaticString(preflight.PolicyGraceful),
+				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultPowerOffPolicy),
 				MarkdownDescription: "How the running source VM is powered off before its disks are copied: " +
 					"`graceful` (guest shutdown through VMware Tools), `graceful_then_hard` (then a hard power-off after `shutdown_timeout`), " +
 					"`hard` (power off at once), `manual` (you power it off; the migration waits in ManualInterventionRequired). " +
 					"Powering off is the one irreversible act of a migration: it happens only after the pre-flight checks pass, and it is recorded once and never decided again.",
-				Validators: []validator.String{stringvalidator.OneOf(preflight.PowerOffPolicies...)},
+				Validators: []validator.String{stringvalidator.OneOf(engine.PowerOffPolicies...)},
 			},
 			"shutdown_timeout": schema.StringAttribute{
-				Optional: true, Computed: true, Default: stringdefault.StaticString("5m"),
+				Optional: true, Computed: true, Default: stringdefault.StaticString(durationString(engine.DefaultShutdownTimeout)),
 				MarkdownDescription: "How long a graceful shutdown may take.",
 				Validators:          duration,
 			},
 			"target_format": schema.StringAttribute{
-				Optional: true, Computed: true, Default: stringdefault.StaticString("raw"), PlanModifiers: replace,
-				MarkdownDescription: "Image format sent to CDI: " + backticked(targetFormats) + " (converted with qemu-img).",
-				Validators:          []validator.String{stringvalidator.OneOf(targetFormats...)},
+				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultTargetFormat), PlanModifiers: replace,
+				MarkdownDescription: "Image format sent to CDI: " + backticked(engine.TargetFormats) + " (converted with qemu-img).",
+				Validators:          []validator.String{stringvalidator.OneOf(engine.TargetFormats...)},
 			},
 			"transport": schema.SingleNestedAttribute{
 				Optional:            true,
@@ -235,31 +135,31 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"ip_reported": schema.BoolAttribute{Optional: true, MarkdownDescription: "The VMI must report an IP address."},
 					"tcp":         schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "`host:port` addresses that must accept a TCP connection."},
 					"http":        schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "URLs that must answer 2xx."},
-					"timeout":     schema.StringAttribute{Optional: true, MarkdownDescription: "How long the checks may take to pass. Defaults to `10m`.", Validators: duration},
+					"timeout":     schema.StringAttribute{Optional: true, MarkdownDescription: "How long the checks may take to pass. Defaults to `" + durationString(engine.DefaultValidationTimeout) + "`.", Validators: duration},
 				},
 			},
 			"retry": schema.SingleNestedAttribute{
 				Optional:            true,
 				MarkdownDescription: "Retry budget for transient failures of one phase. Changes in place.",
 				Attributes: map[string]schema.Attribute{
-					"attempts":        schema.Int64Attribute{Optional: true, MarkdownDescription: "Tries per phase. Defaults to `5`.", Validators: []validator.Int64{int64validator.Between(1, 100)}},
-					"initial_backoff": schema.StringAttribute{Optional: true, MarkdownDescription: "Wait after the first failure, doubling up to `max_backoff`. Defaults to `10s`.", Validators: duration},
-					"max_backoff":     schema.StringAttribute{Optional: true, MarkdownDescription: "Longest wait between tries. Defaults to `5m`.", Validators: duration},
+					"attempts":        schema.Int64Attribute{Optional: true, MarkdownDescription: fmt.Sprintf("Tries per phase. Defaults to `%d`.", engine.DefaultRetryAttempts), Validators: []validator.Int64{int64validator.Between(1, 100)}},
+					"initial_backoff": schema.StringAttribute{Optional: true, MarkdownDescription: "Wait after the first failure, doubling up to `max_backoff`. Defaults to `" + durationString(engine.DefaultRetryInitial) + "`.", Validators: duration},
+					"max_backoff":     schema.StringAttribute{Optional: true, MarkdownDescription: "Longest wait between tries. Defaults to `" + durationString(engine.DefaultRetryMax) + "`.", Validators: duration},
 				},
 			},
 			"delete_policy": schema.StringAttribute{
-				Optional: true, Computed: true, Default: stringdefault.StaticString("keep"),
+				Optional: true, Computed: true, Default: stringdefault.StaticString(string(engine.DefaultDeletePolicy)),
 				MarkdownDescription: "What `terraform destroy` (or a replacement) does: `keep` removes only the checkpoint record and leaves the migrated VM and its disks running; " +
 					"`delete_destination` also deletes the VM and DataVolumes this migration created; `rollback` deletes them and powers the source VM on again, and refuses if the destination VM ever started " +
 					"(two servers with one identity on the network). The source disk is never touched.",
-				Validators: []validator.String{stringvalidator.OneOf(deletePolicies...)},
+				Validators: []validator.String{stringvalidator.OneOf(engine.DeletePolicies...)},
 			},
 
-			"phase":            str("Current checkpoint: `Pending`, `Discovering`, `Validated`, `Preparing`, `Converting`, `Importing`, `CreatingVM`, `Starting`, `Validating`, `Completed`, or `Retryable`, `ManualInterventionRequired`, `Failed`."),
+			"phase":            str("Current checkpoint: " + backticked(phaseNames(engine.Phases())) + "; or a stop state: " + backticked(phaseNames(engine.StopPhases)) + "."),
 			"source_vmid":      schema.Int64Attribute{Computed: true, MarkdownDescription: "Vmid of the source VM when it was discovered."},
 			"vm_uid":           str("UID of the destination VirtualMachine."),
-			"power_off_action": str("What powered the source off, recorded once: `already_off`, `graceful`, `hard` or `user`."),
-			"timestamps":       schema.MapAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "RFC 3339 times of the checkpoints reached (`created`, `discovered`, `validated`, `sourcePoweredOff`, ..., `completed`)."},
+			"power_off_action": str("What powered the source off, recorded once: " + backticked(engine.PowerActions) + "."),
+			"timestamps":       schema.MapAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "RFC 3339 times of the checkpoints reached: " + backticked(engine.TimestampNames) + "."},
 			"disks": schema.ListNestedAttribute{
 				Computed:            true,
 				MarkdownDescription: "Evidence per disk.",
@@ -277,7 +177,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			},
 			"conditions": schema.ListNestedAttribute{
 				Computed:            true,
-				MarkdownDescription: "Observed conditions (`SourceDiscovered`, `Validated`, `SourcePoweredOff`, `DiskAcquired`, `DiskConverted`, `DiskImported`, `VMCreated`, `VMStarted`, `GuestReady`, `Ready`).",
+				MarkdownDescription: "Observed conditions: " + backticked(engine.ConditionTypes) + ".",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"type": str("Condition type."), "status": str("`True`, `False` or `Unknown`."),
 					"reason": str("Machine-readable reason."), "message": str("What was observed."),
@@ -293,4 +193,25 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 		},
 	}
+}
+
+// phaseNames spells phases for descriptions.
+func phaseNames(ps []engine.Phase) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = string(p)
+	}
+	return out
+}
+
+// durationString spells a duration as a user writes it: "5m", not "5m0s".
+func durationString(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -13,7 +14,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 )
 
 var (
@@ -108,9 +110,9 @@ func preflightSchema() schema.Schema {
 			},
 			"power_off_policy": schema.StringAttribute{
 				Optional: true,
-				MarkdownDescription: "How the source will be powered off: " + backticked(preflight.PowerOffPolicies) +
-					". Defaults to `" + preflight.PolicyGraceful + "`.",
-				Validators: []validator.String{stringvalidator.OneOf(preflight.PowerOffPolicies...)},
+				MarkdownDescription: "How the source will be powered off: " + backticked(engine.PowerOffPolicies) +
+					". Defaults to `" + engine.DefaultPowerOffPolicy + "`.",
+				Validators: []validator.String{stringvalidator.OneOf(engine.PowerOffPolicies...)},
 			},
 			"passed": schema.BoolAttribute{Computed: true, MarkdownDescription: "False exactly when a blocker failed."},
 			"checks": schema.ListNestedAttribute{
@@ -147,6 +149,8 @@ func (d *preflightDataSource) Configure(_ context.Context, req datasource.Config
 	d.clients = c
 }
 
+// Read previews the migration with the engine (engine.Preview), the same
+// judgement the resource's plan and the Validated checkpoint make.
 func (d *preflightDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m preflightModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
@@ -155,46 +159,38 @@ func (d *preflightDataSource) Read(ctx context.Context, req datasource.ReadReque
 	}
 	host := m.Host.ValueString()
 	ctx = tflog.SetField(ctx, "esxi_host", host)
-	vms, _, diags := d.clients.inventory(ctx, host)
+	if _, diags := d.clients.esxiClient(host); diags.HasError() {
+		resp.Diagnostics.Append(diags...)
+		return
+	}
+	eng, diags := d.clients.engine()
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	vm, err := pickVM(vms, host, m.VMName.ValueString(), int(m.VMID.ValueInt64()))
-	if err != nil {
+	spec := engine.Spec{
+		Host: host, VMName: m.VMName.ValueString(), VMID: int(m.VMID.ValueInt64()),
+		Namespace: m.Namespace.ValueString(), Name: m.Name.ValueString(), StorageClass: m.StorageClass.ValueString(),
+		NetworkMap: stringMap(m.NetworkMap), PowerOffPolicy: m.PowerOffPolicy.ValueString(),
+	}
+	p, err := eng.Preview(ctx, spec, engine.PreviewOptions{InventoryMaxAge: engine.DefaultInventoryMaxAge})
+	switch {
+	case err != nil && engine.FieldOf(err) != "":
 		resp.Diagnostics.AddError("Error finding ESXi VM", err.Error())
 		return
-	}
-	cluster, diags := d.clients.destination(ctx)
-	resp.Diagnostics.Append(diags...)
-	if resp.Diagnostics.HasError() {
+	case errors.As(err, new(*esxi.Error)):
+		resp.Diagnostics.AddError("Error reading ESXi inventory", esxiErrorDetail(host, err))
 		return
-	}
-	dest := preflight.Destination{
-		Namespace:      m.Namespace.ValueString(),
-		Name:           m.Name.ValueString(),
-		StorageClass:   m.StorageClass.ValueString(),
-		NetworkMap:     map[string]string{},
-		PowerOffPolicy: m.PowerOffPolicy.ValueString(),
-		Owner:          m.Name.ValueString(),
-	}
-	if dest.PowerOffPolicy == "" {
-		dest.PowerOffPolicy = preflight.PolicyGraceful
-	}
-	for k, v := range m.NetworkMap {
-		dest.NetworkMap[k] = v.ValueString()
-	}
-	result, err := preflight.Run(ctx, vm, dest, cluster)
-	if err != nil {
+	case err != nil:
 		resp.Diagnostics.AddError("Error running pre-flight checks",
-			fmt.Sprintf("The destination cluster could not be queried for VM %q: %v. Check the provider's kubernetes settings and that the API server is reachable.", vm.Name, err))
+			fmt.Sprintf("The pre-flight checks of VM %q could not be evaluated: %v. Check the provider's kubernetes settings and that the API server is reachable.", sourceLabel(spec), err))
 		return
 	}
-
-	m.ID = types.StringValue(fmt.Sprintf("%s/%d:%s/%s", host, vm.VMID, dest.Namespace, dest.Name))
-	m.Passed = types.BoolValue(result.Passed())
+	vm := p.VM
+	m.ID = types.StringValue(fmt.Sprintf("%s/%d:%s/%s", host, vm.VMID, spec.Namespace, spec.Name))
+	m.Passed = types.BoolValue(p.Checks.Passed())
 	m.Checks, m.Blockers, m.Warnings = []checkModel{}, []types.String{}, []types.String{}
-	for _, c := range result.Checks {
+	for _, c := range p.Checks.Checks {
 		m.Checks = append(m.Checks, checkModel{
 			ID:       types.StringValue(c.ID),
 			Severity: types.StringValue(string(c.Severity)),
@@ -202,26 +198,26 @@ func (d *preflightDataSource) Read(ctx context.Context, req datasource.ReadReque
 			Message:  types.StringValue(c.Message),
 		})
 	}
-	for _, c := range result.Failed(preflight.Blocker) {
+	for _, c := range p.Blockers() {
 		m.Blockers = append(m.Blockers, types.StringValue(c.ID+": "+c.Message))
 	}
-	for _, c := range result.Failed(preflight.Warning) {
+	for _, c := range p.Warnings() {
 		m.Warnings = append(m.Warnings, types.StringValue(c.ID+": "+c.Message))
 	}
 	m.Disks = []plannedDiskModel{}
 	var total int64
-	for i, disk := range vm.Disks {
-		total += disk.CapacityBytes
+	for _, disk := range p.Disks {
+		total += disk.SizeBytes
 		m.Disks = append(m.Disks, plannedDiskModel{
-			Index:         types.Int64Value(int64(i)),
+			Index:         types.Int64Value(int64(disk.Index)),
 			Device:        types.StringValue(disk.Device),
-			DataPath:      types.StringValue(disk.DataPath),
-			CapacityBytes: types.Int64Value(disk.CapacityBytes),
-			DataVolume:    types.StringValue(preflight.DiskName(dest.Name, i)),
+			DataPath:      types.StringValue(disk.SourcePath),
+			CapacityBytes: types.Int64Value(disk.SizeBytes),
+			DataVolume:    types.StringValue(disk.DataVolume),
 		})
 	}
 	m.TotalBytes = types.Int64Value(total)
-	tflog.Info(ctx, "pre-flight checks evaluated", map[string]any{"vm": vm.Name, "passed": result.Passed(),
+	tflog.Info(ctx, "pre-flight checks evaluated", map[string]any{"vm": vm.Name, "passed": p.Checks.Passed(),
 		"blockers": len(m.Blockers), "warnings": len(m.Warnings)})
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+)
+
+// DefaultInventoryMaxAge is how long a plan reuses one host's inventory:
+// a plan reads every data source and resource within seconds, so N
+// migrations from one host cost one batched inventory read.
+const DefaultInventoryMaxAge = 30 * time.Second
+
+// inventoryCache shares host inventories between concurrent callers.
+type inventoryCache struct {
+	mu      sync.Mutex
+	entries map[string]*inventoryEntry
+}
+
+type inventoryEntry struct {
+	done     chan struct{}
+	at       time.Time
+	vms      []esxi.VM
+	problems []esxi.Problem
+	err      error
+}
+
+// Inventory returns every VM of a configured host (and the host-wide
+// problems), reusing a read made at most maxAge ago by any caller; a zero
+// maxAge always reads the host. Concurrent callers share one read.
+func (e *Engine) Inventory(ctx context.Context, host string, maxAge time.Duration) ([]esxi.VM, []esxi.Problem, error) {
+	c, err := e.hostClient(host)
+	if err != nil {
+		return nil, nil, err
+	}
+	ic := &e.inventories
+	ic.mu.Lock()
+	if ic.entries == nil {
+		ic.entries = map[string]*inventoryEntry{}
+	}
+	ent, ok := ic.entries[host]
+	if ok {
+		select {
+		case <-ent.done:
+			ok = ent.err == nil && maxAge > 0 && time.Since(ent.at) <= maxAge
+		default:
+			ok = maxAge > 0
+		}
+	}
+	if !ok {
+		ent = &inventoryEntry{done: make(chan struct{})}
+		ic.entries[host] = ent
+		ic.mu.Unlock()
+		ent.vms, ent.problems, ent.err = c.Inventory(ctx)
+		ent.at = time.Now()
+		close(ent.done)
+	} else {
+		ic.mu.Unlock()
+		select {
+		case <-ent.done:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	return ent.vms, ent.problems, ent.err
+}
+
+// ForgetInventory drops a host's cached inventory after a change made to
+// the host (a power-off).
+func (e *Engine) ForgetInventory(host string) {
+	e.inventories.mu.Lock()
+	defer e.inventories.mu.Unlock()
+	delete(e.inventories.entries, host)
+}
+
+// hostClient returns the client of a configured host, or an error that
+// names the attribute to fix.
+func (e *Engine) hostClient(host string) (*esxi.Client, error) {
+	c, err := e.deps.ESXi.Client(host)
+	if err != nil {
+		return nil, onField(FieldSourceHost, needsHuman("HostNotConfigured",
+			fmt.Sprintf("ESXi host %q is not configured in the provider (configured: %s)", host, strings.Join(e.deps.ESXi.Names(), ", ")),
+			"add an esxi_host block named "+host+" to the provider configuration, or fix source.host", err))
+	}
+	return c, nil
+}
+
+// PickVM finds the VM a configuration names among a host's VMs: by vmid
+// when vmid is set, else by exact display name. It is the one place that
+// turns "the VM called X" into a VM, for plan and apply alike. System VMs
+// (vCLS and the like) are never picked.
+func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
+	if vmid > 0 {
+		for _, vm := range vms {
+			if vm.VMID == vmid {
+				if vm.System {
+					return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMIsSystem",
+						fmt.Sprintf("vmid %d on ESXi host %q is the system VM %q (%s), which the host or vCenter manages", vmid, host, vm.Name, vm.VMXPath),
+						"system VMs such as vCLS are never migrated: set source.vmid to another VM", nil))
+				}
+				if name != "" && vm.Name != name {
+					return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMMismatch",
+						fmt.Sprintf("vmid %d on ESXi host %q is named %q, not %q", vmid, host, vm.Name, name),
+						"set source.vmid and source.vm_name so that they name the same VM", nil))
+				}
+				return vm, nil
+			}
+		}
+		return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMNotFound",
+			fmt.Sprintf("ESXi host %q has no VM with vmid %d", host, vmid),
+			"list the host's VMs with the vmmigration_esxi_vms data source (or `vim-cmd vmsvc/getallvms` on the host) and fix source.vmid", errVMNotFound))
+	}
+	var found []esxi.VM
+	for _, vm := range vms {
+		if vm.Name == name && !vm.System {
+			found = append(found, vm)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		var near []string
+		for _, vm := range vms {
+			if !vm.System && (strings.EqualFold(vm.Name, name) || strings.EqualFold(strings.TrimSpace(vm.Name), strings.TrimSpace(name))) {
+				near = append(near, fmt.Sprintf("%q (vmid %d)", vm.Name, vm.VMID))
+			}
+		}
+		msg := fmt.Sprintf("ESXi host %q has no VM named %q", host, name)
+		if len(near) > 0 {
+			msg += "; names that differ only in case or spaces: " + strings.Join(near, ", ")
+		}
+		return esxi.VM{}, onField(FieldSourceVMName, permanent("SourceVMNotFound", msg,
+			"names are matched exactly: fix source.vm_name (list the host's VMs with the vmmigration_esxi_vms data source)", errVMNotFound))
+	}
+	var ids []string
+	for _, vm := range found {
+		ids = append(ids, fmt.Sprintf("%d (%s)", vm.VMID, vm.VMXPath))
+	}
+	return esxi.VM{}, onField(FieldSourceVMName, needsHuman("SourceVMAmbiguous",
+		fmt.Sprintf("%d VMs named %q are registered on ESXi host %q: vmids %s", len(found), name, host, strings.Join(ids, ", ")),
+		"set source.vmid to the one to migrate", nil))
+}
+
+// errVMNotFound marks PickVM's not-found errors (errors.Is).
+var errVMNotFound = esxi.ErrVMNotFound
+
+// findSource observes the source VM a migration names. With a recorded
+// identity it reads that vmid and checks it is still the same .vmx; before
+// discovery it picks the VM the spec names from the host's inventory,
+// reusing one read at most maxAge old (zero: read the host now).
+func (e *Engine) findSource(ctx context.Context, spec Spec, id Identity, maxAge time.Duration) (*esxi.VM, error) {
+	c, err := e.hostClient(spec.Host)
+	if err != nil {
+		return nil, err
+	}
+	if id.VMID != 0 {
+		vm, err := c.VM(ctx, id.VMID)
+		if errors.Is(err, esxi.ErrVMNotFound) {
+			return nil, onField(FieldSource, permanent("SourceVMNotFound",
+				fmt.Sprintf("the source VM %q (vmid %d) is no longer registered on ESXi host %q", id.VMName, id.VMID, spec.Host),
+				"register the VM on the host again, or remove this migration and start a new one", err))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if id.VMXPath != "" && vm.VMXPath != id.VMXPath {
+			return nil, onField(FieldSource, permanent("SourceVMChanged",
+				fmt.Sprintf("vmid %d on ESXi host %q is now %s, not %s as recorded: the VM was unregistered and another took its id", id.VMID, spec.Host, vm.VMXPath, id.VMXPath),
+				"find the original VM (its new vmid) and start a new migration for it", nil))
+		}
+		return &vm, nil
+	}
+	if maxAge == 0 && spec.VMID > 0 {
+		// One VM, read now: no need for the whole inventory.
+		vm, err := c.VM(ctx, spec.VMID)
+		switch {
+		case errors.Is(err, esxi.ErrVMNotFound):
+			_, perr := PickVM(nil, spec.Host, spec.VMName, spec.VMID)
+			return nil, perr
+		case err != nil:
+			return nil, err
+		}
+		picked, err := PickVM([]esxi.VM{vm}, spec.Host, spec.VMName, spec.VMID)
+		if err != nil {
+			return nil, err
+		}
+		return &picked, nil
+	}
+	vms, _, err := e.Inventory(ctx, spec.Host, maxAge)
+	if err != nil {
+		return nil, err
+	}
+	vm, err := PickVM(vms, spec.Host, spec.VMName, spec.VMID)
+	if err != nil {
+		return nil, err
+	}
+	return &vm, nil
+}

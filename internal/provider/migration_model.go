@@ -1,0 +1,286 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+)
+
+type migrationModel struct {
+	ID             types.String    `tfsdk:"id"`
+	Source         *sourceModel    `tfsdk:"source"`
+	Destination    *destModel      `tfsdk:"destination"`
+	PowerOffPolicy types.String    `tfsdk:"power_off_policy"`
+	ShutdownTO     types.String    `tfsdk:"shutdown_timeout"`
+	TargetFormat   types.String    `tfsdk:"target_format"`
+	Transport      *transportModel `tfsdk:"transport"`
+	Validation     *validateModel  `tfsdk:"validation"`
+	Retry          *retryModel     `tfsdk:"retry"`
+	DeletePolicy   types.String    `tfsdk:"delete_policy"`
+	Timeouts       timeouts.Value  `tfsdk:"timeouts"`
+
+	// Computed collections are types.List/Map: they are unknown in a plan.
+	Phase      types.String `tfsdk:"phase"`
+	SourceVMID types.Int64  `tfsdk:"source_vmid"`
+	VMUID      types.String `tfsdk:"vm_uid"`
+	PowerOff   types.String `tfsdk:"power_off_action"`
+	Timestamps types.Map    `tfsdk:"timestamps"`
+	Disks      types.List   `tfsdk:"disks"`
+	Conditions types.List   `tfsdk:"conditions"`
+	Errors     types.List   `tfsdk:"errors"`
+	Drift      types.List   `tfsdk:"drift"`
+}
+
+type sourceModel struct {
+	Host   types.String `tfsdk:"host"`
+	VMName types.String `tfsdk:"vm_name"`
+	VMID   types.Int64  `tfsdk:"vmid"`
+}
+
+type destModel struct {
+	Namespace    types.String            `tfsdk:"namespace"`
+	Name         types.String            `tfsdk:"name"`
+	StorageClass types.String            `tfsdk:"storage_class"`
+	AccessMode   types.String            `tfsdk:"access_mode"`
+	VolumeMode   types.String            `tfsdk:"volume_mode"`
+	DiskBus      types.String            `tfsdk:"disk_bus"`
+	RunStrategy  types.String            `tfsdk:"run_strategy"`
+	NetworkMap   map[string]types.String `tfsdk:"network_map"`
+	Labels       map[string]types.String `tfsdk:"labels"`
+}
+
+type transportModel struct {
+	UploadProxyURL types.String `tfsdk:"upload_proxy_url"`
+	UploadProxyCA  types.String `tfsdk:"upload_proxy_ca_certificate"`
+	Insecure       types.Bool   `tfsdk:"upload_proxy_insecure"`
+	StagingDir     types.String `tfsdk:"http_staging_dir"`
+	StagingURL     types.String `tfsdk:"http_staging_url"`
+}
+
+type validateModel struct {
+	GuestAgent types.Bool     `tfsdk:"guest_agent"`
+	IPReported types.Bool     `tfsdk:"ip_reported"`
+	TCP        []types.String `tfsdk:"tcp"`
+	HTTP       []types.String `tfsdk:"http"`
+	Timeout    types.String   `tfsdk:"timeout"`
+}
+
+type retryModel struct {
+	Attempts       types.Int64  `tfsdk:"attempts"`
+	InitialBackoff types.String `tfsdk:"initial_backoff"`
+	MaxBackoff     types.String `tfsdk:"max_backoff"`
+}
+
+type diskEvidenceModel struct {
+	Index          types.Int64  `tfsdk:"index"`
+	Device         types.String `tfsdk:"device"`
+	SourcePath     types.String `tfsdk:"source_path"`
+	SizeBytes      types.Int64  `tfsdk:"size_bytes"`
+	SourceSHA256   types.String `tfsdk:"source_sha256"`
+	ArtifactFormat types.String `tfsdk:"artifact_format"`
+	ArtifactSHA256 types.String `tfsdk:"artifact_sha256"`
+	DataVolume     types.String `tfsdk:"data_volume"`
+	DataVolumeUID  types.String `tfsdk:"data_volume_uid"`
+}
+
+type conditionModel struct {
+	Type    types.String `tfsdk:"type"`
+	Status  types.String `tfsdk:"status"`
+	Reason  types.String `tfsdk:"reason"`
+	Message types.String `tfsdk:"message"`
+}
+
+var (
+	diskEvidenceType = types.ObjectType{AttrTypes: map[string]attr.Type{
+		"index": types.Int64Type, "device": types.StringType, "source_path": types.StringType,
+		"size_bytes": types.Int64Type, "source_sha256": types.StringType, "artifact_format": types.StringType,
+		"artifact_sha256": types.StringType, "data_volume": types.StringType, "data_volume_uid": types.StringType,
+	}}
+	conditionType = types.ObjectType{AttrTypes: map[string]attr.Type{
+		"type": types.StringType, "status": types.StringType, "reason": types.StringType, "message": types.StringType,
+	}}
+)
+
+// spec turns the model into the engine's terms.
+func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	dur := func(p path.Path, v types.String) time.Duration {
+		if v.IsNull() || v.IsUnknown() || v.ValueString() == "" {
+			return 0
+		}
+		d, err := time.ParseDuration(v.ValueString())
+		if err != nil {
+			diags.AddAttributeError(p, "Invalid duration", err.Error())
+		}
+		return d
+	}
+	s := engine.Spec{
+		Host:            m.Source.Host.ValueString(),
+		VMName:          m.Source.VMName.ValueString(),
+		VMID:            int(m.Source.VMID.ValueInt64()),
+		Namespace:       m.Destination.Namespace.ValueString(),
+		Name:            m.Destination.Name.ValueString(),
+		StorageClass:    m.Destination.StorageClass.ValueString(),
+		AccessMode:      m.Destination.AccessMode.ValueString(),
+		VolumeMode:      m.Destination.VolumeMode.ValueString(),
+		DiskBus:         m.Destination.DiskBus.ValueString(),
+		RunStrategy:     m.Destination.RunStrategy.ValueString(),
+		NetworkMap:      stringMap(m.Destination.NetworkMap),
+		Labels:          stringMap(m.Destination.Labels),
+		PowerOffPolicy:  m.PowerOffPolicy.ValueString(),
+		ShutdownTimeout: dur(path.Root("shutdown_timeout"), m.ShutdownTO),
+		TargetFormat:    m.TargetFormat.ValueString(),
+		WorkDir:         workDir,
+	}
+	if t := m.Transport; t != nil {
+		// Problems of the transport are reported by Spec.Validate (plan)
+		// and ValidateConfig, from the same engine rules.
+		s.Transport, _ = engine.TransportOf(t.UploadProxyURL.ValueString(), t.UploadProxyCA.ValueString(), t.Insecure.ValueBool(),
+			t.StagingDir.ValueString(), t.StagingURL.ValueString())
+	}
+	if v := m.Validation; v != nil {
+		s.Validation = engine.Validation{
+			GuestAgent: v.GuestAgent.ValueBool(),
+			IPReported: v.IPReported.ValueBool(),
+			TCP:        stringList(v.TCP),
+			HTTP:       stringList(v.HTTP),
+			Timeout:    dur(path.Root("validation").AtName("timeout"), v.Timeout),
+		}
+	}
+	if rt := m.Retry; rt != nil {
+		s.Retry = engine.RetryPolicy{
+			Attempts: int(rt.Attempts.ValueInt64()),
+			Initial:  dur(path.Root("retry").AtName("initial_backoff"), rt.InitialBackoff),
+			Max:      dur(path.Root("retry").AtName("max_backoff"), rt.MaxBackoff),
+		}
+	}
+	return s, diags
+}
+
+// attributePath is the Terraform path of an engine Field.
+func attributePath(field string) path.Path {
+	names := engine.FieldPath(field)
+	if len(names) == 0 {
+		return path.Empty()
+	}
+	p := path.Root(names[0])
+	for _, n := range names[1:] {
+		p = p.AtName(n)
+	}
+	return p
+}
+
+// fromRecord copies the record's evidence into the computed attributes.
+func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag.Diagnostics {
+	m.ID = types.StringValue(rec.Identity.Namespace + "/" + rec.Identity.Name)
+	m.Phase = types.StringValue(string(rec.Phase))
+	m.SourceVMID = types.Int64Value(int64(rec.Identity.VMID))
+	m.VMUID = types.StringValue("")
+	if rec.VM != nil {
+		m.VMUID = types.StringValue(rec.VM.UID)
+	}
+	m.PowerOff = types.StringValue("")
+	if rec.PowerOff != nil {
+		m.PowerOff = types.StringValue(rec.PowerOff.Action)
+	}
+	ts := map[string]string{}
+	for k, v := range rec.Timestamps.Map() {
+		ts[k] = v.UTC().Format(time.RFC3339)
+	}
+	var disks []diskEvidenceModel
+	for _, d := range rec.Disks {
+		disks = append(disks, diskEvidenceModel{
+			Index:          types.Int64Value(int64(d.Index)),
+			Device:         types.StringValue(d.Device),
+			SourcePath:     types.StringValue(d.SourcePath),
+			SizeBytes:      types.Int64Value(d.SizeBytes),
+			SourceSHA256:   types.StringValue(d.SourceSHA256),
+			ArtifactFormat: types.StringValue(d.ArtifactFormat),
+			ArtifactSHA256: types.StringValue(d.ArtifactSHA256),
+			DataVolume:     types.StringValue(d.DataVolume),
+			DataVolumeUID:  types.StringValue(d.DataVolumeUID),
+		})
+	}
+	var conds []conditionModel
+	sorted := append([]engine.Condition(nil), rec.Conditions...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time.Before(sorted[j].Time) })
+	for _, c := range sorted {
+		status := "False"
+		if c.Status {
+			status = "True"
+		}
+		conds = append(conds, conditionModel{
+			Type: types.StringValue(c.Type), Status: types.StringValue(status),
+			Reason: types.StringValue(c.Reason), Message: types.StringValue(c.Message),
+		})
+	}
+	errs := []string{}
+	for _, e := range rec.Errors {
+		errs = append(errs, fmt.Sprintf("%s %s attempt %d (%s): %s",
+			e.Time.UTC().Format(time.RFC3339), e.Phase, e.Attempt, e.Class, e.Message))
+	}
+	var diags diag.Diagnostics
+	var d diag.Diagnostics
+	m.Timestamps, d = types.MapValueFrom(ctx, types.StringType, ts)
+	diags.Append(d...)
+	m.Disks, d = types.ListValueFrom(ctx, diskEvidenceType, nonNil(disks))
+	diags.Append(d...)
+	m.Conditions, d = types.ListValueFrom(ctx, conditionType, nonNil(conds))
+	diags.Append(d...)
+	m.Errors, d = types.ListValueFrom(ctx, types.StringType, errs)
+	diags.Append(d...)
+	return diags
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// copyComputed carries the computed attributes of state into a plan.
+func (m *migrationModel) copyComputed(state migrationModel) {
+	m.ID, m.Phase, m.SourceVMID, m.VMUID, m.PowerOff = state.ID, state.Phase, state.SourceVMID, state.VMUID, state.PowerOff
+	m.Timestamps, m.Disks, m.Conditions, m.Errors, m.Drift = state.Timestamps, state.Disks, state.Conditions, state.Errors, state.Drift
+}
+
+func stringMap(in map[string]types.String) map[string]string {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = v.ValueString()
+	}
+	return out
+}
+
+func stringList(in []types.String) []string {
+	out := make([]string, 0, len(in))
+	for _, v := range in {
+		out = append(out, v.ValueString())
+	}
+	return out
+}
+
+func sameStringMap(a, b map[string]types.String) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !v.Equal(w) {
+			return false
+		}
+	}
+	return true
+}
