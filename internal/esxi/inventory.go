@@ -288,13 +288,6 @@ func (run *inventoryRun) list(ctx context.Context) error {
 			}
 		}
 		work = kept
-		var host []Problem
-		for _, p := range loose {
-			if p.HostWide {
-				host = append(host, p)
-			}
-		}
-		loose = host
 	}
 	sort.Slice(work, func(i, j int) bool { return work[i].vm.VMID < work[j].vm.VMID })
 	sort.SliceStable(loose, func(i, j int) bool { return loose[i].VMID < loose[j].VMID })
