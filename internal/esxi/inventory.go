@@ -13,9 +13,10 @@ import (
 )
 
 // Inventory returns every VM registered on the host, fully populated, in
-// three round trips whatever the number of VMs (see [Client.collect] for
-// the stages). Round trips 2 and 3 are split over the session pool in
-// parallel.
+// three round trips whatever the number of VMs: (1) vmInventory.xml and
+// getallvms; (2) every .vmx plus power.getstate, get.guest and
+// snapshot.get per VM; (3) every disk descriptor. Round trips 2 and 3 are
+// split over the session pool in parallel.
 //
 // Problems belong to the VM they concern. Anything about one vmid (its
 // vmInventory.xml entry, its getallvms row, hostd's "Skipping invalid VM
