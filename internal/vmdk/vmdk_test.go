@@ -237,10 +237,7 @@ func TestParseDescriptorRealSamples(t *testing.T) {
 		"vmdk_vmfs_thick_virtuallyhyper_sql.vmdk":              {Flat, 0x5352cace, NoParentCID, "", "VMFS", 268435456},
 		"vmdk-descriptor-thin-sample.txt":                      {Flat, 0xfffffffe, NoParentCID, "", "VMFS", 83886080},
 	} {
-		b, err := os.ReadFile(filepath.Join("/work/shared/esxi-samples", name))
-		if err != nil {
-			b, err = os.ReadFile(filepath.Join("testdata", name))
-		}
+		b, err := os.ReadFile(filepath.Join("..", "esxi", "testdata", "samples", name))
 		if err != nil {
 			t.Fatal(err)
 		}
