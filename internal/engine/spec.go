@@ -30,6 +30,14 @@ var (
 	PowerOffPolicies = preflight.PowerOffPolicies
 )
 
+// Power-off policies, as the resource names them.
+const (
+	PolicyGraceful         = preflight.PolicyGraceful
+	PolicyGracefulThenHard = preflight.PolicyGracefulThenHard
+	PolicyHard             = preflight.PolicyHard
+	PolicyManual           = preflight.PolicyManual
+)
+
 // Transport kinds.
 const (
 	// TransportCDIUpload uploads each disk through CDI's upload proxy
@@ -215,12 +223,12 @@ func (s Spec) Validate() error {
 	oneOf(FieldRunStrategy, s.RunStrategy, RunStrategies)
 	oneOf(FieldTargetFormat, s.TargetFormat, TargetFormats)
 	oneOf(FieldPowerOffPolicy, s.PowerOffPolicy, PowerOffPolicies)
-	oneOf(FieldPodBinding, s.PodBinding, PodBindings)
+	oneOf("", s.PodBinding, PodBindings)
 	if s.WorkDir == "" || !filepath.IsAbs(s.WorkDir) {
-		bad(FieldWorkDir, "the provider's work_dir must be an absolute path")
+		bad("", "the provider's work_dir must be an absolute path")
 	}
 	if s.CopyChunkSize < 0 || s.CopyChunkSize%(1<<20) != 0 {
-		bad(FieldWorkDir, "copy chunk size must be a multiple of 1 MiB")
+		bad("", "copy chunk size must be a multiple of 1 MiB")
 	}
 	errs = append(errs, s.Transport.validate())
 	for src, dst := range s.NetworkMap {

@@ -145,71 +145,130 @@ func (r *run) stepPrepare(ctx context.Context) error {
 	return r.copyDisks(ctx)
 }
 
-// ensurePoweredOff applies the power-off guard.
-func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
-	rec := r.rec()
-	po := rec.PowerOff
-	state := vm.PowerState
-	label := fmt.Sprintf("%q (vmid %d) on host %s", vm.Name, vm.VMID, r.spec.Host)
-	if po != nil && po.Done {
-		if state != esxi.PoweredOff {
-			if !po.SeenOnAgain {
-				po.SeenOnAgain = true
-				if err := r.save(ctx); err != nil {
-					return err
-				}
-			}
-			return needsHuman("SourcePoweredOnAgain",
-				fmt.Sprintf("source VM %s was powered off at %s (%s) but is %s now: someone turned it back on, so its disks may have changed", label, po.DoneAt.Format(time.RFC3339), po.Action, state),
-				"make sure the source should stay off and power it off yourself (the migration never powers a VM off twice), then run apply again; the disks will be copied again from the start", nil)
+// powerAct is what the power-off guard does next.
+type powerAct int
+
+const (
+	// powerNothing: the source was powered off earlier and is still off.
+	powerNothing powerAct = iota
+	// powerRecopy: it was powered off earlier, ran again in between, and
+	// is off now: the staged copies may predate changes, start them over.
+	powerRecopy
+	// powerOnAgain: it was powered off earlier and runs now: stop for a
+	// human (the migration never powers a VM off twice).
+	powerOnAgain
+	// powerSuspended: a suspended VM would lose its memory state.
+	powerSuspended
+	// powerAskUser: policy manual and the VM runs: a human powers it off.
+	powerAskUser
+	// powerObservedOff: it is off: record that and go on.
+	powerObservedOff
+	// powerGraceful and powerHard: act on the recorded decision.
+	powerGraceful
+	powerHard
+)
+
+// powerDecision is the guard's verdict. decide, when not nil, is a new
+// decision that must be recorded before acting on it.
+type powerDecision struct {
+	act    powerAct
+	decide *PowerOff
+}
+
+// decidePowerOff is the power-off guard as a pure function of the
+// recorded decision, the observed power state and the policy. The one
+// irreversible act of a migration is decided once: a recorded decision is
+// carried out, never re-made.
+func decidePowerOff(prior *PowerOff, state esxi.PowerState, policy string, askedUser bool, now time.Time) powerDecision {
+	if prior != nil && prior.Done {
+		switch {
+		case state != esxi.PoweredOff:
+			return powerDecision{act: powerOnAgain}
+		case prior.SeenOnAgain:
+			return powerDecision{act: powerRecopy}
 		}
-		if po.SeenOnAgain {
-			// The copies may predate changes made while it ran: start over.
-			for i := range rec.Disks {
-				d := &rec.Disks[i]
-				if err := transfer.Remove(d.StagedPath); err != nil {
-					return err
-				}
-				d.Acquired, d.SourceSHA256, d.ZeroBytes = false, "", 0
-			}
-			po.SeenOnAgain = false
-			po.Note = strings.TrimSpace(po.Note + " The source was found running again after the power-off; the staged copies were discarded and the disks copied again.")
-			return r.save(ctx)
-		}
-		return nil
+		return powerDecision{act: powerNothing}
 	}
 	if state == esxi.Suspended {
-		return needsHuman("SourceSuspended", fmt.Sprintf("source VM %s is suspended: its memory state would be lost", label),
-			"resume it and shut the guest down, then run apply again", nil)
+		return powerDecision{act: powerSuspended}
 	}
-	now := r.now()
-	if po == nil {
+	if prior == nil {
 		if state == esxi.PoweredOff {
 			action := PowerActionAlreadyOff
-			if r.askedUserToPowerOff() {
+			if askedUser {
 				action = PowerActionUser
 			}
-			rec.PowerOff = &PowerOff{Policy: r.spec.PowerOffPolicy, Action: action, DecidedAt: now}
+			return powerDecision{act: powerObservedOff, decide: &PowerOff{Policy: policy, Action: action, DecidedAt: now}}
+		}
+		switch policy {
+		case PolicyManual:
+			return powerDecision{act: powerAskUser}
+		case PolicyHard:
+			return powerDecision{act: powerHard, decide: &PowerOff{Policy: policy, Action: PowerActionHard, DecidedAt: now}}
+		}
+		return powerDecision{act: powerGraceful, decide: &PowerOff{Policy: policy, Action: PowerActionGraceful, DecidedAt: now}}
+	}
+	switch {
+	case state == esxi.PoweredOff:
+		return powerDecision{act: powerObservedOff}
+	case prior.Action == PowerActionHard || prior.HardAfterGraceful:
+		return powerDecision{act: powerHard}
+	}
+	return powerDecision{act: powerGraceful}
+}
+
+// ensurePoweredOff applies the power-off guard (decidePowerOff).
+func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
+	rec := r.rec()
+	state := vm.PowerState
+	label := fmt.Sprintf("%q (vmid %d) on host %s", vm.Name, vm.VMID, r.spec.Host)
+	now := r.now()
+	d := decidePowerOff(rec.PowerOff, state, r.spec.PowerOffPolicy, r.askedUserToPowerOff(), now)
+	po := rec.PowerOff
+	switch d.act {
+	case powerNothing:
+		return nil
+	case powerOnAgain:
+		if !po.SeenOnAgain {
+			po.SeenOnAgain = true
+			if err := r.save(ctx); err != nil {
+				return err
+			}
+		}
+		return needsHuman("SourcePoweredOnAgain",
+			fmt.Sprintf("source VM %s was powered off at %s (%s) but is %s now: someone turned it back on, so its disks may have changed", label, po.DoneAt.Format(time.RFC3339), po.Action, state),
+			"make sure the source should stay off and power it off yourself (the migration never powers a VM off twice), then run apply again; the disks will be copied again from the start", nil)
+	case powerRecopy:
+		for i := range rec.Disks {
+			dk := &rec.Disks[i]
+			if err := transfer.Remove(dk.StagedPath); err != nil {
+				return err
+			}
+			dk.Acquired, dk.SourceSHA256, dk.ZeroBytes = false, "", 0
+		}
+		po.SeenOnAgain = false
+		po.Note = strings.TrimSpace(po.Note + " The source was found running again after the power-off; the staged copies were discarded and the disks copied again.")
+		return r.save(ctx)
+	case powerSuspended:
+		return needsHuman("SourceSuspended", fmt.Sprintf("source VM %s is suspended: its memory state would be lost", label),
+			"resume it and shut the guest down, then run apply again", nil)
+	case powerAskUser:
+		return onField(FieldPowerOffPolicy, needsHuman("PowerOffManual", fmt.Sprintf("source VM %s is %s and power_off_policy is %q", label, state, PolicyManual),
+			fmt.Sprintf("power off %q yourself, then run apply again", vm.Name), nil))
+	}
+	if d.decide != nil {
+		rec.PowerOff, po = d.decide, d.decide
+		if d.act == powerObservedOff {
 			return r.powerOffDone(ctx, now)
 		}
-		switch r.spec.PowerOffPolicy {
-		case preflight.PolicyManual:
-			return needsHuman("PowerOffManual", fmt.Sprintf("source VM %s is %s and power_off_policy is %q", label, state, preflight.PolicyManual),
-				fmt.Sprintf("power off %q yourself, then run apply again", vm.Name), nil)
-		case preflight.PolicyHard:
-			po = &PowerOff{Policy: r.spec.PowerOffPolicy, Action: PowerActionHard, DecidedAt: now}
-		default:
-			po = &PowerOff{Policy: r.spec.PowerOffPolicy, Action: PowerActionGraceful, DecidedAt: now}
-		}
 		// Record the decision before acting on it.
-		rec.PowerOff = po
 		if err := r.save(ctx); err != nil {
 			return err
 		}
 		r.e.event(ctx, r.s, false, "PoweringOff", fmt.Sprintf("powering off the source VM %s (%s, policy %s)", label, po.Action, po.Policy))
 		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("powering off source VM %s (%s, policy %s)", label, po.Action, po.Policy)})
 	}
-	if state == esxi.PoweredOff {
+	if d.act == powerObservedOff {
 		po.Note = strings.TrimSpace(po.Note + " Observed off when the run resumed.")
 		return r.powerOffDone(ctx, now)
 	}
@@ -217,12 +276,11 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case po.Action == PowerActionHard || po.HardAfterGraceful:
+	if d.act == powerHard {
 		if err := c.PowerOff(ctx, vm.VMID); err != nil {
 			return err
 		}
-	default:
+	} else {
 		sctx, cancel := context.WithTimeout(ctx, r.spec.ShutdownTimeout)
 		err := c.Shutdown(sctx, vm.VMID)
 		cancel()
@@ -236,9 +294,9 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 			} else if !errors.Is(err, context.DeadlineExceeded) && esxi.Classify(err) == esxi.Transient {
 				return err
 			}
-			if po.Policy != preflight.PolicyGracefulThenHard {
-				return needsHuman("ShutdownFailed", fmt.Sprintf("source VM %s: %s (%v)", label, why, err),
-					fmt.Sprintf("shut %q down yourself (or choose power_off_policy graceful_then_hard), then run apply again", vm.Name), nil)
+			if po.Policy != PolicyGracefulThenHard {
+				return onField(FieldPowerOffPolicy, needsHuman("ShutdownFailed", fmt.Sprintf("source VM %s: %s (%v)", label, why, err),
+					fmt.Sprintf("shut %q down yourself (or choose power_off_policy %s), then run apply again", vm.Name, PolicyGracefulThenHard), nil))
 			}
 			po.HardAfterGraceful, po.Action = true, PowerActionHard
 			po.Note = strings.TrimSpace(po.Note + " " + why + "; powered off hard as graceful_then_hard allows.")

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+)
+
+// The power-off guard as a table: every recorded decision and observed
+// state, and the act it leads to. A recorded decision is never re-made.
+func TestDecidePowerOff(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	done := &PowerOff{Policy: PolicyGraceful, Action: PowerActionGraceful, Done: true}
+	doneSeen := &PowerOff{Policy: PolicyGraceful, Action: PowerActionGraceful, Done: true, SeenOnAgain: true}
+	graceful := &PowerOff{Policy: PolicyGraceful, Action: PowerActionGraceful}
+	hardAfter := &PowerOff{Policy: PolicyGracefulThenHard, Action: PowerActionHard, HardAfterGraceful: true}
+	hard := &PowerOff{Policy: PolicyHard, Action: PowerActionHard}
+	for _, tc := range []struct {
+		name      string
+		prior     *PowerOff
+		state     esxi.PowerState
+		policy    string
+		askedUser bool
+		act       powerAct
+		decided   string // Action of a new decision, "" for none
+	}{
+		{"done and off", done, esxi.PoweredOff, PolicyHard, false, powerNothing, ""},
+		{"done but on again", done, esxi.PoweredOn, PolicyHard, false, powerOnAgain, ""},
+		{"done, seen on, off again", doneSeen, esxi.PoweredOff, PolicyGraceful, false, powerRecopy, ""},
+		{"done, suspended now", done, esxi.Suspended, PolicyGraceful, false, powerOnAgain, ""},
+		{"suspended", nil, esxi.Suspended, PolicyHard, false, powerSuspended, ""},
+		{"already off", nil, esxi.PoweredOff, PolicyGraceful, false, powerObservedOff, PowerActionAlreadyOff},
+		{"off after asking the user", nil, esxi.PoweredOff, PolicyManual, true, powerObservedOff, PowerActionUser},
+		{"manual and on", nil, esxi.PoweredOn, PolicyManual, false, powerAskUser, ""},
+		{"hard and on", nil, esxi.PoweredOn, PolicyHard, false, powerHard, PowerActionHard},
+		{"graceful and on", nil, esxi.PoweredOn, PolicyGraceful, false, powerGraceful, PowerActionGraceful},
+		{"graceful_then_hard and on", nil, esxi.PoweredOn, PolicyGracefulThenHard, false, powerGraceful, PowerActionGraceful},
+		{"decided graceful, still on: carried out, not re-decided", graceful, esxi.PoweredOn, PolicyHard, false, powerGraceful, ""},
+		{"decided graceful, off now", graceful, esxi.PoweredOff, PolicyGraceful, false, powerObservedOff, ""},
+		{"graceful timed out, hard recorded", hardAfter, esxi.PoweredOn, PolicyGracefulThenHard, false, powerHard, ""},
+		{"decided hard, policy changed to manual since", hard, esxi.PoweredOn, PolicyManual, false, powerHard, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decidePowerOff(tc.prior, tc.state, tc.policy, tc.askedUser, now)
+			if d.act != tc.act {
+				t.Errorf("act = %d, want %d", d.act, tc.act)
+			}
+			switch {
+			case tc.decided == "" && d.decide != nil:
+				t.Errorf("a new decision %+v was made; the recorded one must be carried out", *d.decide)
+			case tc.decided != "" && d.decide == nil:
+				t.Errorf("no decision recorded, want %s", tc.decided)
+			case tc.decided != "" && (d.decide.Action != tc.decided || d.decide.Policy != tc.policy || !d.decide.DecidedAt.Equal(now)):
+				t.Errorf("decision = %+v, want action %s under policy %s at %s", *d.decide, tc.decided, tc.policy, now)
+			}
+		})
+	}
+}
+
+// PickVM is the one way a configuration names a VM: system VMs are never
+// picked, and every error names the attribute to fix.
+func TestPickVM(t *testing.T) {
+	vms := []esxi.VM{
+		{VMID: 1, Name: "web"},
+		{VMID: 2, Name: "db"},
+		{VMID: 3, Name: "db"},
+		{VMID: 6, Name: "vCLS-1", System: true, VMXPath: "/var/run/crx/infra/vCLS-1/vCLS-1.vmx"},
+		{VMID: 7, Name: "Web "},
+	}
+	for _, tc := range []struct {
+		name   string
+		vmName string
+		vmid   int
+		want   int
+		field  string
+		inMsg  string
+	}{
+		{"by name", "web", 0, 1, "", ""},
+		{"by vmid", "", 2, 2, "", ""},
+		{"vmid and matching name", "db", 3, 3, "", ""},
+		{"vmid and other name", "web", 2, 0, FieldSourceVMID, `named "db", not "web"`},
+		{"ambiguous name", "db", 0, 0, FieldSourceVMName, "vmids 2 (), 3 ()"},
+		{"missing name, near misses listed", "WEB", 0, 0, FieldSourceVMName, `"web" (vmid 1), "Web " (vmid 7)`},
+		{"missing vmid", "", 99, 0, FieldSourceVMID, "no VM with vmid 99"},
+		{"system VM by name", "vCLS-1", 0, 0, FieldSourceVMName, `no VM named "vCLS-1"`},
+		{"system VM by vmid", "", 6, 0, FieldSourceVMID, "system VM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vm, err := PickVM(vms, "esxi-a", tc.vmName, tc.vmid)
+			if tc.field == "" {
+				if err != nil || vm.VMID != tc.want {
+					t.Fatalf("PickVM = vmid %d, %v; want vmid %d", vm.VMID, err, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("PickVM = vmid %d, want an error", vm.VMID)
+			}
+			if FieldOf(err) != tc.field || !strings.Contains(err.Error(), tc.inMsg) {
+				t.Errorf("error = %q on %q; want %q on %q", err, FieldOf(err), tc.inMsg, tc.field)
+			}
+			if strings.Contains(err.Error(), "vm_id") {
+				t.Errorf("error names vm_id, which is not an attribute: %q", err)
+			}
+		})
+	}
+}
+
+// Spec.Validate ties every problem to its attribute, and the transport
+// rules are the same for configuration checks and the engine.
+func TestValidateFields(t *testing.T) {
+	s := Spec{Host: "h", VMName: "v", Namespace: "ns", Name: "n", StorageClass: "sc", WorkDir: "/w",
+		Transport:  Transport{Kind: TransportCDIUpload, UploadProxyURL: "https://proxy"},
+		NetworkMap: map[string]string{"VM Network": "pod"}}.WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatalf("valid spec: %v", err)
+	}
+	bad := s
+	bad.StorageClass, bad.DiskBus, bad.Transport = "", "ide", Transport{}
+	bad.NetworkMap = map[string]string{"VM Network": "Not_A_Name"}
+	got := map[string]bool{}
+	for _, p := range FieldProblems(bad.Validate()) {
+		got[p.Field] = true
+	}
+	for _, f := range []string{FieldStorageClass, FieldDiskBus, FieldTransport, FieldNetworkMap} {
+		if !got[f] {
+			t.Errorf("no problem on %s; got %v", f, got)
+		}
+	}
+	for _, tc := range []struct {
+		proxy, dir, url string
+		kind, field     string
+	}{
+		{"https://p", "", "", TransportCDIUpload, ""},
+		{"", "/srv", "http://h/x", TransportHTTP, ""},
+		{"https://p", "/srv", "", "", FieldTransport},
+		{"", "/srv", "", TransportHTTP, FieldHTTPStagingURL},
+		{"", "relative", "http://h", TransportHTTP, FieldHTTPStagingDir},
+		{"", "", "", "", FieldTransport},
+		{"not a url", "", "", TransportCDIUpload, FieldUploadProxyURL},
+	} {
+		tr, err := TransportOf(tc.proxy, "", false, tc.dir, tc.url)
+		if tr.Kind != tc.kind || FieldOf(firstOf(err)) != tc.field {
+			t.Errorf("TransportOf(%q, %q, %q) = kind %q, error %v on %q; want kind %q, error on %q",
+				tc.proxy, tc.dir, tc.url, tr.Kind, err, FieldOf(firstOf(err)), tc.kind, tc.field)
+		}
+	}
+	for v, ok := range map[string]bool{"pod": true, "net-a": true, "ns/net-a": true, "Ns/x": false, "a/b/c": false, "": false} {
+		if err := ValidateNetwork(v); (err == nil) != ok {
+			t.Errorf("ValidateNetwork(%q) = %v, want ok=%v", v, err, ok)
+		}
+	}
+}
+
+func firstOf(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 0 {
+		return j.Unwrap()[0]
+	}
+	return err
+}
+
+// A failed pre-flight check points at the attribute a user changes to fix
+// it.
+func TestCheckField(t *testing.T) {
+	for id, want := range map[string]string{
+		preflight.CheckNICsMapped: FieldNetworkMap, preflight.CheckStorageClass: FieldStorageClass,
+		preflight.CheckQuota: FieldStorageClass, preflight.CheckPowerPolicy: FieldPowerOffPolicy,
+		preflight.CheckNamespace: FieldNamespace, preflight.CheckDestinationName: FieldName,
+		preflight.CheckDestinationFree: FieldName, preflight.CheckGuestOS: FieldSource,
+		preflight.CheckInventory: FieldSource, preflight.CheckDisks: FieldSource,
+	} {
+		if got := CheckField(id); got != want {
+			t.Errorf("CheckField(%s) = %q, want %q", id, got, want)
+		}
+	}
+}
