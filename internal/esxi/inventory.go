@@ -268,7 +268,7 @@ func (run *inventoryRun) list(ctx context.Context) error {
 		switch {
 		case skipped[id]:
 			w.invalid = true
-			w.problem("getallvms", fmt.Sprintf("hostd skips this VM as invalid (\"Skipping invalid VM '%d'\"): its .vmx is missing or unreadable, or its datastore is gone; restore its files or unregister it", id))
+			w.problem("getallvms", "hostd skips this VM as invalid (its datastore may be missing or its .vmx unreadable)")
 		case w.gav == nil:
 			w.problem("getallvms", "registered in vmInventory.xml but not listed by getallvms")
 		}
@@ -299,15 +299,13 @@ func (run *inventoryRun) list(ctx context.Context) error {
 
 // readConfigs is stage 2: .vmx files and per-VM vim-cmd output. System
 // VMs are never migrated, so their .vmx (outside /vmfs/volumes, e.g.
-// /var/run/crx/infra/) is not read; invalid VMs have none to read and
-// vim-cmd does not know them.
+// /var/run/crx/infra/) is not read. vim-cmd does not know invalid VMs, so
+// they get none; their .vmx is still read, and why it cannot be ("No such
+// file or directory") is their own problem.
 func (run *inventoryRun) readConfigs(ctx context.Context) error {
 	var labels []string
 	var cmds []Command
 	for _, w := range run.work {
-		if w.invalid {
-			continue
-		}
 		if w.vm.VMXPath != "" && !w.vm.System {
 			cmd, err := Cat(w.vm.VMXPath)
 			if err != nil {
@@ -317,8 +315,10 @@ func (run *inventoryRun) readConfigs(ctx context.Context) error {
 				labels, cmds = append(labels, perVMLabel("vmx", w.vm.VMID)), append(cmds, cmd)
 			}
 		}
-		l, cm := perVMCommands(w.vm.VMID)
-		labels, cmds = append(labels, l...), append(cmds, cm...)
+		if !w.invalid {
+			l, cm := perVMCommands(w.vm.VMID)
+			labels, cmds = append(labels, l...), append(cmds, cm...)
+		}
 	}
 	rs, err := run.batch(ctx, labels, cmds)
 	if err != nil {
@@ -328,13 +328,12 @@ func (run *inventoryRun) readConfigs(ctx context.Context) error {
 
 	var kept []*vmWork
 	for _, w := range run.work {
-		if w.invalid {
-			kept = append(kept, w)
-			continue
-		}
-		gone, err := run.c.applyVimResults(w, rs)
-		if err != nil {
-			return err
+		gone := false
+		if !w.invalid {
+			var err error
+			if gone, err = run.c.applyVimResults(w, rs); err != nil {
+				return err
+			}
 		}
 		if gone {
 			run.host = append(run.host, Problem{Source: "inventory", VMID: w.vm.VMID, Message: fmt.Sprintf("vmid %d disappeared during the refresh (unregistered)", w.vm.VMID)})

@@ -38,16 +38,31 @@ func newVCLSHost(t *testing.T) *vclsHost {
 	return h
 }
 
-// wantOnlyInvalidProblem checks the invalid VM's single problem, which
-// concerns it alone.
+// wantOnlyInvalidProblem checks the invalid VM's problems, which concern
+// it alone: hostd skipping it, and its .vmx being gone (when
+// vmInventory.xml gave its path; getallvms does not).
 func wantOnlyInvalidProblem(t *testing.T, vm VM, vmid int) {
 	t.Helper()
-	if len(vm.Problems) != 1 {
-		t.Fatalf("invalid VM problems %v, want exactly one", vm.Problems)
+	if vm.VMXPath == "" {
+		want := Problem{Source: "getallvms", VMID: vmid, Message: "hostd skips this VM as invalid (its datastore may be missing or its .vmx unreadable)"}
+		if len(vm.Problems) != 1 || vm.Problems[0] != want {
+			t.Errorf("invalid VM problems %+v, want only %+v", vm.Problems, want)
+		}
+		return
 	}
-	p := vm.Problems[0]
-	if p.VMID != vmid || p.HostWide || p.Source != "getallvms" || !strings.Contains(p.Message, "Skipping invalid VM '"+itoa(vmid)+"'") {
-		t.Errorf("invalid VM problem %+v", p)
+	want := []Problem{
+		{Source: "getallvms", VMID: vmid, Message: "hostd skips this VM as invalid (its datastore may be missing or its .vmx unreadable)"},
+		{Source: vm.VMXPath, VMID: vmid},
+	}
+	if len(vm.Problems) != 2 {
+		t.Fatalf("invalid VM problems %v, want %v", vm.Problems, want)
+	}
+	if vm.Problems[0] != want[0] {
+		t.Errorf("invalid VM problem %+v, want %+v", vm.Problems[0], want[0])
+	}
+	p := vm.Problems[1]
+	if p.Source != want[1].Source || p.VMID != vmid || p.HostWide || !strings.Contains(p.Message, "No such file or directory") {
+		t.Errorf("invalid VM problem %+v, want the .vmx missing", p)
 	}
 }
 
@@ -195,6 +210,9 @@ func TestSimInventoryHostWideProblem(t *testing.T) {
 	}
 	for _, vm := range vms {
 		if vm.VMID == h.invalid {
+			if vm.VMXPath != "" {
+				t.Errorf("invalid VM path %q: only vmInventory.xml knows it", vm.VMXPath)
+			}
 			wantOnlyInvalidProblem(t, vm, h.invalid)
 			continue
 		}
