@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Disk read benchmark over a real, shaped link: OpenSSH `ssh host cat`
+# (baseline) against the provider's two ways of reading a disk, dd chunks
+# (Client.ReadRange) and the host-side sparse reader (Client.ReadRangeSparse).
+#
+# A network namespace joined by a veth pair shaped with tbf to 1 Gbit/s in
+# both directions plays the ESXi host: a real OpenSSH sshd runs inside it,
+# chrooted into a tree laid out like ESXi's (/vmfs/volumes/<ds>/<vm>/
+# <disk>-flat.vmdk, /bin/python, /bin/dd, /bin/cat). The datastore holds a
+# dense disk of random data and a thin disk with data in 64 runs.
+#
+# Prints, per disk and method: MB/s of logical disk bytes, the ratio to the
+# baseline, bytes on the wire, client CPU seconds per GiB and peak RSS, host
+# CPU seconds per GiB. Nothing asserts timings; each copy is checked
+# byte-for-byte against its source.
+#
+# Needs root. BENCH_SMOKE=1 uses tiny files (well under a minute).
+# Everything it creates (namespace, links, sshd, files) is removed on exit,
+# also on failure.
+set -euo pipefail
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "bench.sh: needs root (network namespaces, tc, chroot)" >&2
+	exit 1
+fi
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$repo/scripts/ensure-bench-deps.sh"
+
+smoke=${BENCH_SMOKE:-0}
+MiB=$((1 << 20))
+if [[ $smoke == 1 ]]; then
+	dense_size=$((16 * MiB))
+	thin_size=$((256 * MiB))
+	run_len=$((64 * 1024)) # 64 runs of 64 KiB = 4 MiB of data
+else
+	dense_size=$((2048 * MiB))
+	thin_size=$((8192 * MiB))
+	run_len=$((8 * MiB)) # 64 runs of 8 MiB = 512 MiB of data
+fi
+runs=64
+
+ns=vmmbench$$
+veth=vmmb$$
+veth_peer=vmmp$$
+net=10.250.$(($$ % 200 + 20))
+host_ip=$net.1
+esxi_ip=$net.2
+work=""
+sshd_pid=""
+made_run_sshd=""
+
+cleanup() {
+	set +e
+	[[ -n $sshd_pid ]] && kill "$sshd_pid" 2>/dev/null && wait "$sshd_pid" 2>/dev/null
+	ip link del "$veth" 2>/dev/null
+	ip netns del "$ns" 2>/dev/null
+	[[ -n $work ]] && rm -rf --one-file-system "$work"
+	[[ -n $made_run_sshd ]] && rmdir /run/sshd 2>/dev/null
+	return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# sshd insists that every component of the chroot is root-owned and not
+# writable by others: /var/lib qualifies, /tmp and /var/tmp do not.
+work=$(mktemp -d /var/lib/vmm-bench.XXXXXX)
+chmod 755 "$work"
+root=$work/root
+ds=$root/vmfs/volumes/datastore1/bench
+mkdir -p "$ds" "$root"/{usr,dev,bin,tmp} "$work/sshd" "$work/out"
+ln -s usr/lib "$root/lib"
+ln -s usr/lib64 "$root/lib64"
+for b in sh bash cat dd; do ln -s "/usr/bin/$b" "$root/bin/$b"; done
+ln -s /usr/bin/python3 "$root/bin/python" # ESXi 7/8: /bin/python is Python 3
+
+echo "== creating disks ($((dense_size / MiB)) MiB dense, $((thin_size / MiB)) MiB thin with $((runs * run_len / MiB)) MiB of data)"
+dense=$ds/dense-flat.vmdk
+thin=$ds/thin-flat.vmdk
+head -c "$dense_size" /dev/urandom >"$dense"
+truncate -s "$thin_size" "$thin"
+stride=$((thin_size / runs))
+for ((i = 0; i < runs; i++)); do
+	dd if=/dev/urandom of="$thin" bs=$((run_len < MiB ? run_len : MiB)) count=$((run_len < MiB ? 1 : run_len / MiB)) \
+		seek=$((i * stride / (run_len < MiB ? run_len : MiB))) conv=notrunc status=none
+done
+sync
+
+echo "== building the reader"
+(cd "$repo" && go build -o "$work/diskread" ./scripts/bench/diskread)
+
+echo "== network namespace $ns, veth $veth <-> $veth_peer, tbf 1 Gbit/s both ways"
+ip netns add "$ns"
+ip link add "$veth" type veth peer name "$veth_peer" netns "$ns"
+ip addr add "$host_ip/30" dev "$veth"
+ip link set "$veth" up
+ip netns exec "$ns" ip addr add "$esxi_ip/30" dev "$veth_peer"
+ip netns exec "$ns" ip link set "$veth_peer" up
+ip netns exec "$ns" ip link set lo up
+tc qdisc add dev "$veth" root tbf rate 1gbit burst 256kb latency 10ms
+ip netns exec "$ns" tc qdisc add dev "$veth_peer" root tbf rate 1gbit burst 256kb latency 10ms
+
+echo "== sshd on $esxi_ip:22 (chroot $root)"
+ssh-keygen -q -t ecdsa -b 256 -N '' -f "$work/sshd/host_key"
+ssh-keygen -q -t ecdsa -b 256 -N '' -f "$work/sshd/client_key"
+cp "$work/sshd/client_key.pub" "$work/sshd/authorized_keys"
+echo "$esxi_ip $(cat "$work/sshd/host_key.pub")" >"$work/known_hosts"
+cat >"$work/sshd/sshd_config" <<EOF
+ListenAddress $esxi_ip:22
+HostKey $work/sshd/host_key
+PidFile none
+AuthorizedKeysFile $work/sshd/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+ChrootDirectory $root
+Ciphers aes128-gcm@openssh.com,aes256-gcm@openssh.com,aes256-ctr,chacha20-poly1305@openssh.com
+MaxSessions 10
+LogLevel ERROR
+EOF
+if [[ ! -d /run/sshd ]]; then
+	mkdir -p /run/sshd
+	made_run_sshd=1
+fi
+# A private mount namespace gives the chroot /usr and /dev; the mounts
+# vanish with sshd. Every step execs, so $! is sshd's pid.
+ip netns exec "$ns" unshare -m --propagation private sh -c \
+	"mount --bind /usr '$root/usr' && mount --bind /dev '$root/dev' && exec /usr/sbin/sshd -D -e -f '$work/sshd/sshd_config'" &
+sshd_pid=$!
+
+ssh_opts=(-F /dev/null -i "$work/sshd/client_key" -o UserKnownHostsFile="$work/known_hosts"
+	-o StrictHostKeyChecking=yes -o BatchMode=yes -o Ciphers=aes128-gcm@openssh.com)
+for ((i = 0; i < 50; i++)); do
+	ssh "${ssh_opts[@]}" -o ConnectTimeout=1 "root@$esxi_ip" true 2>/dev/null && break
+	sleep 0.2
+done
+ssh "${ssh_opts[@]}" "root@$esxi_ip" true
+
+clk=$(getconf CLK_TCK)
+# Host CPU: sshd collects the CPU time of every finished connection
+# (session shell, cat/dd/python and the per-connection sshd) in its
+# children's times.
+host_ticks() { awk '{print $16 + $17}' "/proc/$sshd_pid/stat"; }
+wire_bytes() { cat "/sys/class/net/$veth/statistics/rx_bytes"; }
+
+results=()
+# measure NAME DISK SIZE CMD...: runs CMD (which writes $work/out/copy),
+# checks the copy against DISK and records the figures.
+measure() {
+	local name=$1 disk=$2 size=$3
+	shift 3
+	rm -f "$work/out/copy"
+	local w0 h0 w1 h1
+	w0=$(wire_bytes)
+	h0=$(host_ticks)
+	if ! /usr/bin/time -f '%e %U %S %M' -o "$work/time" "$@" >"$work/measure.log" 2>&1; then
+		cat "$work/measure.log" >&2
+		echo "bench.sh: $name of $(basename "$disk") failed" >&2
+		exit 1
+	fi
+	sleep 0.5 # let the connection's sshd exit and be reaped
+	w1=$(wire_bytes)
+	h1=$(host_ticks)
+	if ! cmp -s "$disk" "$work/out/copy"; then
+		echo "bench.sh: $name: the copy of $(basename "$disk") differs from the source" >&2
+		exit 1
+	fi
+	local e u s m
+	read -r e u s m <"$work/time"
+	results+=("$(basename "$disk" -flat.vmdk) $name $size $e $u $s $m $((w1 - w0)) $((h1 - h0))")
+	printf '   %-6s %-7s %8.2f s\n' "$(basename "$disk" -flat.vmdk)" "$name" "$e"
+	rm -f "$work/out/copy"
+}
+
+diskread=("$work/diskread" -addr "$esxi_ip" -key "$work/sshd/client_key" -known-hosts "$work/known_hosts" -out "$work/out/copy")
+
+echo "== reading (one stream, 64 MiB chunks for dd and sparse)"
+for disk in "$dense" "$thin"; do
+	size=$(stat -c %s "$disk")
+	cat "$disk" >/dev/null # page cache, like a warm datastore
+	measure cat "$disk" "$size" sh -c 'ssh "$@" >'"'$work/out/copy'" _ "${ssh_opts[@]}" "root@$esxi_ip" cat "${disk#"$root"}"
+	measure dd "$disk" "$size" "${diskread[@]}" -path "${disk#"$root"}" -size "$size" -mode dd
+	measure sparse "$disk" "$size" "${diskread[@]}" -path "${disk#"$root"}" -size "$size" -mode sparse
+done
+
+echo
+printf '%-6s %-7s %9s %8s %10s %11s %10s %13s\n' disk method MB/s x-cat wire-MiB client-s/GiB client-RSS host-cpu-s/GiB
+declare -A base
+for r in "${results[@]}"; do
+	read -r disk name size e u s m w h <<<"$r"
+	mbs=$(awk -v b="$size" -v e="$e" 'BEGIN{printf "%.1f", b / e / 1e6}')
+	[[ $name == cat ]] && base[$disk]=$mbs
+	awk -v disk="$disk" -v name="$name" -v mbs="$mbs" -v base="${base[$disk]}" -v size="$size" \
+		-v u="$u" -v s="$s" -v m="$m" -v w="$w" -v h="$h" -v clk="$clk" 'BEGIN{
+		gib = size / 1073741824
+		printf "%-6s %-7s %9s %7.2fx %10.1f %11.2f %7.0f MiB %13.2f\n", disk, name, mbs, mbs / base,
+			w / 1048576, (u + s) / gib, m / 1024, h / clk / gib }'
+done
