@@ -287,3 +287,31 @@ func TestParseDescriptorHostile(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkChainSHA256 reads a 256 MiB three-level chain (thin base,
+// seSparse, vmfsSparse) through the Go reader.
+func BenchmarkChainSHA256(b *testing.B) {
+	dir := b.TempDir()
+	const capacity = 256 * mib
+	sectors := int64(capacity / SectorSize)
+	base := []Write{{Offset: 0, Data: pattern(64*mib, 1)}}
+	var midW, topW []Write
+	for off := int64(0); off < capacity; off += 4 * mib {
+		midW = append(midW, Write{Offset: off, Data: pattern(mib, 2)})
+		topW = append(topW, Write{Offset: off + 2*mib, Data: pattern(mib, 3)})
+	}
+	WriteLink(LinkSpec{Dir: dir, Name: "d", Format: Flat, CapacitySectors: sectors, Writes: base, CID: 1, ParentCID: NoParentCID})
+	WriteLink(LinkSpec{Dir: dir, Name: "d-1", Format: SESparse, CapacitySectors: sectors, Writes: midW, CID: 2, ParentCID: 1, ParentFileNameHint: "d.vmdk"})
+	WriteLink(LinkSpec{Dir: dir, Name: "d-2", Format: VMFSSparse, CapacitySectors: sectors, Writes: topW, CID: 3, ParentCID: 2, ParentFileNameHint: "d-1.vmdk"})
+	b.SetBytes(capacity)
+	for b.Loop() {
+		c, err := OpenChain(filepath.Join(dir, "d-2.vmdk"), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.SHA256(); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}
