@@ -33,7 +33,9 @@ type GetAllVMsEntry struct {
 type GetAllVMsResult struct {
 	VMs []GetAllVMsEntry
 	// Skipped lists the vmids hostd reported as "Skipping invalid VM 'N'"
-	// (registered but unreadable, typically a missing datastore).
+	// (registered but unreadable: .vmx deleted or datastore missing). hostd
+	// prints these lines on stderr; the client reads them merged with
+	// stdout.
 	Skipped []int
 }
 
