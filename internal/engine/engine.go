@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
@@ -436,10 +437,10 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		return false, nil
 	}
 	switch class {
-	case classInterrupted:
+	case fault.Interrupted:
 		_, stop := r.interrupted(ctx, phase, err)
 		return true, stop
-	case classTransient:
+	case fault.Transient:
 		rec.Attempts++
 		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
 		if rec.Attempts >= r.spec.Retry.Attempts {
@@ -469,7 +470,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 			return true, stop
 		}
 		return false, nil
-	case classNeedsHuman:
+	case fault.NeedsHuman:
 		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
 		return true, r.stop(ctx, phase, PhaseManualInterventionRequired, reason, err.Error(), actionOf(err), err)
 	default:

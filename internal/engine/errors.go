@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -71,31 +72,9 @@ func (e *LeaseHeldError) Error() string {
 		e.Namespace, e.Name, e.Holder, RecordName(e.Name), e.Expires.UTC().Format(time.RFC3339))
 }
 
-// errClass is what to do about a step's error.
-type errClass int
-
-const (
-	classPermanent errClass = iota
-	classTransient
-	classNeedsHuman
-	classInterrupted
-)
-
-func (c errClass) String() string {
-	switch c {
-	case classTransient:
-		return ClassTransient
-	case classNeedsHuman:
-		return ClassNeedsHuman
-	case classInterrupted:
-		return ClassInterrupted
-	}
-	return ClassPermanent
-}
-
 // stopCause is an error a step classifies itself.
 type stopCause struct {
-	class  errClass
+	class  fault.Class
 	reason string
 	msg    string
 	action string
@@ -112,20 +91,20 @@ func (c *stopCause) Error() string {
 func (c *stopCause) Unwrap() error { return c.err }
 
 func transient(reason, msg string, err error) error {
-	return &stopCause{class: classTransient, reason: reason, msg: msg, err: err}
+	return &stopCause{class: fault.Transient, reason: reason, msg: msg, err: err}
 }
 
 func needsHuman(reason, msg, action string, err error) error {
-	return &stopCause{class: classNeedsHuman, reason: reason, msg: msg, action: action, err: err}
+	return &stopCause{class: fault.NeedsHuman, reason: reason, msg: msg, action: action, err: err}
 }
 
 func permanent(reason, msg, action string, err error) error {
-	return &stopCause{class: classPermanent, reason: reason, msg: msg, action: action, err: err}
+	return &stopCause{class: fault.Permanent, reason: reason, msg: msg, action: action, err: err}
 }
 
 // classify decides, once, what err means. Errors from the esxi and kube
 // packages carry the class decided where they arose.
-func classify(err error) (errClass, string) {
+func classify(err error) (fault.Class, string) {
 	var sc *stopCause
 	var ee *esxi.Error
 	var ke *kube.Error
@@ -134,42 +113,22 @@ func classify(err error) (errClass, string) {
 	case errors.As(err, &sc):
 		return sc.class, sc.reason
 	case errors.As(err, &ee):
-		return fromESXi(esxi.Classify(err)), "SourceError"
+		return esxi.Classify(err), "SourceError"
 	case errors.As(err, &ke), errors.As(err, &ce):
-		return fromKube(kube.Classify(err)), "ClusterError"
+		return kube.Classify(err), "ClusterError"
 	case errors.Is(err, convert.ErrQemuImgMissing):
-		return classNeedsHuman, "QemuImgMissing"
+		return fault.NeedsHuman, "QemuImgMissing"
 	case errors.Is(err, convert.ErrInvalidImage):
-		return classTransient, "InvalidImage"
+		return fault.Transient, "InvalidImage"
 	case errors.Is(err, context.Canceled):
-		return classInterrupted, "Interrupted"
+		return fault.Interrupted, "Interrupted"
 	case errors.Is(err, context.DeadlineExceeded):
-		return classTransient, "Timeout"
+		return fault.Transient, "Timeout"
 	}
-	if esxi.Classify(err) == esxi.Transient {
-		return classTransient, "Error"
+	if esxi.Classify(err) == fault.Transient {
+		return fault.Transient, "Error"
 	}
-	return fromKube(kube.Classify(err)), "Error"
-}
-
-func fromESXi(c esxi.Class) errClass {
-	switch c {
-	case esxi.Transient:
-		return classTransient
-	case esxi.NeedsHuman:
-		return classNeedsHuman
-	}
-	return classPermanent
-}
-
-func fromKube(c kube.Class) errClass {
-	switch c {
-	case kube.Transient:
-		return classTransient
-	case kube.NeedsHuman:
-		return classNeedsHuman
-	}
-	return classPermanent
+	return kube.Classify(err), "Error"
 }
 
 // actionOf returns the action a stopCause names, if any.

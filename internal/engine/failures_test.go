@@ -244,10 +244,13 @@ func TestSourceNotFoundFails(t *testing.T) {
 	spec := e.spec("absent", "absent")
 	rec, err := e.engine().Run(e.ctx(30*time.Second), spec)
 	se := stopErr(t, err)
-	want := `migration failed in phase Discovering: no VM named "absent" is registered on host "esx1". Nothing was cleaned up. The source VM's disks were never modified. Check vm_name (it is case-sensitive) and the host; then add the annotation vmmigration.io/reset="true" to ConfigMap ` +
+	want := `migration failed in phase Discovering: ESXi host "esx1" has no VM named "absent". Nothing was cleaned up. The source VM's disks were never modified. Names are matched exactly: fix source.vm_name (list the host's VMs with the vmmigration_esxi_vms data source); then add the annotation vmmigration.io/reset="true" to ConfigMap ` +
 		e.ns + `/vmmigration-absent and run apply again to retry Discovering, or delete the resource to forget the migration`
 	if err.Error() != want {
 		t.Errorf("error:\n got %s\nwant %s", err, want)
+	}
+	if se.Field != engine.FieldSourceVMName {
+		t.Errorf("stop concerns %q, want %q", se.Field, engine.FieldSourceVMName)
 	}
 	if se.State != engine.PhaseFailed || se.Reason != "SourceVMNotFound" || rec.Phase != engine.PhaseFailed {
 		t.Errorf("stop = %#v, phase %s", se, rec.Phase)

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
 
 // Phase is a migration's checkpoint: what the engine is working to make
@@ -260,14 +262,17 @@ type ErrorEntry struct {
 	Message string    `json:"message"`
 }
 
-// Error history classes besides the error classes.
-const (
-	ClassTransient   = "transient"
-	ClassNeedsHuman  = "needs-human"
-	ClassPermanent   = "permanent"
-	ClassInterrupted = "interrupted"
-	ClassReentered   = "reentered"
+// Classes of the error history: the fault classes as they spell
+// themselves, and the re-entries a human caused.
+var (
+	ClassTransient   = fault.Transient.String()
+	ClassNeedsHuman  = fault.NeedsHuman.String()
+	ClassPermanent   = fault.Permanent.String()
+	ClassInterrupted = fault.Interrupted.String()
 )
+
+// ClassReentered marks a history entry of a run resumed after a stop.
+const ClassReentered = "reentered"
 
 // Condition returns the condition of type t, if set.
 func (r *Record) Condition(t string) (Condition, bool) {

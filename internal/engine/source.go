@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -113,7 +114,7 @@ func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
 		}
 		return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMNotFound",
 			fmt.Sprintf("ESXi host %q has no VM with vmid %d", host, vmid),
-			"list the host's VMs with the vmmigration_esxi_vms data source (or `vim-cmd vmsvc/getallvms` on the host) and fix source.vmid", errVMNotFound))
+			"list the host's VMs with the vmmigration_esxi_vms data source (or `vim-cmd vmsvc/getallvms` on the host) and fix source.vmid", nil))
 	}
 	var found []esxi.VM
 	for _, vm := range vms {
@@ -136,7 +137,7 @@ func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
 			msg += "; names that differ only in case or spaces: " + strings.Join(near, ", ")
 		}
 		return esxi.VM{}, onField(FieldSourceVMName, permanent("SourceVMNotFound", msg,
-			"names are matched exactly: fix source.vm_name (list the host's VMs with the vmmigration_esxi_vms data source)", errVMNotFound))
+			"names are matched exactly: fix source.vm_name (list the host's VMs with the vmmigration_esxi_vms data source)", nil))
 	}
 	var ids []string
 	for _, vm := range found {
@@ -146,9 +147,6 @@ func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
 		fmt.Sprintf("%d VMs named %q are registered on ESXi host %q: vmids %s", len(found), name, host, strings.Join(ids, ", ")),
 		"set source.vmid to the one to migrate", nil))
 }
-
-// errVMNotFound marks PickVM's not-found errors (errors.Is).
-var errVMNotFound = esxi.ErrVMNotFound
 
 // findSource observes the source VM a migration names. With a recorded
 // identity it reads that vmid and checks it is still the same .vmx; before
@@ -192,13 +190,21 @@ func (e *Engine) findSource(ctx context.Context, spec Spec, id Identity, maxAge 
 		}
 		return &picked, nil
 	}
-	vms, _, err := e.Inventory(ctx, spec.Host, maxAge)
+	vms, hostProblems, err := e.Inventory(ctx, spec.Host, maxAge)
 	if err != nil {
 		return nil, err
 	}
 	vm, err := PickVM(vms, spec.Host, spec.VMName, spec.VMID)
 	if err != nil {
 		return nil, err
+	}
+	// What makes every VM's data uncertain concerns this one too, as
+	// Client.VM reports it: plan and apply see the same problems.
+	vm.Problems = slices.Clone(vm.Problems)
+	for _, p := range hostProblems {
+		if p.HostWide {
+			vm.Problems = append(vm.Problems, p)
+		}
 	}
 	return &vm, nil
 }

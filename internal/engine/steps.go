@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
@@ -380,7 +381,7 @@ func (r *run) copyDisks(ctx context.Context) error {
 		d := &rec.Disks[i]
 		if jr.Err != nil {
 			class, _ := classify(jr.Err)
-			rank := map[errClass]int{classTransient: 0, classInterrupted: 1, classPermanent: 2, classNeedsHuman: 3}[class]
+			rank := map[fault.Class]int{fault.Transient: 0, fault.Interrupted: 1, fault.Permanent: 2, fault.NeedsHuman: 3}[class]
 			if rank > worstRank {
 				worst, worstRank = fmt.Errorf("disk %d (%s): %w", i, d.SourcePath, jr.Err), rank
 			}

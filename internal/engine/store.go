@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
@@ -75,13 +76,13 @@ func (e *Engine) load(ctx context.Context, namespace, name string) (*stored, err
 		return nil, &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: namespace, Name: RecordName(name), Class: kube.Classify(err), Err: err}
 	}
 	if !isOurs(cm.Labels, name) {
-		return nil, &stopCause{class: classNeedsHuman, reason: "RecordNotOurs",
+		return nil, &stopCause{class: fault.NeedsHuman, reason: "RecordNotOurs",
 			msg:    fmt.Sprintf("ConfigMap %s/%s exists but is not a migration record of %q (label %s is %q)", namespace, cm.Name, name, kube.LabelMigration, cm.Labels[kube.LabelMigration]),
 			action: "rename or remove that ConfigMap, or choose another destination name"}
 	}
 	var rec Record
 	if err := json.Unmarshal([]byte(cm.Data[RecordKey]), &rec); err != nil {
-		return nil, &stopCause{class: classNeedsHuman, reason: "RecordUnreadable",
+		return nil, &stopCause{class: fault.NeedsHuman, reason: "RecordUnreadable",
 			msg:    fmt.Sprintf("the migration record in ConfigMap %s/%s is not valid JSON: %v", namespace, cm.Name, err),
 			action: "restore the record from a backup or delete the ConfigMap to start the migration over"}
 	}
@@ -132,7 +133,7 @@ func (e *Engine) save(ctx context.Context, s *stored) error {
 		cm.Data[RecordKey] = string(b)
 		if err := cl.Update(ctx, cm); err != nil {
 			if kube.IsConflict(err) {
-				return &stopCause{class: classInterrupted, reason: "RecordConflict",
+				return &stopCause{class: fault.Interrupted, reason: "RecordConflict",
 					msg: fmt.Sprintf("the migration record %s/%s was changed by someone else while this run held the lease", cm.Namespace, cm.Name)}
 			}
 			return &kube.Error{Op: "update", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}

@@ -19,6 +19,10 @@ const (
 	// NeedsHuman errors need someone to act before a retry can succeed:
 	// refused credentials, a full disk, a guest that will not shut down.
 	NeedsHuman
+	// Interrupted means the work was stopped from outside (cancelled, out
+	// of time, its lease lost) rather than failing: it resumes where it
+	// stopped on the next run.
+	Interrupted
 )
 
 // String is the class as the record and the logs spell it.
@@ -28,6 +32,8 @@ func (c Class) String() string {
 		return "transient"
 	case NeedsHuman:
 		return "needs-human"
+	case Interrupted:
+		return "interrupted"
 	default:
 		return "permanent"
 	}

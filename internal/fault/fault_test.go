@@ -8,7 +8,7 @@ import (
 
 type classed struct{ c Class }
 
-func (e classed) Error() string      { return "classed" }
+func (e classed) Error() string     { return "classed" }
 func (e classed) FaultClass() Class { return e.c }
 
 func TestOf(t *testing.T) {
@@ -30,7 +30,7 @@ func TestOf(t *testing.T) {
 			}
 		})
 	}
-	if Transient.String() != "transient" || NeedsHuman.String() != "needs-human" || Permanent.String() != "permanent" {
+	if Transient.String() != "transient" || NeedsHuman.String() != "needs-human" || Permanent.String() != "permanent" || Interrupted.String() != "interrupted" {
 		t.Fatal("class names changed: records and logs spell them this way")
 	}
 }
