@@ -1,0 +1,259 @@
+package convert
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
+)
+
+func TestV2VProbe(t *testing.T) {
+	var v V2V
+	tools, err := v.Probe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tools.Version, "2.") || tools.NBDKitVersion == "" {
+		t.Errorf("versions: virt-v2v %q nbdkit %q, want virt-v2v 2.x and an nbdkit version", tools.Version, tools.NBDKitVersion)
+	}
+	for _, name := range []string{"virt-v2v", "virt-v2v-in-place", "virt-v2v-inspector", "virt-inspector", "nbdkit", "nbdinfo"} {
+		if tools.Paths[name] == "" {
+			t.Errorf("no path for %s", name)
+		}
+	}
+}
+
+// TestV2VProbeMissing runs Probe with a PATH holding none of the tools:
+// the error must name the packages to install.
+func TestV2VProbeMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	var v V2V
+	_, err := v.Probe(context.Background())
+	if !errors.Is(err, ErrV2VMissing) {
+		t.Fatalf("Probe: %v, want ErrV2VMissing", err)
+	}
+	for _, want := range []string{"virt-v2v-in-place is not installed", "nbdkit libnbd-bin", "scripts/ensure-guest-deps.sh"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+// TestV2VWindowsWithoutDrivers refuses a Windows guest when virtio-win is
+// not there, before virt-v2v-in-place touches the disk.
+func TestV2VWindowsWithoutDrivers(t *testing.T) {
+	disk := filepath.Join(t.TempDir(), "win.raw")
+	if err := os.WriteFile(disk, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(disk)
+	for name, dir := range map[string]string{"absent": filepath.Join(t.TempDir(), "none"), "empty": t.TempDir()} {
+		t.Run(name, func(t *testing.T) {
+			v := V2V{VirtioWin: dir}
+			_, err := v.Convert(context.Background(), []V2VDisk{{Path: disk, Format: Raw}},
+				V2VOptions{OS: &InspectedOS{Type: "windows", Distro: "windows", Major: 10}})
+			if !errors.Is(err, ErrNoVirtioWin) || !strings.Contains(err.Error(), dir) {
+				t.Fatalf("Convert: %v, want ErrNoVirtioWin naming %s", err, dir)
+			}
+		})
+	}
+	t.Run("from $VIRTIO_WIN", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "virtio-win.iso")
+		t.Setenv(EnvVirtioWin, dir)
+		var v V2V
+		_, err := v.Convert(context.Background(), []V2VDisk{{Path: disk, Format: Raw}},
+			V2VOptions{OS: &InspectedOS{Type: "windows"}})
+		if !errors.Is(err, ErrNoVirtioWin) || !strings.Contains(err.Error(), dir) {
+			t.Fatalf("Convert: %v, want ErrNoVirtioWin naming $VIRTIO_WIN %s", err, dir)
+		}
+	})
+	if after, _ := os.ReadFile(disk); string(after) != string(before) {
+		t.Error("the disk changed")
+	}
+}
+
+func TestParseInspection(t *testing.T) {
+	b, err := os.ReadFile("testdata/v2v-inspection-debian12.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseInspection(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := InspectedOS{Type: "linux", Distro: "debian", Version: "12.15", Major: 12, Minor: 15, OSInfo: "debian12",
+		Arch: "x86_64", ProductName: "12.15", DiskAllocated: []int64{433541120}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+	if _, err := parseInspection([]byte("<v2v-inspection><disks/></v2v-inspection>")); !errors.Is(err, ErrV2VFailed) {
+		t.Errorf("a report without an OS: %v, want ErrV2VFailed", err)
+	}
+}
+
+func TestDetectFirmware(t *testing.T) {
+	dir := t.TempDir()
+	mbr := make([]byte, 64<<10)
+	mbr[510], mbr[511] = 0x55, 0xaa
+	gpt := func(partType []byte) []byte {
+		b := make([]byte, 64<<10)
+		copy(b[512:], "EFI PART")
+		// Entries from LBA 2, 128 of 128 bytes each.
+		b[512+72] = 2
+		b[512+80] = 128
+		b[512+84] = 128
+		copy(b[1024+128:], partType) // the second entry
+		return b
+	}
+	linuxFS := []byte{0xaf, 0x3d, 0xc6, 0x0f, 0x83, 0x84, 0x72, 0x47, 0x8e, 0x79, 0x3d, 0x69, 0xd8, 0x47, 0x7d, 0xe4}
+	for _, tc := range []struct {
+		name string
+		img  []byte
+		want string
+	}{
+		{"mbr", mbr, FirmwareBIOS},
+		{"gpt-esp", gpt(espType), FirmwareUEFI},
+		{"gpt-no-esp", gpt(linuxFS), FirmwareBIOS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name+".raw")
+			if err := os.WriteFile(p, tc.img, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := detectFirmware(context.Background(), V2VDisk{Path: p, Format: Raw})
+			if err != nil || got != tc.want {
+				t.Errorf("raw: %q, %v; want %q", got, err, tc.want)
+			}
+			// The same disk as qcow2, read through qemu-img.
+			q := filepath.Join(dir, tc.name+".qcow2")
+			var tool Tool
+			if _, err := tool.run(context.Background(), "convert", "-f", "raw", "-O", "qcow2", p, q); err != nil {
+				t.Fatal(err)
+			}
+			got, err = detectFirmware(context.Background(), V2VDisk{Path: q, Format: QCOW2})
+			if err != nil || got != tc.want {
+				t.Errorf("qcow2: %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestInputArgs(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a&b.raw")
+	b := filepath.Join(dir, "b.qcow2")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, err := inputArgs([]V2VDisk{{Path: a, Format: Raw}}, dir)
+	if err != nil || strings.Join(one, " ") != "-i disk -if raw "+a {
+		t.Errorf("one disk: %q, %v", one, err)
+	}
+	two, err := inputArgs([]V2VDisk{{Path: a, Format: Raw}, {Path: b, Format: QCOW2}}, dir)
+	if err != nil || len(two) != 3 || two[1] != "libvirtxml" {
+		t.Fatalf("two disks: %q, %v", two, err)
+	}
+	domain, err := os.ReadFile(two[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"<driver name='qemu' type='raw'/><source file='" + filepath.Join(dir, "a&amp;b.raw") + "'/><target dev='sda'",
+		"<driver name='qemu' type='qcow2'/><source file='" + b + "'/><target dev='sdb'",
+	} {
+		if !strings.Contains(string(domain), want) {
+			t.Errorf("domain XML lacks %q:\n%s", want, domain)
+		}
+	}
+	if _, err := inputArgs([]V2VDisk{{Path: a, Format: VMDK}}, dir); err == nil {
+		t.Error("a vmdk disk was accepted")
+	}
+}
+
+// TestV2VDebian is the whole story of a Linux guest: the VMware-style
+// Debian 12 guest is inspected (linux/debian/12, BIOS), converted in place
+// (a copy), and the converted disk boots on virtio disk and NIC as KubeVirt
+// attaches them: boot marker on the console and the guest agent answering.
+// Inspection (on the original, read-only) and conversion run at once.
+func TestV2VDebian(t *testing.T) {
+	img := testguest.Image(t)
+	converted := testguest.Copy(t)
+	v := V2V{TempDir: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	var (
+		wg         sync.WaitGroup
+		inspected  InspectedOS
+		inspectErr error
+		inspectDur time.Duration
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		start := time.Now()
+		inspected, inspectErr = v.Inspect(ctx, []V2VDisk{{Path: img, Format: Raw}})
+		inspectDur = time.Since(start)
+	}()
+
+	ev, err := v.Convert(ctx, []V2VDisk{{Path: converted, Format: Raw}}, V2VOptions{})
+	if err != nil {
+		t.Fatalf("Convert: %v", err)
+	}
+	t.Logf("converted in %s with %s (accelerator %s): %s; drivers %q; warnings %q",
+		ev.Duration.Round(time.Second), ev.Tool, ev.Accel, ev.Converted, ev.Drivers, ev.Warnings)
+	if ev.Tool != "virt-v2v-in-place" || !strings.HasPrefix(ev.Version, "2.") || ev.Accel.Name == "" {
+		t.Errorf("evidence: tool %q version %q accel %q", ev.Tool, ev.Version, ev.Accel)
+	}
+	if ev.OS.Type != "linux" || ev.OS.Distro != "debian" || ev.OS.Major != 12 || ev.OS.Firmware != FirmwareBIOS {
+		t.Errorf("evidence OS: %+v, want linux debian 12 bios", ev.OS)
+	}
+	if !strings.HasSuffix(ev.Converted, "to run on KVM") || len(ev.Messages) < 3 {
+		t.Errorf("evidence: converted %q, messages %q", ev.Converted, ev.Messages)
+	}
+
+	wg.Wait()
+	if inspectErr != nil {
+		t.Fatalf("Inspect: %v", inspectErr)
+	}
+	t.Logf("inspected in %s: %+v", inspectDur.Round(time.Second), inspected)
+	if inspected.Type != "linux" || inspected.Distro != "debian" || inspected.Major != 12 ||
+		inspected.Arch != "x86_64" || inspected.OSInfo != "debian12" || inspected.Firmware != FirmwareBIOS ||
+		len(inspected.DiskAllocated) != 1 || inspected.DiskAllocated[0] <= 0 {
+		t.Errorf("Inspect: %+v, want linux debian 12 x86_64 debian12 bios with one disk estimate", inspected)
+	}
+
+	g, err := guestboot.Start(ctx, guestboot.Spec{
+		Disks: []guestboot.Disk{{Path: converted, Format: string(Raw), Bus: guestboot.BusVirtio}},
+		NIC:   guestboot.NICVirtio,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	bootCtx, cancelBoot := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancelBoot()
+	if _, err := g.WaitConsole(bootCtx, testguest.Marker); err != nil {
+		t.Fatalf("converted guest on virtio: %v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(40), "\n"))
+	}
+	marker := time.Since(g.Started())
+	if err := g.WaitAgent(bootCtx); err != nil {
+		t.Fatalf("converted guest on virtio: %v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(40), "\n"))
+	}
+	info, err := g.OSInfo(bootCtx)
+	if err != nil || info.ID != "debian" || info.VersionID != "12" {
+		t.Fatalf("guest-get-osinfo: %+v, %v", info, err)
+	}
+	t.Logf("converted guest booted on virtio (%s): marker after %s, agent after %s: %s",
+		g.Accel().Name, marker.Round(time.Second), time.Since(g.Started()).Round(time.Second), info.PrettyName)
+}
