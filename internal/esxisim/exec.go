@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 	"time"
 )
 
@@ -126,7 +127,27 @@ func (s *Server) runSimple(env *shellEnv, c simpleCmd) int {
 		fmt.Fprintf(errw, "sh: %s: not found\n", args[0])
 		return 127
 	}
+	if s.loseReply(args) {
+		// The command runs and its effect stays; its answer never leaves.
+		fn(s, env, args, io.Discard, io.Discard)
+		env.se.nc.Close()
+		<-env.ctx.Done()
+		return 255
+	}
 	return fn(s, env, args, out, errw)
+}
+
+// loseReply reports (and counts) whether the DropAfterRunning fault fires
+// for the command args.
+func (s *Server) loseReply(args []string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lostReplies <= 0 || !strings.Contains(strings.Join(args, " "), s.lostMatch) {
+		return false
+	}
+	s.lostReplies--
+	s.lostFired++
+	return true
 }
 
 func cmdEcho(_ *Server, _ *shellEnv, args []string, stdout, _ io.Writer) int {

@@ -156,6 +156,11 @@ type Server struct {
 	dropCmds  int   // remaining commands before a drop; <0 when disarmed
 	vimFail   int
 	vimMode   VimFailure
+	// lostReplies is the DropAfterRunning fault: commands matching
+	// lostMatch run, then their connection drops before the answer.
+	lostMatch   string
+	lostReplies int
+	lostFired   int
 	// sysFiles are host files kept in memory outside /vmfs/volumes (system
 	// VMs' .vmx under SystemVMDir), by host path.
 	sysFiles map[string][]byte
@@ -244,6 +249,24 @@ func (s *Server) Start(addr string) error {
 	s.wg.Add(1)
 	go s.acceptLoop(ln)
 	return nil
+}
+
+// StopListening simulates the host going down (a reboot, or its SSH
+// service stopped): it closes the listener and drops every connection, so
+// new connections are refused, but keeps the host's state (VMs, files,
+// faults). Start it again, on the same address to model a reboot, with
+// Start(addr).
+func (s *Server) StopListening() {
+	s.mu.Lock()
+	ln := s.listener
+	s.listener = nil
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
 }
 
 // Addr returns the listening address ("127.0.0.1:port"), or "" before Start.

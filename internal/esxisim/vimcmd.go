@@ -71,10 +71,36 @@ func (s *Server) DropAfterCommands(n int) {
 	s.mu.Unlock()
 }
 
+// DropAfterRunning arms a "completed but the answer was lost" fault: each
+// of the next n simple commands whose command line (words joined by single
+// spaces, e.g. "vim-cmd vmsvc/power.off 12") contains substr runs to
+// completion, so its effect on the host is applied, and then the
+// connection running it is closed abruptly before any of that command's
+// output and without an exit status. The caller sees a dropped connection
+// although the command was done. n <= 0 or an empty substr disarms it.
+func (s *Server) DropAfterRunning(substr string, n int) {
+	s.mu.Lock()
+	if n <= 0 || substr == "" {
+		s.lostMatch, s.lostReplies = "", 0
+	} else {
+		s.lostMatch, s.lostReplies = substr, n
+	}
+	s.mu.Unlock()
+}
+
+// LostReplies returns how many times the DropAfterRunning fault has fired
+// since the server started.
+func (s *Server) LostReplies() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lostFired
+}
+
 // ClearFaults disarms every injected fault and the command delay.
 func (s *Server) ClearFaults() {
 	s.mu.Lock()
 	s.dropBytes, s.dropCmds, s.vimFail, s.delay = -1, -1, 0, 0
+	s.lostMatch, s.lostReplies = "", 0
 	s.mu.Unlock()
 }
 
