@@ -213,6 +213,10 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 			Message: "cannot read or create the migration record " + spec.Namespace + "/" + RecordName(spec.Name) + ": " + err.Error(),
 			Action:  "check access to the destination cluster, then run apply again", Err: err}
 	}
+	if err := checkRecordPaths(r.spec, r.rec()); err != nil {
+		_, stop := r.failed(runCtx, r.rec().Phase, err)
+		return *r.rec(), stop
+	}
 	return r.loop(runCtx)
 }
 

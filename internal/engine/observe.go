@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -15,10 +13,8 @@ import (
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
 // Observation is what the systems show now about a migration, read
@@ -391,8 +387,10 @@ type ForgetResult struct {
 
 // ForgetOptions are the extra inputs of Forget.
 type ForgetOptions struct {
-	// WorkDir and StagingDir locate staging files when the record is gone
-	// (optional: the record names its files).
+	// WorkDir and StagingDir are the provider's work_dir and the http
+	// transport's http_staging_dir: Forget removes <WorkDir>/<namespace>/<name>
+	// and <StagingDir>/<namespace>/<name>, and nothing else. Paths named in
+	// the record are never used, so without these no local file is removed.
 	WorkDir, StagingDir string
 }
 
@@ -470,7 +468,7 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		}
 		res.Actions = append(res.Actions, a)
 	}
-	res.Actions = append(res.Actions, removeStagingFiles(namespace, name, rec, opts)...)
+	res.Actions = append(res.Actions, removeStagingFiles(namespace, name, opts)...)
 	if s != nil {
 		cl, err := kc.Raw()
 		if err != nil {
@@ -536,42 +534,18 @@ func (e *Engine) powerSourceBackOn(ctx context.Context, rec *Record) (string, er
 	return "powered on " + label + " again", nil
 }
 
-// removeStagingFiles deletes a migration's staged copies and artifacts.
-func removeStagingFiles(namespace, name string, rec *Record, opts ForgetOptions) []string {
+// removeStagingFiles deletes a migration's staged copies and artifacts:
+// the folders <root>/<namespace>/<name> under work_dir and
+// http_staging_dir as the caller configures them. The paths the record
+// names are not used (see paths.go): a record is data anyone allowed to
+// edit ConfigMaps can change.
+func removeStagingFiles(namespace, name string, opts ForgetOptions) []string {
 	var out []string
-	dirs := map[string]bool{}
-	if rec != nil {
-		for _, d := range rec.Disks {
-			if d.StagedPath != "" {
-				_ = transfer.Remove(d.StagedPath)
-				dirs[filepath.Dir(d.StagedPath)] = true
-			}
-			if d.ArtifactPath != "" {
-				_ = convert.Remove(d.ArtifactPath)
-				dirs[filepath.Dir(d.ArtifactPath)] = true
-			}
-		}
-	}
-	for _, root := range []string{opts.WorkDir, opts.StagingDir} {
-		if root != "" {
-			dirs[filepath.Join(root, namespace, name)] = true
-		}
-	}
-	var keys []string
-	for d := range dirs {
-		keys = append(keys, d)
-	}
-	slices.Sort(keys)
-	for _, d := range keys {
-		// Only a folder named after this migration is removed whole.
-		if filepath.Base(d) != name || filepath.Base(filepath.Dir(d)) != namespace {
-			continue
-		}
-		if _, err := os.Stat(d); err == nil {
-			if os.RemoveAll(d) == nil {
-				out = append(out, "removed the staging folder "+d)
-			}
-			_ = os.Remove(filepath.Dir(d))
+	for _, d := range stagingFolders(namespace, name, opts.WorkDir, opts.StagingDir) {
+		if ok, err := removeFolder(d); err != nil {
+			out = append(out, "could not remove the staging folder "+d+": "+err.Error())
+		} else if ok {
+			out = append(out, "removed the staging folder "+d)
 		}
 	}
 	return out

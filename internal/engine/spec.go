@@ -336,6 +336,16 @@ func (s Spec) artifactPath(n int) string {
 	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
 }
 
+// stagingFolders are this migration's local folders: its work folder and,
+// with the http transport, its folder under the staging folder.
+func (s Spec) stagingFolders() []string {
+	roots := []string{s.WorkDir}
+	if s.Transport.Kind == TransportHTTP {
+		roots = append(roots, s.Transport.StagingDir)
+	}
+	return stagingFolders(s.Namespace, s.Name, roots...)
+}
+
 // artifactURL is where CDI fetches disk n with the http transport.
 func (s Spec) artifactURL(n int) string {
 	return strings.TrimRight(s.Transport.StagingURL, "/") + "/" +

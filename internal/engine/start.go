@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -238,29 +236,25 @@ func (r *run) stepComplete(context.Context) error {
 }
 
 // removeStaging deletes the staged copies and artifacts of this migration
-// and their folders. Missing files are fine.
+// and their folders, at the paths the spec derives (never the record's).
+// Missing files are fine.
 func (r *run) removeStaging() error {
 	var errs []string
-	for _, d := range r.rec().Disks {
-		if err := transfer.Remove(d.StagedPath); err != nil {
+	for i := range r.rec().Disks {
+		staged, art := r.spec.stagedPath(i), r.spec.artifactPath(i)
+		if err := transfer.Remove(staged); err != nil {
 			errs = append(errs, err.Error())
 		}
-		if d.ArtifactPath != "" && d.ArtifactPath != d.StagedPath {
-			if err := convert.Remove(d.ArtifactPath); err != nil {
+		if art != staged {
+			if err := convert.Remove(art); err != nil {
 				errs = append(errs, err.Error())
 			}
 		}
 	}
-	dirs := []string{r.spec.stagingDir()}
-	if r.spec.Transport.Kind == TransportHTTP {
-		dirs = append(dirs, filepath.Join(r.spec.Transport.StagingDir, r.spec.Namespace, r.spec.Name))
-	}
-	for _, d := range dirs {
-		if err := os.RemoveAll(d); err != nil {
+	for _, d := range r.spec.stagingFolders() {
+		if _, err := removeFolder(d); err != nil {
 			errs = append(errs, err.Error())
 		}
-		// The namespace folder, if this was its last migration.
-		_ = os.Remove(filepath.Dir(d))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))

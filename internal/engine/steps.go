@@ -242,7 +242,7 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 	case powerRecopy:
 		for i := range rec.Disks {
 			dk := &rec.Disks[i]
-			if err := transfer.Remove(dk.StagedPath); err != nil {
+			if err := transfer.Remove(r.spec.stagedPath(i)); err != nil {
 				return err
 			}
 			dk.Acquired, dk.SourceSHA256, dk.ZeroBytes = false, "", 0
@@ -359,14 +359,17 @@ func (r *run) copyDisks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.localPathsUsable(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
 		return needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
 	}
 	jobs := make([]transfer.Job, len(rec.Disks))
 	byDest := map[string]int{}
 	for i, d := range rec.Disks {
-		jobs[i] = transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: d.StagedPath}
-		byDest[d.StagedPath] = i
+		jobs[i] = transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)}
+		byDest[r.spec.stagedPath(i)] = i
 	}
 	results, err := transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
 		ChunkSize: r.chunkSize(),
@@ -417,21 +420,24 @@ func (b *backTo) Error() string { return b.reason }
 // stepConvert makes the image to import for every disk.
 func (r *run) stepConvert(ctx context.Context) error {
 	rec := r.rec()
+	if err := r.localPathsUsable(); err != nil {
+		return err
+	}
 	for i := range rec.Disks {
 		d := &rec.Disks[i]
-		art := r.spec.artifactPath(i)
-		st, err := transfer.Inspect(transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, d.StagedPath, r.chunkSize())
+		art, staged := r.spec.artifactPath(i), r.spec.stagedPath(i)
+		st, err := transfer.Inspect(transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, staged, r.chunkSize())
 		if err != nil {
 			return err
 		}
 		if st.State != transfer.StateComplete {
-			if d.ArtifactSHA256 != "" && art != d.StagedPath && r.artifactIntact(ctx, d, art) {
+			if d.ArtifactSHA256 != "" && art != staged && r.artifactIntact(ctx, d, art) {
 				continue
 			}
-			return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the staged copy of disk %d (%s) is %s", i, d.StagedPath, st.State)}
+			return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the staged copy of disk %d (%s) is %s", i, staged, st.State)}
 		}
 		format := convert.Format(r.spec.TargetFormat)
-		if art == d.StagedPath {
+		if art == staged {
 			if _, err := r.e.tool.Check(ctx, art, convert.Raw, d.SizeBytes); err != nil {
 				return err
 			}
@@ -440,7 +446,7 @@ func (r *run) stepConvert(ctx context.Context) error {
 			if err := os.MkdirAll(filepath.Dir(art), 0o755); err != nil {
 				return needsHuman("StagingDirUnusable", "cannot create "+filepath.Dir(art), "make the folder writable, then run apply again", err)
 			}
-			a, err := r.e.tool.Convert(ctx, d.StagedPath, convert.Raw, art, format)
+			a, err := r.e.tool.Convert(ctx, staged, convert.Raw, art, format)
 			if err != nil {
 				return err
 			}
@@ -448,7 +454,7 @@ func (r *run) stepConvert(ctx context.Context) error {
 				_ = convert.Remove(art)
 				return err
 			}
-			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = a.Path, string(a.Format), a.SHA256, a.SizeBytes
+			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(a.Format), a.SHA256, a.SizeBytes
 		}
 		if r.spec.Transport.Kind == TransportHTTP {
 			d.ArtifactURL = r.spec.artifactURL(i)
@@ -620,15 +626,16 @@ func (r *run) waitGone(ctx context.Context, name string) error {
 
 func (r *run) upload(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
-	fi, err := os.Stat(d.ArtifactPath)
+	art := r.spec.artifactPath(i)
+	fi, err := os.Stat(art)
 	if err != nil {
-		return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, d.ArtifactPath)}
+		return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
 	}
 	size := fi.Size()
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%d bytes) to DataVolume %s", i, d.ArtifactPath, size, d.DataVolume)})
+	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%d bytes) to DataVolume %s", i, art, size, d.DataVolume)})
 	last := time.Time{}
 	return r.e.deps.Uploader.Upload(ctx, UploadRequest{
-		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: d.ArtifactPath, Size: size,
+		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: art, Size: size,
 		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
 		Progress: func(sent int64) {
 			if time.Since(last) < time.Second && sent < size {
