@@ -303,7 +303,7 @@ func (v *V2V) Convert(ctx context.Context, disks []V2VDisk, opts V2VOptions) (V2
 		return V2VEvidence{}, err
 	}
 	args := append([]string{"--machine-readable"}, input...)
-	stdout, err := v.run(ctx, tools.Paths["virt-v2v-in-place"], args, dir)
+	stdout, stderr, err := v.run2(ctx, tools.Paths["virt-v2v-in-place"], args, dir)
 	if err != nil {
 		return V2VEvidence{}, err
 	}
@@ -314,7 +314,7 @@ func (v *V2V) Convert(ctx context.Context, disks []V2VDisk, opts V2VOptions) (V2
 		OS:       osInfo,
 		Duration: time.Since(start),
 	}
-	ev.readMessages(stdout)
+	ev.readMessages(stdout, stderr)
 	if ev.Converted == "" {
 		return ev, fmt.Errorf("%w: virt-v2v-in-place exited 0 without converting the guest: %s", ErrV2VFailed, strings.Join(ev.Messages, "; "))
 	}
@@ -409,6 +409,12 @@ const maxToolOutput = 4 << 20
 // run runs a virt-v2v tool in dir and returns its standard output; a
 // failure wraps ErrV2VFailed with the tail of its standard error.
 func (v *V2V) run(ctx context.Context, path string, args []string, dir string) ([]byte, error) {
+	stdout, _, err := v.run2(ctx, path, args, dir)
+	return stdout, err
+}
+
+// run2 is run returning standard error too.
+func (v *V2V) run2(ctx context.Context, path string, args []string, dir string) ([]byte, []byte, error) {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = v.env()
 	cmd.Dir = dir
@@ -419,11 +425,11 @@ func (v *V2V) run(ctx context.Context, path string, args []string, dir string) (
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Base(path), ctx.Err())
+			return nil, nil, fmt.Errorf("%s: %w", filepath.Base(path), ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: %s: %v: %s", ErrV2VFailed, filepath.Base(path), err, tail(stderr.Bytes(), 20))
+		return nil, nil, fmt.Errorf("%w: %s: %v: %s", ErrV2VFailed, filepath.Base(path), err, tail(stderr.Bytes(), 20))
 	}
-	return stdout.Bytes(), nil
+	return stdout.Bytes(), stderr.Bytes(), nil
 }
 
 // inputArgs selects the disks: -i disk for one, else a minimal libvirt
@@ -528,32 +534,36 @@ type v2vMessage struct {
 	Type    string `json:"type"` // "message", "info", "warning"
 }
 
-// readMessages fills the evidence from virt-v2v's --machine-readable output.
-func (ev *V2VEvidence) readMessages(stdout []byte) {
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 || line[0] != '{' {
-			continue
+// readMessages fills the evidence from virt-v2v's --machine-readable
+// output: one JSON object a line for each progress message, warning and
+// informational message (e.g. "This guest has virtio drivers installed."),
+// the same text also printed plainly. Both streams are read.
+func (ev *V2VEvidence) readMessages(streams ...[]byte) {
+	for _, stream := range streams {
+		sc := bufio.NewScanner(bytes.NewReader(stream))
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := bytes.TrimSpace(sc.Bytes())
+			var m v2vMessage
+			if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &m) != nil || m.Message == "" {
+				continue
+			}
+			ev.add(m)
 		}
-		var m v2vMessage
-		if json.Unmarshal(line, &m) != nil || m.Message == "" {
-			continue
-		}
-		text := strings.TrimSpace(m.Message)
-		switch {
-		case m.Type == "warning":
-			ev.Warnings = append(ev.Warnings, text)
-		case strings.HasPrefix(text, "Converting ") && strings.HasSuffix(text, " to run on KVM"):
-			ev.Converted = text
-		case strings.Contains(strings.ToLower(text), "driver"):
-			ev.Drivers = append(ev.Drivers, text)
-		}
-		if m.Type == "warning" && strings.Contains(strings.ToLower(text), "driver") {
-			ev.Drivers = append(ev.Drivers, text)
-		}
-		ev.Messages = append(ev.Messages, text)
+	}
+}
+
+func (ev *V2VEvidence) add(m v2vMessage) {
+	text := strings.TrimSpace(m.Message)
+	ev.Messages = append(ev.Messages, text)
+	if m.Type == "warning" {
+		ev.Warnings = append(ev.Warnings, text)
+	}
+	if strings.HasPrefix(text, "Converting ") && strings.HasSuffix(text, " to run on KVM") {
+		ev.Converted = text
+	}
+	if strings.Contains(strings.ToLower(text), "driver") {
+		ev.Drivers = append(ev.Drivers, text)
 	}
 }
 

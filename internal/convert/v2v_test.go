@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +97,29 @@ func TestParseInspection(t *testing.T) {
 	}
 	if _, err := parseInspection([]byte("<v2v-inspection><disks/></v2v-inspection>")); !errors.Is(err, ErrV2VFailed) {
 		t.Errorf("a report without an OS: %v, want ErrV2VFailed", err)
+	}
+}
+
+// TestReadMessages reads the output of a real virt-v2v-in-place run
+// (stdout and stderr together, as a terminal shows them).
+func TestReadMessages(t *testing.T) {
+	out, err := os.ReadFile("testdata/v2v-in-place-debian12.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev V2VEvidence
+	ev.readMessages(out)
+	if ev.Converted != "Converting 12.15 to run on KVM" {
+		t.Errorf("Converted %q", ev.Converted)
+	}
+	if !slices.Equal(ev.Drivers, []string{"This guest has virtio drivers installed."}) {
+		t.Errorf("Drivers %q", ev.Drivers)
+	}
+	if !slices.Equal(ev.Warnings, []string{"could not determine a way to update the configuration of Grub2"}) {
+		t.Errorf("Warnings %q", ev.Warnings)
+	}
+	if len(ev.Messages) != 12 || ev.Messages[0] != "Setting up the source: -i disk /tmp/conv.raw" || ev.Messages[11] != "Finishing off" {
+		t.Errorf("Messages (%d) %q", len(ev.Messages), ev.Messages)
 	}
 }
 
@@ -218,8 +242,15 @@ func TestV2VDebian(t *testing.T) {
 	if ev.OS.Type != "linux" || ev.OS.Distro != "debian" || ev.OS.Major != 12 || ev.OS.Firmware != FirmwareBIOS {
 		t.Errorf("evidence OS: %+v, want linux debian 12 bios", ev.OS)
 	}
-	if !strings.HasSuffix(ev.Converted, "to run on KVM") || len(ev.Messages) < 3 {
-		t.Errorf("evidence: converted %q, messages %q", ev.Converted, ev.Messages)
+	if !strings.HasSuffix(ev.Converted, "to run on KVM") || len(ev.Messages) < 3 || len(ev.Drivers) == 0 {
+		t.Errorf("evidence: converted %q, drivers %q, messages %q", ev.Converted, ev.Drivers, ev.Messages)
+	}
+	// What virt-v2v did to the guest: virtio drivers in its initramfs.
+	modules := testguest.OpenRootFS(t, converted).InitramfsModules()
+	for _, m := range []string{"virtio_blk", "virtio_pci", "virtio_scsi", "ata_piix"} {
+		if !modules[m] {
+			t.Errorf("converted initramfs lacks %s (has %v)", m, modules)
+		}
 	}
 
 	wg.Wait()

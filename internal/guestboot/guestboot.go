@@ -133,6 +133,7 @@ var bootFailures = []string{
 	"Dropping to a shell",
 	"Kernel panic",
 	"No bootable device",
+	"No bootable option or device was found",
 	"Boot failed:",
 	"You are in emergency mode",
 }

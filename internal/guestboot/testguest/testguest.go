@@ -8,13 +8,17 @@
 package testguest
 
 import (
+	"bufio"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -163,5 +167,171 @@ func repoRoot() (string, error) {
 			return "", errors.New("no go.mod in the working directory or above")
 		}
 		dir = parent
+	}
+}
+
+// RootFS reads the root file system of a raw image of this guest (or of
+// a converted copy) with debugfs from e2fsprogs, without mounting it.
+type RootFS struct {
+	t      testing.TB
+	device string
+}
+
+// OpenRootFS returns the root file system of the raw image at path.
+func OpenRootFS(t testing.TB, path string) RootFS {
+	return RootFS{t: t, device: fmt.Sprintf("%s?offset=%d", path, PartitionStart*SectorSize)}
+}
+
+// InitramfsModules returns the kernel modules (names without .ko*) in the
+// image's initramfs.
+func (r RootFS) InitramfsModules() map[string]bool {
+	r.t.Helper()
+	var initrd string
+	for _, name := range r.List("/boot") {
+		if strings.HasPrefix(name, "initrd.img-") {
+			initrd = name
+		}
+	}
+	if initrd == "" {
+		r.t.Fatalf("no initrd in /boot: %q", r.List("/boot"))
+	}
+	files, err := cpioNames(r.Read("/boot/" + initrd))
+	if err != nil {
+		r.t.Fatalf("reading %s: %v", initrd, err)
+	}
+	modules := map[string]bool{}
+	for _, name := range files {
+		base := path.Base(name)
+		if i := strings.Index(base, ".ko"); i > 0 {
+			modules[base[:i]] = true
+		}
+	}
+	return modules
+}
+
+func (r RootFS) debugfs(request string) []byte {
+	r.t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("debugfs", "-R", request, r.device)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		r.t.Fatalf("debugfs -R %q: %v: %s", request, err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// Read returns a file's content.
+func (r RootFS) Read(name string) []byte {
+	r.t.Helper()
+	out := filepath.Join(r.t.TempDir(), "f")
+	r.debugfs(fmt.Sprintf("dump %s %s", name, out))
+	b, err := os.ReadFile(out)
+	if err != nil {
+		r.t.Fatalf("%s is not in the image: %v", name, err)
+	}
+	return b
+}
+
+// List returns the names in a folder.
+func (r RootFS) List(dir string) []string {
+	r.t.Helper()
+	var names []string
+	// "ls -p" prints /inode/mode/uid/gid/name/size/ lines.
+	sc := bufio.NewScanner(bytes.NewReader(r.debugfs("ls -p " + dir)))
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), "/")
+		if len(fields) >= 6 && fields[5] != "." && fields[5] != ".." {
+			names = append(names, fields[5])
+		}
+	}
+	return names
+}
+
+// cpioNames lists the files of an initramfs: uncompressed "newc" cpio
+// archives (early firmware) followed by a gzip-compressed one.
+func cpioNames(b []byte) ([]string, error) {
+	var names []string
+	r := bufio.NewReader(bytes.NewReader(b))
+	for {
+		magic, err := r.Peek(6)
+		if errors.Is(err, io.EOF) {
+			return names, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case string(magic) == "070701":
+			n, err := readCPIO(r)
+			if err != nil {
+				return nil, err
+			}
+			names = append(names, n...)
+			// Archives are padded with zeros to a 512-byte boundary.
+			for {
+				c, err := r.Peek(1)
+				if err != nil || c[0] != 0 {
+					break
+				}
+				_, _ = r.ReadByte()
+			}
+		case magic[0] == 0x1f && magic[1] == 0x8b:
+			z, err := gzip.NewReader(r)
+			if err != nil {
+				return nil, err
+			}
+			n, err := readCPIO(bufio.NewReader(z))
+			return append(names, n...), err
+		default:
+			return nil, fmt.Errorf("unknown initramfs part starting % x (not gzip or newc cpio)", magic)
+		}
+	}
+}
+
+// readCPIO reads one newc archive up to its TRAILER!!! entry.
+func readCPIO(r *bufio.Reader) ([]string, error) {
+	var names []string
+	var off int64
+	skip := func(n int64) error {
+		_, err := io.CopyN(io.Discard, r, n)
+		off += n
+		return err
+	}
+	for {
+		hdr := make([]byte, 110)
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			return nil, fmt.Errorf("cpio header: %w", err)
+		}
+		off += 110
+		if string(hdr[:6]) != "070701" {
+			return nil, fmt.Errorf("bad cpio magic %q", hdr[:6])
+		}
+		field := func(i int) (int64, error) {
+			return strconv.ParseInt(string(hdr[6+8*i:14+8*i]), 16, 64)
+		}
+		size, err := field(6)
+		if err != nil {
+			return nil, err
+		}
+		nameSize, err := field(11)
+		if err != nil {
+			return nil, err
+		}
+		name := make([]byte, nameSize)
+		if _, err := io.ReadFull(r, name); err != nil {
+			return nil, err
+		}
+		off += nameSize
+		if err := skip((4 - off%4) % 4); err != nil {
+			return nil, err
+		}
+		n := strings.TrimRight(string(name), "\x00")
+		if n == "TRAILER!!!" {
+			return names, nil
+		}
+		names = append(names, n)
+		if err := skip(size + (4-(off+size)%4)%4); err != nil {
+			return nil, err
+		}
 	}
 }
