@@ -261,7 +261,7 @@ func (r *run) open(ctx context.Context) error {
 			// Nothing was discovered or touched yet (for example the first
 			// vm_name did not exist): the corrected source simply starts over.
 			now := r.now()
-			rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: PhaseDiscovering, Class: ClassReentered,
+			rec.addError(ErrorEntry{Time: now, Phase: PhaseDiscovering, Class: ClassReentered,
 				Attempt: rec.Attempts, Reason: "SourceChanged", Message: msg + "; nothing had been discovered yet, so the migration starts over with the new source"})
 			rec.Identity.Host, rec.Identity.VMName, rec.Identity.VMID, rec.Identity.VMXPath = r.spec.Host, r.spec.VMName, r.spec.VMID, ""
 			rec.Phase, rec.RetryPhase, rec.Attempts = PhaseDiscovering, "", 0
@@ -307,7 +307,7 @@ func (r *run) reenter(now time.Time, msg string) {
 	if phase == "" {
 		phase = PhasePending
 	}
-	rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassReentered, Attempt: rec.Attempts, Reason: rec.Reason, Message: msg})
+	rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassReentered, Attempt: rec.Attempts, Reason: rec.Reason, Message: msg})
 	rec.Phase, rec.RetryPhase, rec.Attempts = phase, "", 0
 	rec.Reason, rec.Message, rec.Action = "", "", ""
 }
@@ -427,7 +427,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 				n++
 			}
 		}
-		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: n, Reason: "Reobserved",
+		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: n, Reason: "Reobserved",
 			Message: back.reason + "; going back to " + string(back.phase)})
 		if n >= r.spec.Retry.Attempts {
 			return true, r.stop(ctx, phase, PhaseFailed, "RetriesExhausted", fmt.Sprintf("%s went back to %s %d times; the last problem: %s", phase, back.phase, n, back.reason), "", err)
@@ -446,7 +446,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		return true, stop
 	case fault.Transient:
 		rec.Attempts++
-		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
+		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
 		if rec.Attempts >= r.spec.Retry.Attempts {
 			msg := fmt.Sprintf("%s did not succeed after %d attempts; the last error: %v", phase, rec.Attempts, err)
 			if exhaustedNeedsHuman(phase) {
@@ -456,7 +456,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		}
 		backoff := retry.Policy{Attempts: r.spec.Retry.Attempts, Initial: r.spec.Retry.Initial, Max: r.spec.Retry.Max}.Backoff(rec.Attempts)
 		rec.Phase, rec.RetryPhase = PhaseRetryable, phase
-		rec.Reason, rec.Message = reason, err.Error()
+		rec.Reason, rec.Message = reason, truncateMessage(err.Error(), maxStopMessageBytes)
 		if serr := r.save(ctx); serr != nil {
 			_, stop := r.interrupted(ctx, phase, serr)
 			return true, stop
@@ -475,10 +475,10 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		}
 		return false, nil
 	case fault.NeedsHuman:
-		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
 		return true, r.stop(ctx, phase, PhaseManualInterventionRequired, reason, err.Error(), actionOf(err), err)
 	default:
-		rec.Errors = append(rec.Errors, ErrorEntry{Time: now, Phase: phase, Class: ClassPermanent, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassPermanent, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
 		return true, r.stop(ctx, phase, PhaseFailed, reason, err.Error(), actionOf(err), err)
 	}
 }
@@ -515,7 +515,7 @@ func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action 
 		action = "fix the cause, then run apply again to continue from " + string(phase)
 	}
 	rec.Phase, rec.RetryPhase = state, phase
-	rec.Reason, rec.Message, rec.Action = reason, msg, action
+	rec.Reason, rec.Message, rec.Action = reason, truncateMessage(msg, maxStopMessageBytes), truncateMessage(action, maxStopMessageBytes)
 	serr := r.save(context.WithoutCancel(ctx))
 	r.e.event(ctx, r.s, true, string(state), msg)
 	se := r.stopError(phase, state, reason, msg, action, err)
@@ -542,7 +542,7 @@ func (r *run) interrupted(ctx context.Context, phase Phase, err error) (Record, 
 	if rec.Phase == PhaseRetryable {
 		phase = rec.RetryPhase
 	}
-	rec.Errors = append(rec.Errors, ErrorEntry{Time: r.now(), Phase: phase, Class: ClassInterrupted, Attempt: rec.Attempts, Reason: "Interrupted", Message: msg})
+	rec.addError(ErrorEntry{Time: r.now(), Phase: phase, Class: ClassInterrupted, Attempt: rec.Attempts, Reason: "Interrupted", Message: msg})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = r.save(sctx)

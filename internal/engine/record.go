@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
@@ -103,8 +105,47 @@ type Record struct {
 	// Validation holds the Validating phase's check results.
 	Validation []CheckResult `json:"validation,omitempty"`
 	// Errors is the history of failed attempts, interruptions and human
-	// re-entries, oldest first.
+	// re-entries, oldest first: at most MaxErrorEntries, the first one and
+	// the latest ones, each message at most MaxErrorMessageBytes.
 	Errors []ErrorEntry `json:"errors,omitempty"`
+	// ErrorsDropped counts the entries left out of Errors to keep it
+	// bounded.
+	ErrorsDropped int `json:"errorsDropped,omitempty"`
+}
+
+// Bounds of the error history, which lives in a ConfigMap (1 MiB at most
+// for the whole record).
+const (
+	MaxErrorEntries      = 20
+	MaxErrorMessageBytes = 1024
+	// maxStopMessageBytes bounds Record.Message and Record.Action.
+	maxStopMessageBytes = 4096
+)
+
+// addError appends an entry to the history, shortening its message, and
+// drops the oldest entries but the first beyond MaxErrorEntries.
+func (r *Record) addError(e ErrorEntry) {
+	e.Message = truncateMessage(e.Message, MaxErrorMessageBytes)
+	r.Errors = append(r.Errors, e)
+	if n := len(r.Errors); n > MaxErrorEntries {
+		drop := n - MaxErrorEntries
+		r.Errors = append(r.Errors[:1], r.Errors[1+drop:]...)
+		r.ErrorsDropped += drop
+	}
+}
+
+// truncateMessage shortens s to at most limit bytes of valid UTF-8, saying
+// how long it was.
+func truncateMessage(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	suffix := fmt.Sprintf("... (%d bytes in all)", len(s))
+	cut := limit - len(suffix)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + suffix
 }
 
 // Identity names the source and destination of a migration. It is fixed

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -240,9 +241,12 @@ func uploadOnce(ctx context.Context, hc *http.Client, target string, opts Upload
 		return body.n, err
 	}
 	defer resp.Body.Close()
+	// The answer is drained (up to 64 KiB, so that the connection can be
+	// reused) but only its start is kept: an error page must not end up
+	// whole in the migration record.
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return body.n, &UploadError{StatusCode: resp.StatusCode, Message: string(msg)}
+		return body.n, &UploadError{StatusCode: resp.StatusCode, Message: shortBody(msg, maxUploadErrorBody)}
 	}
 	return body.n, nil
 }
@@ -330,4 +334,21 @@ func (c *Client) WaitDataVolume(ctx context.Context, namespace, name string, don
 // DataVolumeInPhase returns a WaitDataVolume condition for phase.
 func DataVolumeInPhase(phase cdiv1beta1.DataVolumePhase) func(*cdiv1beta1.DataVolume) bool {
 	return func(dv *cdiv1beta1.DataVolume) bool { return dv.Status.Phase == phase }
+}
+
+// maxUploadErrorBody is how much of an upload proxy's error answer an
+// UploadError keeps.
+const maxUploadErrorBody = 512
+
+// shortBody returns at most limit bytes of b (cut at a UTF-8 boundary),
+// saying how long it was when cut.
+func shortBody(b []byte, limit int) string {
+	if len(b) <= limit {
+		return string(b)
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes in all)", b[:cut], len(b))
 }
