@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
 
 // Logger receives debug lines. It must be safe for concurrent use. Lines
@@ -42,6 +44,11 @@ type Client struct {
 	fatal        error    // sticky: authentication refused, host key failure
 	hostKeyAlgos []string // learned after the first verified handshake
 	closed       bool
+	// answered is set once an SSH handshake with this host has succeeded:
+	// from then on a refused, reset or unreachable connection means the
+	// host is down for a while (rebooting, hostd or SSH restarting), not
+	// that SSH was never enabled.
+	answered bool
 }
 
 // NewClient validates cfg and returns a client that has not connected yet.
@@ -144,6 +151,7 @@ func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
 			continue
 		}
 		c.conn = conn
+		c.answered = true
 		if learned != nil {
 			c.hostKeyAlgos = learned
 		}
@@ -300,8 +308,11 @@ func (c *Client) handshake(ctx context.Context, algos []string, known ssh.HostKe
 		if ctx.Err() != nil {
 			return nil, check.offered, c.ctxError(ctx, "connecting")
 		}
-		return nil, check.offered, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: "SSH handshake",
-			Msg: fmt.Sprintf("SSH handshake with %s failed: retry; if it persists check that %s is the host's SSH service", addr, addr), Err: err}
+		msg := fmt.Sprintf("SSH handshake with %s failed: retry; if it persists check that %s is the host's SSH service", addr, addr)
+		if c.hasAnswered() {
+			msg = fmt.Sprintf("SSH handshake with %s failed: %s", addr, rebootingMsg)
+		}
+		return nil, check.offered, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: "SSH handshake", Msg: msg, Err: err}
 	}
 	_ = raw.SetDeadline(time.Time{})
 	c.logf("esxi %s: connected, host key %s %s", c.cfg.Name, check.offered.Type(), ssh.FingerprintSHA256(check.offered))
@@ -350,9 +361,25 @@ func (c *Client) authError(err error) *Error {
 		Msg: fmt.Sprintf("host %s (%s) refused authentication as %q: %s", c.cfg.Name, c.cfg.addr(), c.cfg.User, hint), Err: err}
 }
 
+// hasAnswered reports whether this host has completed an SSH handshake
+// with this client before.
+func (c *Client) hasAnswered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered
+}
+
+// rebootingMsg is the advice for a host that answered before and now
+// refuses, resets or cannot be reached.
+const rebootingMsg = "the host answered before and may be rebooting (or its SSH service restarting); retrying"
+
 func (c *Client) dialError(ctx context.Context, err error) *Error {
 	if ctx.Err() != nil {
 		return c.ctxError(ctx, "connecting")
+	}
+	if c.hasAnswered() {
+		return &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: "connecting",
+			Msg: fmt.Sprintf("cannot connect to %s: %s", c.cfg.addr(), rebootingMsg), Err: err}
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return &Error{Class: NeedsHuman, Kind: ErrSSHUnavailable, Host: c.cfg.Name, Op: "connecting",
@@ -430,7 +457,8 @@ func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (exec
 	defer sess.Close()
 
 	stderr := &limitedBuffer{limit: 1 << 20}
-	sess.Stdout = w
+	out := &outputWriter{w: w, failed: make(chan struct{})}
+	sess.Stdout = out
 	sess.Stderr = stderr
 	if err := sess.Start(script); err != nil {
 		if isNetworkError(err) {
@@ -443,6 +471,14 @@ func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (exec
 	var err error
 	select {
 	case err = <-done:
+	case <-out.failed:
+		// Nothing reads the channel any more, so the host would block on
+		// a full window and never send its exit status: end the session.
+		_ = sess.Close()
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+		}
 	case <-ctx.Done():
 		_ = sess.Signal(ssh.SIGKILL)
 		_ = sess.Close()
@@ -453,6 +489,9 @@ func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (exec
 		return execResult{stderr: stderr.buf.String()}, c.ctxError(ctx, op)
 	}
 	res := execResult{stderr: stderr.buf.String()}
+	if werr := out.failure(); werr != nil {
+		return res, c.outputError(op, w, werr)
+	}
 	var ee *ssh.ExitError
 	var missing *ssh.ExitMissingError
 	switch {
@@ -464,15 +503,58 @@ func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (exec
 	case errors.As(err, &missing):
 		return res, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op, Msg: "the command ended without an exit status (connection dropped?): retry", Err: err}
 	default:
-		var lb *limitedBuffer
-		if l, ok := w.(*limitedBuffer); ok && l.over {
-			lb = l
-		}
-		if lb != nil {
-			return res, &Error{Class: Permanent, Kind: ErrUnexpectedOutput, Host: c.cfg.Name, Op: op, Msg: fmt.Sprintf("output exceeded %d bytes", lb.limit)}
-		}
 		return res, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op, Msg: "the command was interrupted (connection dropped?): retry", Err: err}
 	}
+}
+
+// outputWriter passes a command's stdout to w and remembers w's first
+// error, so that exec can end the session instead of waiting for an exit
+// status that a host blocked on a full window never sends.
+type outputWriter struct {
+	w      io.Writer
+	mu     sync.Mutex
+	err    error
+	failed chan struct{}
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.mu.Lock()
+		if o.err == nil {
+			o.err = err
+			close(o.failed)
+		}
+		o.mu.Unlock()
+	}
+	return n, err
+}
+
+func (o *outputWriter) failure() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// outputError classifies a failure to store a command's output here: too
+// much output, or the local error of w (a full or read-only disk needs a
+// human, see fault.OfErrno).
+func (c *Client) outputError(op string, w io.Writer, err error) *Error {
+	if l, ok := w.(*limitedBuffer); ok && l.over {
+		return &Error{Class: Permanent, Kind: ErrUnexpectedOutput, Host: c.cfg.Name, Op: op, Msg: fmt.Sprintf("output exceeded %d bytes", l.limit)}
+	}
+	if class, ok := fault.OfErrno(err); ok {
+		msg := "writing the output on this machine failed"
+		if adv := fault.ErrnoAdvice(err); adv != "" {
+			msg += ": " + adv
+		}
+		return &Error{Class: class, Host: c.cfg.Name, Op: op, Msg: msg, Err: err}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Class: Classify(err), Host: c.cfg.Name, Op: op, Msg: "writing the output on this machine failed", Err: err}
 }
 
 // runBatch runs b in one exec and returns its sections.

@@ -97,8 +97,10 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Is(target error) bool { return e.Kind != nil && target == e.Kind }
 
 // Classify reports the class of err. Errors from this package carry their
-// class; context cancellation, deadlines and network errors are Transient;
-// anything else is Permanent (so it is not retried blindly).
+// class; an operating-system error is classified by its errno
+// ([fault.OfErrno]: a full disk needs a human, a reset connection is
+// Transient); context cancellation, deadlines and other network errors are
+// Transient; anything else is Permanent (so it is not retried blindly).
 func Classify(err error) Class {
 	if err == nil {
 		return Permanent
@@ -106,6 +108,9 @@ func Classify(err error) Class {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Class
+	}
+	if c, ok := fault.OfErrno(err); ok {
+		return c
 	}
 	if isNetworkError(err) {
 		return Transient
@@ -129,8 +134,15 @@ func isNetworkError(err error) bool {
 		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
 		return true
 	}
+	// A bare syscall.Errno satisfies net.Error too; only a real network
+	// error (net.OpError, a dial or DNS error) counts here. Errnos are
+	// decided by fault.OfErrno.
 	var ne net.Error
-	return errors.As(err, &ne)
+	if errors.As(err, &ne) {
+		_, isErrno := ne.(syscall.Errno)
+		return !isErrno
+	}
+	return false
 }
 
 // classifyText maps error text printed by BusyBox tools and vim-cmd to a

@@ -103,6 +103,11 @@ func classify(err error) Class {
 		return Permanent
 	case errors.As(err, &unknownAuthority), errors.As(err, &hostnameErr), errors.As(err, &certInvalid):
 		return NeedsHuman
+	case isErrno(err):
+		// A local or socket errno, decided in one place: a full or
+		// read-only disk needs a human, a reset connection is Transient.
+		c, _ := fault.OfErrno(err)
+		return c
 	case errors.As(err, &dnsErr):
 		if dnsErr.IsNotFound {
 			return NeedsHuman
@@ -117,6 +122,12 @@ func classify(err error) Class {
 		return Transient
 	}
 	return Permanent
+}
+
+// isErrno reports an error whose errno fault.OfErrno classifies.
+func isErrno(err error) bool {
+	_, ok := fault.OfErrno(err)
+	return ok
 }
 
 // statusCode is the HTTP status of an API error, or 0.
