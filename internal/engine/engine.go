@@ -61,6 +61,9 @@ type Deps struct {
 	PollInterval time.Duration
 	// Identity names this process as lease holder; random if empty.
 	Identity string
+	// ClaimNamespace holds the claims that keep two migrations from moving
+	// one source VM (DefaultClaimNamespace when empty; see claim.go).
+	ClaimNamespace string
 }
 
 // EventKind says what an Event reports.

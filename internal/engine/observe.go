@@ -479,6 +479,13 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		}
 		res.Actions = append(res.Actions, "deleted the migration record "+namespace+"/"+RecordName(name))
 	}
+	// Released after the record is gone: a claim is kept while its
+	// holder's record exists.
+	released, err := e.releaseSourceClaims(ctx, namespace, name)
+	res.Actions = append(res.Actions, released...)
+	if err != nil {
+		return res, err
+	}
 	return res, nil
 }
 

@@ -86,6 +86,12 @@ func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskE
 		return Preview{}, transient("ClusterUnreachable",
 			fmt.Sprintf("the destination cluster could not be queried for the pre-flight checks of %s/%s", spec.Namespace, spec.Name), err)
 	}
+	cc, err := e.claimCheck(ctx, spec, vm)
+	if err != nil {
+		return Preview{}, transient("ClusterUnreachable",
+			fmt.Sprintf("the destination cluster could not be asked whether another migration claims the source of %s/%s", spec.Namespace, spec.Name), err)
+	}
+	res.Checks = append(res.Checks, cc)
 	return Preview{VM: vm, Checks: res, Disks: planDisks(spec, vm, prev)}, nil
 }
 

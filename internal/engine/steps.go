@@ -128,6 +128,11 @@ func (r *run) stepValidate(ctx context.Context) error {
 		rec.setCondition(now, CondValidated, false, "ChecksFailed", msg)
 		return onField(FieldSource, needsHuman("PreflightFailed", msg, "fix what the checks report, then run apply again", nil))
 	}
+	// Claim the source before anything acts on it: of two migrations of
+	// one VM, only the claim's holder goes on to Preparing.
+	if err := r.claimSource(ctx, vm); err != nil {
+		return err
+	}
 	stamp(&rec.Timestamps.Validated, now)
 	rec.setCondition(now, CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(p.Checks.Checks)))
 	return nil
@@ -138,6 +143,10 @@ func (r *run) stepValidate(ctx context.Context) error {
 func (r *run) stepPrepare(ctx context.Context) error {
 	vm, err := r.observeSource(ctx)
 	if err != nil {
+		return err
+	}
+	// Records validated before claims existed, or a claim deleted by hand.
+	if err := r.claimSource(ctx, vm); err != nil {
 		return err
 	}
 	if err := r.ensurePoweredOff(ctx, vm); err != nil {

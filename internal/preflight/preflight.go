@@ -55,6 +55,12 @@ const (
 	CheckQuota           = "storage_quota_fits"
 	CheckTools           = "vmware_tools"
 	CheckPowerPolicy     = "power_off_policy"
+	// CheckSourceUnclaimed fails when another migration holds the source
+	// VM's claim (the engine judges it: the claims live in the cluster).
+	CheckSourceUnclaimed = "source_unclaimed"
+	// CheckWorkDirSpace fails when the work folder's file system has less
+	// room than the disks still to be staged there (see WorkDirSpace).
+	CheckWorkDirSpace = "work_dir_space"
 )
 
 // Check is one check's outcome.

@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+)
+
+// One source VM, one migration.
+//
+// A migration's lease and record are named after its destination, so two
+// migrations of the same source to different destinations would not see
+// each other, and both could power the source off. Before anything acts on
+// the source, the Validated checkpoint claims it: it creates the ConfigMap
+// SourceClaimName(host, vmxPath) in the claim namespace, holding the
+// claiming migration's namespace/name. Creating an object of a given name
+// succeeds once, so of two concurrent migrations exactly one holds the
+// claim; the other stops at Validated (ManualInterventionRequired) naming
+// the first. The claim is kept while the holder's record exists and is
+// released by Forget.
+//
+// The claims live in one well-known namespace (DefaultClaimNamespace,
+// Deps.ClaimNamespace) because two migrations of one source may go to
+// different destination namespaces, and Kubernetes has no cluster-scoped
+// object for such a lock without a CRD. The engine creates that namespace
+// when it is missing; the provider's credentials need get, create, update,
+// list and delete on ConfigMaps there.
+
+// DefaultClaimNamespace is where source claims live unless
+// Deps.ClaimNamespace says otherwise.
+const DefaultClaimNamespace = "vmmigration-system"
+
+// Source claim data keys and labels.
+const (
+	claimKeyHost      = "host"
+	claimKeyVMXPath   = "vmxPath"
+	claimKeyNamespace = "namespace"
+	claimKeyName      = "name"
+	claimKeyClaimedAt = "claimedAt"
+	// LabelClaimNamespace and LabelMigration on a claim name its holder.
+	LabelClaimNamespace = "vmmigration.io/namespace"
+	labelClaimKind      = "vmmigration.io/kind"
+	claimKindValue      = "source-claim"
+)
+
+// SourceClaimName is the name of the claim ConfigMap of a source VM: a
+// hash of the ESXi host's name and the VM's .vmx path.
+func SourceClaimName(host, vmxPath string) string {
+	h := sha256.Sum256([]byte(host + "\x00" + vmxPath))
+	return "vmmigration-source-" + hex.EncodeToString(h[:12])
+}
+
+// SourceClaim says which migration holds a source VM.
+type SourceClaim struct {
+	Host, VMXPath   string
+	Namespace, Name string
+	ClaimedAt       string
+}
+
+func (c SourceClaim) holder() string { return c.Namespace + "/" + c.Name }
+
+func (e *Engine) claimNamespace() string {
+	if e.deps.ClaimNamespace != "" {
+		return e.deps.ClaimNamespace
+	}
+	return DefaultClaimNamespace
+}
+
+func claimOf(cm *corev1.ConfigMap) SourceClaim {
+	return SourceClaim{Host: cm.Data[claimKeyHost], VMXPath: cm.Data[claimKeyVMXPath],
+		Namespace: cm.Data[claimKeyNamespace], Name: cm.Data[claimKeyName], ClaimedAt: cm.Data[claimKeyClaimedAt]}
+}
+
+// SourceClaimOf returns the live claim on a source VM by a migration
+// other than namespace/name, or nil. A claim whose holder has no record
+// any more (forgotten by an older version, or its record deleted by hand)
+// is not live.
+func (e *Engine) SourceClaimOf(ctx context.Context, host, vmxPath, namespace, name string) (*SourceClaim, error) {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{}
+	err = cl.Get(ctx, client.ObjectKey{Namespace: e.claimNamespace(), Name: SourceClaimName(host, vmxPath)}, cm)
+	switch {
+	case kube.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: e.claimNamespace(), Name: SourceClaimName(host, vmxPath), Class: kube.Classify(err), Err: err}
+	}
+	c := claimOf(cm)
+	if c.Namespace == namespace && c.Name == name {
+		return nil, nil
+	}
+	live, err := e.holderLive(ctx, c)
+	if err != nil || !live {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// holderLive reports whether a claim's holder still has a record. When
+// that cannot be read (no permission in its namespace), it counts as live.
+func (e *Engine) holderLive(ctx context.Context, c SourceClaim) (bool, error) {
+	if validPathIdentity(c.Namespace, c.Name) != nil {
+		return false, nil
+	}
+	_, err := e.load(ctx, c.Namespace, c.Name)
+	switch {
+	case errors.Is(err, ErrNoRecord):
+		return false, nil
+	case err == nil:
+		return true, nil
+	}
+	var sc *stopCause
+	if errors.As(err, &sc) {
+		// A ConfigMap of that name that is not a readable record of that
+		// migration: the holder is gone.
+		return false, nil
+	}
+	if kube.Classify(err) == kube.Transient {
+		return false, err
+	}
+	return true, nil
+}
+
+// claimSource makes this migration the holder of its source VM's claim,
+// or stops naming the migration that holds it.
+func (r *run) claimSource(ctx context.Context, vm *esxi.VM) error {
+	e := r.e
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return err
+	}
+	ns := e.claimNamespace()
+	key := client.ObjectKey{Namespace: ns, Name: SourceClaimName(r.spec.Host, vm.VMXPath)}
+	want := map[string]string{
+		claimKeyHost: r.spec.Host, claimKeyVMXPath: vm.VMXPath,
+		claimKeyNamespace: r.spec.Namespace, claimKeyName: r.spec.Name, claimKeyClaimedAt: r.now().Format(time.RFC3339),
+	}
+	labels := map[string]string{kube.LabelManagedBy: kube.ManagedByValue, labelClaimKind: claimKindValue,
+		LabelClaimNamespace: r.spec.Namespace, kube.LabelMigration: r.spec.Name}
+	for attempt := 0; attempt < 5; attempt++ {
+		cm := &corev1.ConfigMap{}
+		err := cl.Get(ctx, key, cm)
+		switch {
+		case kube.IsNotFound(err):
+			if err := e.ensureClaimNamespace(ctx, cl); err != nil {
+				return err
+			}
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Labels: labels}, Data: want}
+			err := cl.Create(ctx, cm)
+			switch {
+			case err == nil:
+				r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("claimed the source VM %s on host %s (ConfigMap %s/%s)", vm.VMXPath, r.spec.Host, ns, key.Name)})
+				return nil
+			case kube.IsAlreadyExists(err):
+				continue // someone claimed it first: look again
+			}
+			return claimError(ns, key.Name, "create", err)
+		case err != nil:
+			return claimError(ns, key.Name, "get", err)
+		}
+		c := claimOf(cm)
+		if c.Namespace == r.spec.Namespace && c.Name == r.spec.Name {
+			return nil
+		}
+		live, err := e.holderLive(ctx, c)
+		if err != nil {
+			return err
+		}
+		if live {
+			return onField(FieldSource, needsHuman("SourceClaimed",
+				fmt.Sprintf("the source VM %s on ESXi host %s is already being migrated by %s (claimed at %s in ConfigMap %s/%s); one VM is migrated by one migration only, so nothing was done to it",
+					vm.VMXPath, r.spec.Host, c.holder(), c.ClaimedAt, ns, key.Name),
+				fmt.Sprintf("remove this migration from the configuration, or forget %s first (destroy it), then run apply again", c.holder()), nil))
+		}
+		// The holder's record is gone: take the claim over (the update
+		// fails on a conflict if another run does the same).
+		cm.Data, cm.Labels = want, labels
+		if err := cl.Update(ctx, cm); err != nil {
+			if kube.IsConflict(err) || kube.IsNotFound(err) {
+				continue
+			}
+			return claimError(ns, key.Name, "update", err)
+		}
+		return nil
+	}
+	return transient("SourceClaimContended", "the claim on the source VM "+vm.VMXPath+" kept changing while this run tried to take it", nil)
+}
+
+func claimError(ns, name, op string, err error) error {
+	if kube.Classify(err) == kube.Transient {
+		return &kube.Error{Op: op, Kind: "ConfigMap", Namespace: ns, Name: name, Class: kube.Transient, Err: err}
+	}
+	return needsHuman("SourceClaimUnavailable",
+		fmt.Sprintf("cannot %s the claim on the source VM (ConfigMap %s/%s): %v", op, ns, name, err),
+		"grant the provider's credentials get, list, create, update and delete on ConfigMaps in namespace "+ns+", then run apply again", err)
+}
+
+// ensureClaimNamespace creates the claim namespace if it is missing.
+func (e *Engine) ensureClaimNamespace(ctx context.Context, cl client.Client) error {
+	ns := e.claimNamespace()
+	err := cl.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	if err == nil {
+		return nil
+	}
+	if !kube.IsNotFound(err) && kube.Classify(err) == kube.Transient {
+		return &kube.Error{Op: "get", Kind: "Namespace", Name: ns, Class: kube.Transient, Err: err}
+	}
+	err = cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kube.LabelManagedBy: kube.ManagedByValue}}})
+	if err == nil || kube.IsAlreadyExists(err) {
+		return nil
+	}
+	return needsHuman("SourceClaimUnavailable",
+		fmt.Sprintf("the namespace %s, which holds the claims that keep two migrations from moving one source VM, does not exist and cannot be created: %v", ns, err),
+		"create namespace "+ns+" (kubectl create namespace "+ns+") and grant the provider's credentials access to ConfigMaps there, then run apply again", err)
+}
+
+// releaseSourceClaims deletes the claims migration namespace/name holds.
+func (e *Engine) releaseSourceClaims(ctx context.Context, namespace, name string) ([]string, error) {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return nil, err
+	}
+	var list corev1.ConfigMapList
+	err = cl.List(ctx, &list, client.InNamespace(e.claimNamespace()),
+		client.MatchingLabels{labelClaimKind: claimKindValue, LabelClaimNamespace: namespace, kube.LabelMigration: name})
+	if err != nil {
+		if kube.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, &kube.Error{Op: "list", Kind: "ConfigMap", Namespace: e.claimNamespace(), Class: kube.Classify(err), Err: err}
+	}
+	var out []string
+	for i := range list.Items {
+		cm := &list.Items[i]
+		c := claimOf(cm)
+		if c.Namespace != namespace || c.Name != name {
+			continue
+		}
+		if err := cl.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion}); err != nil && !kube.IsNotFound(err) {
+			return out, &kube.Error{Op: "delete", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}
+		}
+		out = append(out, fmt.Sprintf("released the claim on the source VM %s on host %s", c.VMXPath, c.Host))
+	}
+	return out, nil
+}
+
+// claimCheck is the pre-flight check that the source VM is not claimed by
+// another migration, for Preview and the Validated checkpoint alike.
+func (e *Engine) claimCheck(ctx context.Context, spec Spec, vm *esxi.VM) (preflight.Check, error) {
+	c, err := e.SourceClaimOf(ctx, spec.Host, vm.VMXPath, spec.Namespace, spec.Name)
+	if err != nil {
+		return preflight.Check{}, err
+	}
+	if c != nil {
+		return preflight.Check{ID: preflight.CheckSourceUnclaimed, Severity: preflight.Blocker,
+			Message: fmt.Sprintf("VM %q is already being migrated by %s (since %s). A VM is migrated by one migration only: remove this one, or destroy that one first.", vm.Name, c.holder(), c.ClaimedAt)}, nil
+	}
+	return preflight.Check{ID: preflight.CheckSourceUnclaimed, Severity: preflight.Blocker, Passed: true,
+		Message: fmt.Sprintf("VM %q is not being migrated by another migration.", vm.Name)}, nil
+}

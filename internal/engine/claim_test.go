@@ -1,0 +1,93 @@
+package engine_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+)
+
+func powerChanges(e *env) []string {
+	var out []string
+	for _, c := range e.commands("vmsvc/power.") {
+		if !strings.Contains(c, "power.getstate") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Two migrations of one source VM to two destinations, run at once: one
+// claims the source and moves it, the other stops at Validated naming the
+// first, and the source is powered off once.
+func TestOneSourceOneMigration(t *testing.T) {
+	e := newEnv(t)
+	e.host.AddVM(t, smallVM("twice", esxisim.PoweredOn))
+	specs := []engine.Spec{e.spec("twice", "twice-a"), e.spec("twice", "twice-b")}
+	en := e.engine()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = en.Run(e.ctx(60*time.Second), specs[i])
+		}()
+	}
+	wg.Wait()
+	if n := powerChanges(e); len(n) != 1 {
+		t.Errorf("power commands = %q, want exactly one", n)
+	}
+	winner, loser := 0, 1
+	if errs[0] != nil {
+		winner, loser = 1, 0
+	}
+	if errs[winner] != nil {
+		t.Fatalf("neither migration completed: %v; %v", errs[0], errs[1])
+	}
+	var se *engine.StopError
+	if !errors.As(errs[loser], &se) || se.Phase != engine.PhaseValidated || se.State != engine.PhaseManualInterventionRequired ||
+		!strings.Contains(se.Error(), e.ns+"/"+specs[winner].Name) {
+		t.Fatalf("second migration = %v, want a stop at Validated naming %s/%s", errs[loser], e.ns, specs[winner].Name)
+	}
+	rec, err := en.Load(t.Context(), e.ns, specs[loser].Name)
+	if err != nil || rec.PowerOff != nil {
+		t.Errorf("the stopped migration decided a power-off: %+v, %v", rec.PowerOff, err)
+	}
+
+	// The plan of the second one says so too.
+	p, err := en.Preview(t.Context(), specs[loser], engine.PreviewOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := p.Blockers(); len(b) != 1 || b[0].ID != preflight.CheckSourceUnclaimed || !strings.Contains(b[0].Message, e.ns+"/"+specs[winner].Name) {
+		t.Errorf("plan blockers = %+v", b)
+	}
+
+	// The claim is kept while the first one's record exists: running the
+	// second again still stops.
+	if _, err := en.Run(e.ctx(30*time.Second), specs[loser]); err == nil || !strings.Contains(err.Error(), specs[winner].Name) {
+		t.Errorf("second run of the loser = %v", err)
+	}
+	// Forgetting the first releases it; the second may go on (the source
+	// is off now: no new power command).
+	res, err := en.Forget(t.Context(), e.ns, specs[winner].Name, engine.ForgetKeep, engine.ForgetOptions{WorkDir: specs[winner].WorkDir})
+	if err != nil || !strings.Contains(strings.Join(res.Actions, "\n"), "released the claim on the source VM") {
+		t.Fatalf("Forget = %v, %v", res.Actions, err)
+	}
+	p, err = en.Preview(t.Context(), specs[loser], engine.PreviewOptions{})
+	if err != nil || len(p.Blockers()) != 0 {
+		t.Fatalf("plan after release: %+v, %v", p.Blockers(), err)
+	}
+	if _, err := en.Run(e.ctx(60*time.Second), specs[loser]); err != nil {
+		t.Fatalf("second migration after release: %v", err)
+	}
+	if n := powerChanges(e); len(n) != 1 {
+		t.Errorf("power commands = %q, want exactly one", n)
+	}
+}
