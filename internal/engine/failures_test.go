@@ -244,7 +244,7 @@ func TestSourceNotFoundFails(t *testing.T) {
 	spec := e.spec("absent", "absent")
 	rec, err := e.engine().Run(e.ctx(30*time.Second), spec)
 	se := stopErr(t, err)
-	want := `migration failed in phase Discovering: ESXi host "esx1" has no VM named "absent". Nothing was cleaned up. The source VM's disks were never modified. Names are matched exactly: fix source.vm_name (list the host's VMs with the vmmigration_esxi_vms data source); then add the annotation vmmigration.io/reset="true" to ConfigMap ` +
+	want := `migration failed in phase Discovering: ESXi host "esx1" has no VM named "absent". Names are matched exactly; list them with the vmmigration_esxi_vms data source. Nothing was cleaned up. The source VM's disks were never modified. Fix the cause, then add the annotation vmmigration.io/reset="true" to ConfigMap ` +
 		e.ns + `/vmmigration-absent and run apply again to retry Discovering, or delete the resource to forget the migration`
 	if err.Error() != want {
 		t.Errorf("error:\n got %s\nwant %s", err, want)

@@ -94,27 +94,26 @@ func (e *Engine) hostClient(host string) (*esxi.Client, error) {
 // PickVM finds the VM a configuration names among a host's VMs: by vmid
 // when vmid is set, else by exact display name. It is the one place that
 // turns "the VM called X" into a VM, for plan and apply alike. System VMs
-// (vCLS and the like) are never picked.
+// (vCLS and the like) are never picked. Each error says how to fix it and
+// carries the attribute it concerns.
 func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
 	if vmid > 0 {
 		for _, vm := range vms {
-			if vm.VMID == vmid {
-				if vm.System {
-					return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMIsSystem",
-						fmt.Sprintf("vmid %d on ESXi host %q is the system VM %q (%s), which the host or vCenter manages", vmid, host, vm.Name, vm.VMXPath),
-						"system VMs such as vCLS are never migrated: set source.vmid to another VM", nil))
-				}
-				if name != "" && vm.Name != name {
-					return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMMismatch",
-						fmt.Sprintf("vmid %d on ESXi host %q is named %q, not %q", vmid, host, vm.Name, name),
-						"set source.vmid and source.vm_name so that they name the same VM", nil))
-				}
-				return vm, nil
+			if vm.VMID != vmid {
+				continue
 			}
+			if vm.System {
+				return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMIsSystem",
+					fmt.Sprintf("vmid %d on ESXi host %q is the system VM %q (%s), which the host or vCenter manages; system VMs such as vCLS are never migrated", vmid, host, vm.Name, vm.VMXPath), "", nil))
+			}
+			if name != "" && vm.Name != name {
+				return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMMismatch",
+					fmt.Sprintf("vmid %d on ESXi host %q is named %q, not %q. Give a vmid and a name that belong to the same VM, or only one of them", vmid, host, vm.Name, name), "", nil))
+			}
+			return vm, nil
 		}
 		return esxi.VM{}, onField(FieldSourceVMID, permanent("SourceVMNotFound",
-			fmt.Sprintf("ESXi host %q has no VM with vmid %d", host, vmid),
-			"list the host's VMs with the vmmigration_esxi_vms data source (or `vim-cmd vmsvc/getallvms` on the host) and fix source.vmid", nil))
+			fmt.Sprintf("ESXi host %q has no VM with vmid %d. List the host's VMs with the vmmigration_esxi_vms data source or `vim-cmd vmsvc/getallvms` on the host", host, vmid), "", nil))
 	}
 	var found []esxi.VM
 	for _, vm := range vms {
@@ -126,26 +125,25 @@ func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
 	case 1:
 		return found[0], nil
 	case 0:
+		msg := fmt.Sprintf("ESXi host %q has no VM named %q.", host, name)
 		var near []string
 		for _, vm := range vms {
 			if !vm.System && (strings.EqualFold(vm.Name, name) || strings.EqualFold(strings.TrimSpace(vm.Name), strings.TrimSpace(name))) {
 				near = append(near, fmt.Sprintf("%q (vmid %d)", vm.Name, vm.VMID))
 			}
 		}
-		msg := fmt.Sprintf("ESXi host %q has no VM named %q", host, name)
 		if len(near) > 0 {
-			msg += "; names that differ only in case or spaces: " + strings.Join(near, ", ")
+			msg += " Names differ only in case or spaces: " + strings.Join(near, ", ") + "."
 		}
-		return esxi.VM{}, onField(FieldSourceVMName, permanent("SourceVMNotFound", msg,
-			"names are matched exactly: fix source.vm_name (list the host's VMs with the vmmigration_esxi_vms data source)", nil))
+		return esxi.VM{}, onField(FieldSourceVMName, permanent("SourceVMNotFound",
+			msg+" Names are matched exactly; list them with the vmmigration_esxi_vms data source", "", nil))
 	}
 	var ids []string
 	for _, vm := range found {
 		ids = append(ids, fmt.Sprintf("%d (%s)", vm.VMID, vm.VMXPath))
 	}
 	return esxi.VM{}, onField(FieldSourceVMName, needsHuman("SourceVMAmbiguous",
-		fmt.Sprintf("%d VMs named %q are registered on ESXi host %q: vmids %s", len(found), name, host, strings.Join(ids, ", ")),
-		"set source.vmid to the one to migrate", nil))
+		fmt.Sprintf("%d VMs on ESXi host %q are named %q: vmids %s. Set vmid instead of the name to choose one", len(found), host, name, strings.Join(ids, ", ")), "", nil))
 }
 
 // findSource observes the source VM a migration names. With a recorded

@@ -199,7 +199,7 @@ data "vmmigration_esxi_vm" "dup" {
   name = "dup"
 }
 `),
-				ExpectError: errRE(`2 VMs on ESXi host "esxi-a" are named "dup": Vmids 13 (/vmfs/volumes/datastore1/dup/dup.vmx), 14 (/vmfs/volumes/datastore2/dup/dup.vmx). Set vmid instead of name to choose one.`),
+				ExpectError: errRE(`2 VMs on ESXi host "esxi-a" are named "dup": vmids 13 (/vmfs/volumes/datastore1/dup/dup.vmx), 14 (/vmfs/volumes/datastore2/dup/dup.vmx). Set vmid instead of the name to choose one`),
 			},
 			{
 				Config: cfg(`
@@ -208,7 +208,7 @@ data "vmmigration_esxi_vm" "missing" {
   name = "EFI-SB"
 }
 `),
-				ExpectError: errRE(`ESXi host "esxi-a" has no VM named "EFI-SB". Names differ only in case or spaces: "efi-sb" (Vmid 11). Names are matched exactly; list them with the vmmigration_esxi_vms data source.`),
+				ExpectError: errRE(`ESXi host "esxi-a" has no VM named "EFI-SB". Names differ only in case or spaces: "efi-sb" (vmid 11). Names are matched exactly; list them with the vmmigration_esxi_vms data source`),
 			},
 			{
 				Config: cfg(`
@@ -217,7 +217,7 @@ data "vmmigration_esxi_vm" "missing" {
   vmid = 99
 }
 `),
-				ExpectError: errRE(`ESXi host "esxi-a" has no VM with Vmid 99.`),
+				ExpectError: errRE(`ESXi host "esxi-a" has no VM with vmid 99.`),
 			},
 			{
 				Config: cfg(`

@@ -447,7 +447,7 @@ func TestAccMigrationFailureSourceNotFound(t *testing.T) {
 			{
 				Config: absent,
 				ExpectError: regexp.MustCompile(`Error: Source VM not found[\s\S]*` +
-					errRE(`ESXi host "esxi-a" has no VM named "absent". Names are matched exactly; list them with the vmmigration_esxi_vms data source.`).String()),
+					errRE(`ESXi host "esxi-a" has no VM named "absent". Names are matched exactly; list them with the vmmigration_esxi_vms data source`).String()),
 			},
 			{
 				// hostd fails every vim-cmd: the plan warns that the checks
@@ -467,8 +467,9 @@ func TestAccMigrationFailureSourceNotFound(t *testing.T) {
 				},
 				Config:           absent,
 				ConfigPlanChecks: plansCreate(addr),
-				ExpectError: e.stopRE("absent", `migration failed in phase Discovering: no VM named "absent" is registered on host "esxi-a". `+
-					`Nothing was cleaned up. The source VM's disks were never modified. Check vm_name (it is case-sensitive) and the host; `+
+				ExpectError: e.stopRE("absent", `migration failed in phase Discovering: ESXi host "esxi-a" has no VM named "absent". `+
+					`Names are matched exactly; list them with the vmmigration_esxi_vms data source. `+
+					`Nothing was cleaned up. The source VM's disks were never modified. Fix the cause, `+
 					`then add the annotation vmmigration.io/reset="true" to ConfigMap `+e.namespace+`/vmmigration-absent and run apply again to retry Discovering, `+
 					`or delete the resource to forget the migration`),
 			},

@@ -124,7 +124,11 @@ func (r *migrationResource) planCreate(ctx context.Context, plan *migrationModel
 	p, err := eng.Preview(ctx, spec, engine.PreviewOptions{InventoryMaxAge: engine.DefaultInventoryMaxAge, ResumeFromRecord: true})
 	switch {
 	case err != nil && engine.FieldOf(err) != "":
-		resp.Diagnostics.AddAttributeError(attributePath(engine.FieldOf(err)), "Cannot migrate "+spec.Host+"/"+sourceLabel(spec), err.Error())
+		summary := "Cannot migrate " + sourceLabel(spec)
+		if strings.HasPrefix(engine.FieldOf(err), engine.FieldSource) {
+			summary = "Source VM not found"
+		}
+		resp.Diagnostics.AddAttributeError(attributePath(engine.FieldOf(err)), summary, err.Error())
 		return
 	case err != nil:
 		resp.Diagnostics.AddWarning("Pre-flight checks not run",
