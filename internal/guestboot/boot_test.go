@@ -136,3 +136,43 @@ func requireBooted(ctx context.Context, t *testing.T, g *guestboot.Guest) {
 		}
 	}
 }
+
+// TestFirmware boots the BIOS-only guest with OVMF, as KubeVirt does for
+// firmware.bootloader.efi: the firmware finds no EFI boot loader on the
+// disk. Without Secure Boot it falls back to its built-in shell; with
+// Secure Boot enforced it refuses that unsigned shell ("Security
+// Violation"), finds nothing else to boot, and WaitAgent reports the failed
+// boot at once.
+func TestFirmware(t *testing.T) {
+	img := testguest.Image(t)
+	for _, fw := range []guestboot.Firmware{guestboot.FirmwareEFI, guestboot.FirmwareEFISecureBoot} {
+		t.Run(string(fw), func(t *testing.T) {
+			t.Parallel()
+			g, err := guestboot.Start(context.Background(), guestboot.Spec{
+				Disks:    []guestboot.Disk{{Path: img, Format: testguest.Format, Bus: guestboot.BusVirtio}},
+				Firmware: fw,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(g.Stop)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if fw == guestboot.FirmwareEFI {
+				if _, err := g.WaitConsole(ctx, "UEFI Interactive Shell"); err != nil {
+					t.Fatalf("%v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(20), "\n"))
+				}
+			} else {
+				err := g.WaitAgent(ctx)
+				if !errors.Is(err, guestboot.ErrBootFailed) || ctx.Err() != nil {
+					t.Fatalf("WaitAgent: %v, want ErrBootFailed before the timeout\nconsole:\n%s", err, strings.Join(g.ConsoleTail(20), "\n"))
+				}
+			}
+			console := strings.Join(g.ConsoleTail(0), "\n")
+			if got, want := strings.Contains(console, "Security Violation"), fw == guestboot.FirmwareEFISecureBoot; got != want {
+				t.Errorf("console shows a Secure Boot violation: %v, want %v\nconsole:\n%s", got, want, console)
+			}
+			t.Logf("%s: done after %s", fw, time.Since(g.Started()).Round(time.Second))
+		})
+	}
+}

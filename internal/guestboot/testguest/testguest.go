@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,14 +187,17 @@ func OpenRootFS(t testing.TB, path string) RootFS {
 // image's initramfs.
 func (r RootFS) InitramfsModules() map[string]bool {
 	r.t.Helper()
+	// The initrd of the installed kernel (not a backup such as
+	// initrd.img-<version>.pre-v2v, which virt-v2v leaves).
 	var initrd string
-	for _, name := range r.List("/boot") {
-		if strings.HasPrefix(name, "initrd.img-") {
-			initrd = name
+	boot := r.List("/boot")
+	for _, name := range boot {
+		if version, ok := strings.CutPrefix(name, "vmlinuz-"); ok && slices.Contains(boot, "initrd.img-"+version) {
+			initrd = "initrd.img-" + version
 		}
 	}
 	if initrd == "" {
-		r.t.Fatalf("no initrd in /boot: %q", r.List("/boot"))
+		r.t.Fatalf("no kernel with its initrd in /boot: %q", boot)
 	}
 	files, err := cpioNames(r.Read("/boot/" + initrd))
 	if err != nil {
