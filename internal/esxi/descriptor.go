@@ -35,12 +35,11 @@ type Descriptor struct {
 	DDB map[string]string
 }
 
-// CapacityBytes is the sum of the extents' sizes.
+// CapacityBytes is the sum of the extents' sizes, or 0 when a size is
+// negative or the sum overflows (never a negative or wrapped number); use
+// [DescriptorCapacity] to learn why.
 func (d Descriptor) CapacityBytes() int64 {
-	var n int64
-	for _, e := range d.Extents {
-		n += e.Sectors * SectorSize
-	}
+	n, _ := DescriptorCapacity(d)
 	return n
 }
 
@@ -94,7 +93,12 @@ func ParseDescriptor(s string) (Descriptor, []Problem) {
 			}
 			e := Extent{Access: m[1], Sectors: n, Type: m[3], FileName: m[4]}
 			if m[5] != "" {
-				e.Offset, _ = strconv.ParseInt(m[5], 10, 64)
+				off, err := strconv.ParseInt(m[5], 10, 64)
+				if err != nil || off > maxSectors {
+					probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("extent offset %q is out of range", m[5])})
+					continue
+				}
+				e.Offset = off
 			}
 			if e.FileName == "" && e.Type != "ZERO" {
 				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("%s extent without a file name", e.Type)})
@@ -118,7 +122,8 @@ func ParseDescriptor(s string) (Descriptor, []Problem) {
 			d.DDB[lk[len("ddb."):]] = val
 		case lk == "version":
 			n, err := strconv.Atoi(val)
-			if err != nil {
+			if err != nil || n < 0 {
+				n = 0
 				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("version %q is not a number", val)})
 			}
 			d.Version = n

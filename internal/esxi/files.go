@@ -92,16 +92,28 @@ func (c *Client) FileSizes(ctx context.Context, paths ...string) (map[string]int
 		if e := c.fileErr("stat", p, 0, r); e != nil {
 			return nil, e
 		}
-		line := strings.TrimRight(r.Output, "\n")
-		sp := strings.IndexByte(line, ' ')
-		var n int64
-		if sp > 0 {
-			n, err = strconv.ParseInt(line[:sp], 10, 64)
-		}
-		if sp <= 0 || err != nil || line[sp+1:] != p {
-			return nil, &Error{Class: Permanent, Kind: ErrUnexpectedOutput, Host: c.cfg.Name, Op: "stat", Path: p, Msg: fmt.Sprintf("unexpected stat output %q", truncate(line, 200))}
+		n, err := ParseStatSize(r.Output, p)
+		if err != nil {
+			return nil, &Error{Class: Permanent, Kind: ErrUnexpectedOutput, Host: c.cfg.Name, Op: "stat", Path: p, Msg: err.Error()}
 		}
 		out[p] = n
 	}
 	return out, nil
+}
+
+// ParseStatSize reads the output of `stat -c '%s %n' path`: one line,
+// the size in decimal bytes, a space and the path. Anything else (another
+// path, more lines, a sign, a size beyond int64) is an error: a size
+// from the host must never reach a copy as a negative or wrapped number.
+func ParseStatSize(out, path string) (int64, error) {
+	line := strings.TrimSuffix(out, "\n")
+	sp := strings.IndexByte(line, ' ')
+	if sp <= 0 || line[sp+1:] != path || !isDigits(line[:sp]) {
+		return 0, fmt.Errorf("unexpected stat output %q", truncate(line, 200))
+	}
+	n, err := strconv.ParseInt(line[:sp], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat size %q is out of range", truncate(line[:sp], 40))
+	}
+	return n, nil
 }

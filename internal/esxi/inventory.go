@@ -514,7 +514,7 @@ func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool)) {
 			vm.Name = w.gav.Name
 			vm.GuestOS = w.gav.GuestOS
 			vm.Annotation = w.gav.Annotation
-			if n, err := strconv.Atoi(strings.TrimPrefix(w.gav.Version, "vmx-")); err == nil {
+			if n, err := strconv.Atoi(strings.TrimPrefix(w.gav.Version, "vmx-")); err == nil && n > 0 && n <= maxHardwareVersion {
 				vm.HardwareVersion = n
 			}
 		}
@@ -560,7 +560,9 @@ func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool)) {
 			dd, probs := ParseDescriptor(r.Output)
 			vm.Problems = append(vm.Problems, withSource(probs, p)...)
 			disk.CreateType = dd.CreateType
-			disk.CapacityBytes = dd.CapacityBytes()
+			capacity, cprobs := DescriptorCapacity(dd)
+			vm.Problems = append(vm.Problems, withSource(cprobs, p)...)
+			disk.CapacityBytes = capacity
 			disk.Thin = dd.Thin()
 			disk.OnSnapshotDelta = dd.IsDelta()
 			disk.RDM, disk.RDMPassthrough = dd.RDM()

@@ -527,7 +527,7 @@ var sampleCases = []sampleCase{
 		wantNoProblems(t, probs)
 		vals := c.Values
 		c.Values = nil
-		want := VMXConfig{DisplayName: "Base_R91", GuestOS: "other-64", HardwareVersion: 13, Firmware: FirmwareEFI, CPUs: 4, MemoryMiB: 2048,
+		want := VMXConfig{DisplayName: "Base_R91", GuestOS: "other-64", HardwareVersion: 13, Firmware: FirmwareEFI, CPUs: 4, CoresPerSocket: 4, MemoryMiB: 2048,
 			Disks: []VMXDisk{{Device: "scsi0:0", Bus: "scsi", Controller: 0, Unit: 0, ControllerType: "lsisas1068", FileName: "Base_R91-000001.vmdk", DeviceType: "scsi-hardDisk", Mode: "persistent", Present: true}},
 			NICs:  []VMXNIC{{Device: "ethernet0", Index: 0, NetworkName: "ATmng", VirtualDev: "vmxnet3", Present: true}}}
 		if !reflect.DeepEqual(c, want) {

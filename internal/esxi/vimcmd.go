@@ -2,6 +2,7 @@ package esxi
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -104,6 +105,19 @@ func dumpInt(v *dumpValue, probs *[]Problem, keys ...string) int64 {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		*probs = append(*probs, Problem{Message: fmt.Sprintf("%s = %q is not a number", strings.Join(keys, "."), s)})
+		return 0
+	}
+	return n
+}
+
+// dumpCount reads a size or count in [0, hi]; anything else is a problem
+// and 0, so no sign or overflow error reaches a resource request.
+func dumpCount(v *dumpValue, probs *[]Problem, hi int64, keys ...string) int64 {
+	before := len(*probs)
+	n := dumpInt(v, probs, keys...)
+	if len(*probs) == before && (n < 0 || n > hi) {
+		*probs = append(*probs, Problem{Message: fmt.Sprintf("%s = %d is out of range 0-%d", strings.Join(keys, "."), n, hi)})
+		return 0
 	}
 	return n
 }
@@ -194,12 +208,12 @@ func ParseSummary(out string) (Summary, []Problem) {
 		ToolsRunningStatus: dumpStr(r, "guest", "toolsRunningStatus"),
 		HostName:           dumpStr(r, "guest", "hostName"),
 		IPAddress:          dumpStr(r, "guest", "ipAddress"),
-		MemoryMiB:          int(dumpInt(r, &probs, "config", "memorySizeMB")),
-		CPUs:               int(dumpInt(r, &probs, "config", "numCpu")),
-		NumEthernetCards:   int(dumpInt(r, &probs, "config", "numEthernetCards")),
-		NumVirtualDisks:    int(dumpInt(r, &probs, "config", "numVirtualDisks")),
-		CommittedBytes:     dumpInt(r, &probs, "storage", "committed"),
-		UncommittedBytes:   dumpInt(r, &probs, "storage", "uncommitted"),
+		MemoryMiB:          int(dumpCount(r, &probs, maxMemoryMiB, "config", "memorySizeMB")),
+		CPUs:               int(dumpCount(r, &probs, maxVCPUs, "config", "numCpu")),
+		NumEthernetCards:   int(dumpCount(r, &probs, maxDevices, "config", "numEthernetCards")),
+		NumVirtualDisks:    int(dumpCount(r, &probs, maxDevices, "config", "numVirtualDisks")),
+		CommittedBytes:     dumpCount(r, &probs, math.MaxInt64, "storage", "committed"),
+		UncommittedBytes:   dumpCount(r, &probs, math.MaxInt64, "storage", "uncommitted"),
 		OverallStatus:      dumpStr(r, "overallStatus"),
 		Template:           dumpStr(r, "config", "template") == "true",
 	}
@@ -301,8 +315,9 @@ func ParseSnapshotGet(out string) ([]Snapshot, []Problem) {
 				n.s.Name = val
 			case "Id":
 				id, err := strconv.Atoi(val)
-				if err != nil {
-					probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot id %q is not a number", val)})
+				if err != nil || id < 0 {
+					probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot id %q is not a non-negative number", val)})
+					id = 0
 				}
 				n.s.ID = id
 			case "Desciption", "Description":

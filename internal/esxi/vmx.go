@@ -155,7 +155,12 @@ type VMXConfig struct {
 	SecureBoot bool
 	// CPUs is numvcpus; 1 when the key is absent (VMware's default).
 	CPUs int
-	// MemoryMiB is memSize; 0 (with a Problem) when absent.
+	// CoresPerSocket is cpuid.coresPerSocket; 0 when absent or unusable
+	// (with a Problem when present but out of range or not a divisor of
+	// CPUs).
+	CoresPerSocket int
+	// MemoryMiB is memSize; 0 (with a Problem) when absent or out of range
+	// 1-maxMemoryMiB.
 	MemoryMiB int
 	Disks     []VMXDisk
 	NICs      []VMXNIC
@@ -180,6 +185,30 @@ func isHardDisk(deviceType, fileName string) bool {
 	return true
 }
 
+// Bounds on the numbers a .vmx may hold. They are above what any ESXi
+// release allows (ESXi 8: 768 vCPUs, 24 TiB of memory, hardware version
+// 21) and far below what would overflow when converted to bytes.
+const (
+	maxVCPUs           = 4096
+	maxMemoryMiB       = 64 << 20 // 64 TiB
+	maxHardwareVersion = 1000
+	maxDevices         = 1024
+)
+
+// isDigits reports a non-empty run of ASCII digits (a number too large to
+// parse is out of range, not "not a number").
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // ParseVMX parses a .vmx file. Keys are case-insensitive and values have
 // their |XX escapes decoded.
 func ParseVMX(s string) (VMXConfig, []Problem) {
@@ -191,25 +220,38 @@ func ParseVMX(s string) (VMXConfig, []Problem) {
 	if enc, ok := f.get(".encoding"); ok && !strings.EqualFold(enc, "UTF-8") {
 		probs = append(probs, Problem{Message: fmt.Sprintf(".encoding is %q, not UTF-8: names with non-ASCII characters may be wrong", enc)})
 	}
-	atoi := func(key string) (int, bool) {
+	// atoi reads a count in [lo, hi]: anything else is a problem and 0,
+	// so that no sign or overflow error reaches a resource request.
+	atoi := func(key string, lo, hi int) (int, bool) {
 		v, ok := f.get(key)
 		if !ok {
 			return 0, false
 		}
 		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 {
+		switch {
+		case err != nil && !isDigits(strings.TrimSpace(v)):
 			probs = append(probs, Problem{Message: fmt.Sprintf("%s = %q is not a number", key, v)})
+			return 0, false
+		case err != nil || n < lo || n > hi:
+			probs = append(probs, Problem{Message: fmt.Sprintf("%s = %q is out of range %d-%d", key, v, lo, hi)})
 			return 0, false
 		}
 		return n, true
 	}
-	c.HardwareVersion, _ = atoi("virtualHW.version")
-	if n, ok := atoi("numvcpus"); ok {
+	c.HardwareVersion, _ = atoi("virtualHW.version", 1, maxHardwareVersion)
+	if n, ok := atoi("numvcpus", 1, maxVCPUs); ok {
 		c.CPUs = n
 	} else if _, present := f.get("numvcpus"); !present {
 		c.CPUs = 1
 	}
-	if n, ok := atoi("memSize"); ok {
+	if n, ok := atoi("cpuid.coresPerSocket", 1, maxVCPUs); ok {
+		c.CoresPerSocket = n
+		if c.CPUs > 0 && c.CPUs%n != 0 {
+			probs = append(probs, Problem{Message: fmt.Sprintf("cpuid.coresPerSocket = %d does not divide numvcpus = %d", n, c.CPUs)})
+			c.CoresPerSocket = 0
+		}
+	}
+	if n, ok := atoi("memSize", 1, maxMemoryMiB); ok {
 		c.MemoryMiB = n
 	} else if _, present := f.get("memSize"); !present {
 		probs = append(probs, Problem{Message: "memSize is missing"})
@@ -367,8 +409,9 @@ func ParseVMSD(s string) (VMSD, []Problem) {
 			return 0
 		}
 		n, err := strconv.Atoi(val)
-		if err != nil {
-			probs = append(probs, Problem{Message: fmt.Sprintf("%s = %q is not a number", key, val)})
+		if err != nil || n < 0 {
+			probs = append(probs, Problem{Message: fmt.Sprintf("%s = %q is not a non-negative number", key, val)})
+			return 0
 		}
 		return n
 	}
