@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,7 +24,7 @@ import (
 // migrations of the same source to different destinations would not see
 // each other, and both could power the source off. Before anything acts on
 // the source, the Validated checkpoint claims it: it creates the ConfigMap
-// SourceClaimName(host, vmxPath) in the claim namespace, holding the
+// SourceClaimName(host identity, vmxPath) in the claim namespace, holding the
 // claiming migration's namespace/name. Creating an object of a given name
 // succeeds once, so of two concurrent migrations exactly one holds the
 // claim; the other stops at Validated (ManualInterventionRequired) naming
@@ -55,10 +56,30 @@ const (
 )
 
 // SourceClaimName is the name of the claim ConfigMap of a source VM: a
-// hash of the ESXi host's name and the VM's .vmx path.
-func SourceClaimName(host, vmxPath string) string {
-	h := sha256.Sum256([]byte(host + "\x00" + vmxPath))
+// hash of the ESXi host's identity (see hostIdentity) and the VM's .vmx
+// path.
+func SourceClaimName(hostID, vmxPath string) string {
+	h := sha256.Sum256([]byte(hostID + "\x00" + vmxPath))
 	return "vmmigration-source-" + hex.EncodeToString(h[:12])
+}
+
+// hostIdentity names the physical host behind a configured host name: its
+// pinned SSH host key when there is one (the same host under two names is
+// one host, two hosts that different configurations both call "esx1" are
+// two), else its address and port, else the name.
+func (e *Engine) hostIdentity(host string) string {
+	c, err := e.deps.ESXi.Client(host)
+	if err != nil {
+		return "name:" + host
+	}
+	cfg := c.Config()
+	switch {
+	case cfg.HostKeyFingerprint != "":
+		return "hostkey:" + cfg.HostKeyFingerprint
+	case cfg.Address != "":
+		return fmt.Sprintf("address:%s:%d", strings.ToLower(cfg.Address), cfg.Port)
+	}
+	return "name:" + host
 }
 
 // SourceClaim says which migration holds a source VM.
@@ -82,7 +103,8 @@ func claimOf(cm *corev1.ConfigMap) SourceClaim {
 		Namespace: cm.Data[claimKeyNamespace], Name: cm.Data[claimKeyName], ClaimedAt: cm.Data[claimKeyClaimedAt]}
 }
 
-// SourceClaimOf returns the live claim on a source VM by a migration
+// SourceClaimOf returns the live claim on a source VM (host is its
+// configured name) by a migration
 // other than namespace/name, or nil. A claim whose holder has no record
 // any more (forgotten by an older version, or its record deleted by hand)
 // is not live.
@@ -92,12 +114,13 @@ func (e *Engine) SourceClaimOf(ctx context.Context, host, vmxPath, namespace, na
 		return nil, err
 	}
 	cm := &corev1.ConfigMap{}
-	err = cl.Get(ctx, client.ObjectKey{Namespace: e.claimNamespace(), Name: SourceClaimName(host, vmxPath)}, cm)
+	claimName := SourceClaimName(e.hostIdentity(host), vmxPath)
+	err = cl.Get(ctx, client.ObjectKey{Namespace: e.claimNamespace(), Name: claimName}, cm)
 	switch {
 	case kube.IsNotFound(err):
 		return nil, nil
 	case err != nil:
-		return nil, &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: e.claimNamespace(), Name: SourceClaimName(host, vmxPath), Class: kube.Classify(err), Err: err}
+		return nil, &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: e.claimNamespace(), Name: claimName, Class: kube.Classify(err), Err: err}
 	}
 	c := claimOf(cm)
 	if c.Namespace == namespace && c.Name == name {
@@ -144,7 +167,7 @@ func (r *run) claimSource(ctx context.Context, vm *esxi.VM) error {
 		return err
 	}
 	ns := e.claimNamespace()
-	key := client.ObjectKey{Namespace: ns, Name: SourceClaimName(r.spec.Host, vm.VMXPath)}
+	key := client.ObjectKey{Namespace: ns, Name: SourceClaimName(e.hostIdentity(r.spec.Host), vm.VMXPath)}
 	want := map[string]string{
 		claimKeyHost: r.spec.Host, claimKeyVMXPath: vm.VMXPath,
 		claimKeyNamespace: r.spec.Namespace, claimKeyName: r.spec.Name, claimKeyClaimedAt: r.now().Format(time.RFC3339),

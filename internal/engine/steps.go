@@ -286,6 +286,24 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 	if err != nil {
 		return err
 	}
+	if d.decide == nil {
+		// Carrying out a decision an earlier attempt recorded: its command
+		// may have run although its reply was lost. Look again before
+		// sending it again, and give a graceful shutdown the rest of its
+		// time to finish.
+		wait := time.Duration(0)
+		if d.act == powerGraceful {
+			wait = min(max(po.DecidedAt.Add(r.spec.ShutdownTimeout).Sub(r.now()), 0), r.spec.ShutdownTimeout)
+		}
+		off, err := r.waitOff(ctx, c, vm.VMID, wait)
+		if err != nil {
+			return err
+		}
+		if off {
+			po.Note = strings.TrimSpace(po.Note + " Observed off before the power command was sent again.")
+			return r.powerOffDone(ctx, r.now())
+		}
+	}
 	if d.act == powerHard {
 		if err := c.PowerOff(ctx, vm.VMID); err != nil {
 			return err
@@ -326,6 +344,27 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 		return transient("PowerOffNotObserved", fmt.Sprintf("source VM %s is still %s after %s power-off", label, st, po.Action), nil)
 	}
 	return r.powerOffDone(ctx, r.now())
+}
+
+// waitOff reads the source's power state until it is off or wait has
+// passed (at least once).
+func (r *run) waitOff(ctx context.Context, c *esxi.Client, vmid int, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		st, err := c.PowerState(ctx, vmid)
+		if err != nil {
+			return false, err
+		}
+		if st == esxi.PoweredOff {
+			return true, nil
+		}
+		if !time.Now().Before(deadline) {
+			return false, nil
+		}
+		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+			return false, err
+		}
+	}
 }
 
 // askedUserToPowerOff reports whether this migration stopped earlier to
@@ -669,13 +708,27 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 	}
 	kc := r.e.deps.Kube
 	vm, err := kc.GetVirtualMachine(ctx, r.spec.Namespace, r.spec.Name)
-	switch {
-	case kube.IsNotFound(err):
+	if kube.IsNotFound(err) {
 		vm = desired
-		if err := kc.CreateVirtualMachine(ctx, vm); err != nil {
-			return err
+		err = kc.CreateVirtualMachine(ctx, vm)
+		if err == nil {
+			r.emit(Event{Kind: EventInfo, Message: "created VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name})
+		} else if kube.IsAlreadyExists(err) || kube.Classify(err) == kube.Transient {
+			// The create may have been applied although its reply was
+			// lost (a retry then meets AlreadyExists): look at what is
+			// there; the labels say whether it is ours.
+			got, gerr := kc.GetVirtualMachine(ctx, r.spec.Namespace, r.spec.Name)
+			switch {
+			case gerr == nil:
+				vm, err = got, nil
+			case !kube.IsNotFound(gerr):
+				err = gerr
+			}
+			// Not there: the create's own error stands (a transient one
+			// is retried).
 		}
-		r.emit(Event{Kind: EventInfo, Message: "created VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name})
+	}
+	switch {
 	case err != nil:
 		return err
 	case !isOurs(vm.Labels, r.spec.Name):

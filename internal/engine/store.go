@@ -133,6 +133,14 @@ func (e *Engine) save(ctx context.Context, s *stored) error {
 		cm.Data[RecordKey] = string(b)
 		if err := cl.Update(ctx, cm); err != nil {
 			if kube.IsConflict(err) {
+				// The conflict may be our own write, whose reply was lost
+				// (an earlier attempt applied it, or this one did and the
+				// answer went missing): look before calling it someone
+				// else's.
+				if cur, ok := e.storedAsWritten(ctx, cl, cm); ok {
+					s.cm = cur
+					return nil
+				}
 				return &stopCause{class: fault.Interrupted, reason: "RecordConflict",
 					msg: fmt.Sprintf("the migration record %s/%s was changed by someone else while this run held the lease", cm.Namespace, cm.Name)}
 			}
@@ -141,6 +149,22 @@ func (e *Engine) save(ctx context.Context, s *stored) error {
 		s.cm = cm
 		return nil
 	})
+}
+
+// storedAsWritten re-reads the record's ConfigMap and reports whether it
+// holds exactly what want says: the same record and the same reset
+// annotation. Then a conflicting update was our own write, applied although
+// its reply was lost, and cur is the ConfigMap to continue from.
+func (e *Engine) storedAsWritten(ctx context.Context, cl client.Client, want *corev1.ConfigMap) (*corev1.ConfigMap, bool) {
+	cur := &corev1.ConfigMap{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(want), cur); err != nil {
+		return nil, false
+	}
+	if cur.UID != want.UID || cur.Data[RecordKey] != want.Data[RecordKey] ||
+		cur.Annotations[AnnotationReset] != want.Annotations[AnnotationReset] || !isOurs(cur.Labels, want.Labels[kube.LabelMigration]) {
+		return nil, false
+	}
+	return cur, true
 }
 
 // clearResetAnnotation removes AnnotationReset from the record's ConfigMap
