@@ -84,8 +84,10 @@ type V2V struct {
 	// Accel is the accelerator for libguestfs's helper VM; the zero value
 	// means guestboot.ProbeAccel().
 	Accel guestboot.Accel
-	// TempDir holds virt-v2v's overlays and the libguestfs appliance cache
-	// (VIRT_V2V_TMPDIR, LIBGUESTFS_CACHEDIR); the system default if empty.
+	// TempDir holds virt-v2v's temporary overlays (VIRT_V2V_TMPDIR); the
+	// system default (/var/tmp) if empty. libguestfs keeps its appliance
+	// in its own cache (LIBGUESTFS_CACHEDIR, default /var/tmp), built on
+	// the first run and reused after.
 	TempDir string
 }
 
@@ -384,7 +386,7 @@ func (v *V2V) accel() guestboot.Accel {
 
 // env is the environment of virt-v2v's tools: this program's, with the
 // libguestfs backend settings for the accelerator, VIRTIO_WIN, and the
-// temporary folders.
+// temporary folder.
 func (v *V2V) env() []string {
 	drop := map[string]bool{"LIBGUESTFS_BACKEND": true, "LIBGUESTFS_BACKEND_SETTINGS": true, EnvVirtioWin: true}
 	var env []string
@@ -397,7 +399,7 @@ func (v *V2V) env() []string {
 	env = append(env, v.accel().LibguestfsEnv()...)
 	env = append(env, EnvVirtioWin+"="+v.virtioWin())
 	if v.TempDir != "" {
-		env = append(env, "VIRT_V2V_TMPDIR="+v.TempDir, "LIBGUESTFS_CACHEDIR="+v.TempDir)
+		env = append(env, "VIRT_V2V_TMPDIR="+v.TempDir)
 	}
 	return env
 }
