@@ -63,14 +63,20 @@ func loadJournal(dest string) (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}
+	return parseJournal(b), nil
+}
+
+// parseJournal decodes a journal file, or returns nil when it is malformed
+// or not coherent (a copy then starts over).
+func parseJournal(b []byte) *journal {
 	var j journal
 	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, nil
+		return nil
 	}
 	if !j.consistent() {
-		return nil, nil
+		return nil
 	}
-	return &j, nil
+	return &j
 }
 
 // consistent reports whether the journal is internally coherent.
@@ -82,11 +88,20 @@ func (j *journal) consistent() bool {
 	if j.VerifiedChunks < 0 || j.VerifiedChunks > n || len(j.Chunks) != j.VerifiedChunks {
 		return false
 	}
+	for _, c := range j.Chunks {
+		if !isSHA256Hex(c.SHA256) || c.ZeroBytes < 0 || c.ZeroBytes > j.ChunkSize {
+			return false
+		}
+	}
 	if _, err := restoreHash(j.SHA256State); err != nil {
 		return false
 	}
-	if j.Complete && (j.Result == nil || j.VerifiedChunks != n) {
-		return false
+	if j.Complete {
+		r := j.Result
+		if r == nil || j.VerifiedChunks != n || r.Bytes != j.SizeBytes || !isSHA256Hex(r.SHA256) ||
+			r.ZeroBytes < 0 || r.ZeroBytes > j.SizeBytes || r.ChunksCopied < 0 || r.ChunksSkipped < 0 {
+			return false
+		}
 	}
 	return true
 }
@@ -128,6 +143,26 @@ func restoreHash(b []byte) (hash.Hash, error) {
 	return h, nil
 }
 
+// numChunks is how many chunks of chunk bytes cover size bytes, without
+// overflowing for sizes near math.MaxInt64.
 func numChunks(size, chunk int64) int {
-	return int((size + chunk - 1) / chunk)
+	n := size / chunk
+	if size%chunk != 0 {
+		n++
+	}
+	return int(n)
+}
+
+// isSHA256Hex reports a SHA-256 digest as fmt's %x prints it: 64
+// lower-case hexadecimal digits.
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
