@@ -274,8 +274,10 @@ func (b *Batch) Parse(stdout []byte) ([]Result, []Problem) {
 		if nl < 0 {
 			nl = len(tail)
 		}
+		// $? is 0-255; anything else (a sign, a huge number) is not an
+		// exit status the shell printed.
 		status, err := strconv.Atoi(string(tail[:nl]))
-		if err != nil {
+		if err != nil || !isDigits(string(tail[:nl])) || status > 255 {
 			probs = append(probs, Problem{Source: "batch", Message: fmt.Sprintf("bad exit status %q for %q", tail[:nl], it.label)})
 			status = -1
 		}
