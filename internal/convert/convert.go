@@ -134,6 +134,17 @@ func (t *Tool) Info(ctx context.Context, path string, format Format) (ImageInfo,
 	if err != nil {
 		return ImageInfo{}, err
 	}
+	info, err := parseInfo(out)
+	if err != nil {
+		return ImageInfo{}, fmt.Errorf("qemu-img info %s: unexpected output: %w", abs, err)
+	}
+	return info, nil
+}
+
+// parseInfo reads `qemu-img info --output=json`. Sizes must not be
+// negative: a size that reaches a volume request or a comparison as a
+// negative number is a lie, not a size.
+func parseInfo(out []byte) (ImageInfo, error) {
 	var raw struct {
 		Format         Format `json:"format"`
 		VirtualSize    int64  `json:"virtual-size"`
@@ -147,10 +158,34 @@ func (t *Tool) Info(ctx context.Context, path string, format Format) (ImageInfo,
 		} `json:"format-specific"`
 	}
 	if err := json.Unmarshal(out, &raw); err != nil {
-		return ImageInfo{}, fmt.Errorf("qemu-img info %s: unexpected output: %w", abs, err)
+		return ImageInfo{}, err
+	}
+	if raw.VirtualSize < 0 || raw.ActualSize < 0 {
+		return ImageInfo{}, fmt.Errorf("negative size (virtual-size %d, actual-size %d)", raw.VirtualSize, raw.ActualSize)
 	}
 	return ImageInfo{Format: raw.Format, VirtualSize: raw.VirtualSize, ActualSize: raw.ActualSize,
 		BackingFile: raw.BackingFile, Dirty: raw.Dirty, Corrupt: raw.FormatSpecific.Data.Corrupt}, nil
+}
+
+// checkReport is what `qemu-img check --output=json` counts (absent
+// counts are 0).
+type checkReport struct {
+	Corruptions int64 `json:"corruptions"`
+	Leaks       int64 `json:"leaks"`
+	CheckErrors int64 `json:"check-errors"`
+}
+
+// parseCheck reads `qemu-img check --output=json`; negative counts are an
+// error.
+func parseCheck(out []byte) (checkReport, error) {
+	var rep checkReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return checkReport{}, err
+	}
+	if rep.Corruptions < 0 || rep.Leaks < 0 || rep.CheckErrors < 0 {
+		return checkReport{}, fmt.Errorf("negative count (corruptions %d, leaks %d, check-errors %d)", rep.Corruptions, rep.Leaks, rep.CheckErrors)
+	}
+	return rep, nil
 }
 
 // Check validates the image at path. A qcow2 image must pass `qemu-img
@@ -181,12 +216,7 @@ func (t *Tool) Check(ctx context.Context, path string, format Format, virtualSiz
 		if err != nil {
 			return res, err
 		}
-		var rep struct {
-			Corruptions int64 `json:"corruptions"`
-			Leaks       int64 `json:"leaks"`
-			CheckErrors int64 `json:"check-errors"`
-		}
-		jerr := json.Unmarshal(out.stdout, &rep)
+		rep, jerr := parseCheck(out.stdout)
 		switch {
 		case code == 0 || code == 3: // 3: leaked clusters only
 			if jerr != nil {
