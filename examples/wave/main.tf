@@ -41,9 +41,12 @@ locals {
   # Keyed by destination name: the display name made a valid Kubernetes name
   # ("Web 01 (prod)" becomes "web-01-prod"). Two VMs that end up with the
   # same key fail the plan: rename one, or migrate it by vmid on its own.
+  # System VMs (vCLS) are never migrated, and an invalid VM (its files are
+  # gone) has no name to migrate it by.
   vms = {
     for vm in data.vmmigration_esxi_vms.wave.vms :
     trim(lower(replace(vm.name, "/[^a-zA-Z0-9-]+/", "-")), "-") => vm
+    if !vm.system && vm.name != ""
   }
 }
 

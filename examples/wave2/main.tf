@@ -50,6 +50,7 @@ locals {
   vms = merge([
     for wave, inv in data.vmmigration_esxi_vms.wave : {
       for vm in inv.vms : "${wave}/${trim(lower(replace(vm.name, "/[^a-zA-Z0-9-]+/", "-")), "-")}" => vm
+      if !vm.system && vm.name != ""
     }
   ]...)
 }

@@ -21,6 +21,7 @@ func attrs(addr string, kv map[string]string) resource.TestCheckFunc {
 }
 
 func TestAccESXiVMsParserTraps(t *testing.T) {
+	t.Parallel()
 	acctest.PreCheck(t)
 	host := acctest.NewESXi(t, esxisim.Options{FirstVmid: 10})
 	addTrapVMs(t, host)
@@ -163,6 +164,7 @@ data "vmmigration_esxi_vms" "exact" {
 }
 
 func TestAccESXiVMLookup(t *testing.T) {
+	t.Parallel()
 	acctest.PreCheck(t)
 	host := acctest.NewESXi(t, esxisim.Options{FirstVmid: 10})
 	addTrapVMs(t, host)
@@ -256,6 +258,7 @@ data "vmmigration_esxi_vms" "x" {
 // checks the error the user sees and that nothing was retried that must not
 // be.
 func TestAccESXiFaults(t *testing.T) {
+	t.Parallel()
 	acctest.PreCheck(t)
 	const ds = `
 data "vmmigration_esxi_vms" "all" {

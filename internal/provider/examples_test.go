@@ -2,25 +2,16 @@ package provider_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
 // The tests of this file run the configurations under examples/ unchanged:
@@ -28,174 +19,11 @@ import (
 // test.auto.tfvars.json points its variables at the simulators, and the real
 // terraform CLI runs them with the built provider, as a user would.
 
-// exampleVars are the variables every example takes, for this environment.
-func (e *migrationEnv) exampleVars(t *testing.T) map[string]any {
-	t.Helper()
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := e.cluster.WriteKubeconfig(kc); err != nil {
-		t.Fatal(err)
-	}
-	host, portStr, _ := strings.Cut(e.host.Addr(), ":")
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return map[string]any{
-		"esxi_address":                host,
-		"esxi_port":                   port,
-		"esxi_fingerprint":            e.host.Fingerprint(),
-		"esxi_password":               acctest.ESXiPassword,
-		"kubeconfig":                  kc,
-		"kube_context":                testcluster.ContextName,
-		"upload_proxy_url":            e.sim.UploadProxyURL(),
-		"upload_proxy_ca_certificate": string(e.sim.UploadProxyCACertPEM()),
-		"work_dir":                    e.workDir,
-		"namespace":                   e.namespace,
-		"storage_class":               "standard",
-	}
-}
-
-// exampleWorkdir copies examples/<name>/*.tf into a fresh working directory
-// and writes vars (merged over the environment's) as test.auto.tfvars.json.
-func (e *migrationEnv) exampleWorkdir(t *testing.T, name string, vars map[string]any) *acctest.Workdir {
-	t.Helper()
-	root, err := acctest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(root, "examples", name, "*.tf"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("examples/%s has no .tf files (%v)", name, err)
-	}
-	w := acctest.NewWorkdir(t, "")
-	if err := os.Remove(filepath.Join(w.Dir, "main.tf")); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(w.Dir, filepath.Base(f)), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	all := e.exampleVars(t)
-	for k, v := range vars {
-		all[k] = v
-	}
-	writeTFVars(t, w, all)
-	return w
-}
-
-func writeTFVars(t *testing.T, w *acctest.Workdir, vars map[string]any) {
-	t.Helper()
-	b, err := json.MarshalIndent(vars, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(w.Dir, "test.auto.tfvars.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// tf runs terraform in w and fails the test unless it exits with wantExit.
-func tf(t *testing.T, w *acctest.Workdir, wantExit int, args ...string) acctest.Result {
-	t.Helper()
-	start := time.Now()
-	res := w.Run(t.Context(), nil, args...)
-	code := 0
-	if res.Err != nil {
-		code = -1
-		var ee *exec.ExitError
-		if errors.As(res.Err, &ee) {
-			code = ee.ExitCode()
-		}
-	}
-	t.Logf("terraform %s: exit %d in %s", strings.Join(args, " "), code, time.Since(start).Round(100*time.Millisecond))
-	if code != wantExit {
-		t.Fatalf("terraform %v: exit %d, want %d\n--- stdout\n%s\n--- stderr\n%s", args, code, wantExit, res.Stdout, res.Stderr)
-	}
-	return res
-}
-
-// tfOutputs returns `terraform output -json`, as raw JSON per output.
-func tfOutputs(t *testing.T, w *acctest.Workdir) map[string]json.RawMessage {
-	t.Helper()
-	res := tf(t, w, 0, "output", "-json")
-	var outs map[string]struct {
-		Value json.RawMessage `json:"value"`
-	}
-	if err := json.Unmarshal([]byte(res.Stdout), &outs); err != nil {
-		t.Fatalf("terraform output -json: %v\n%s", err, res.Stdout)
-	}
-	m := map[string]json.RawMessage{}
-	for k, v := range outs {
-		m[k] = v.Value
-	}
-	return m
-}
-
-// records returns the migration records of the environment's namespace,
-// by destination name.
-func (e *migrationEnv) records(t *testing.T) map[string]engine.Record {
-	t.Helper()
-	var cms corev1.ConfigMapList
-	if err := e.cluster.AdminClient().List(t.Context(), &cms, client.InNamespace(e.namespace), client.HasLabels{kube.LabelMigration}); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]engine.Record{}
-	for _, cm := range cms.Items {
-		var rec engine.Record
-		if err := json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec); err != nil {
-			t.Fatalf("record %s: %v", cm.Name, err)
-		}
-		out[rec.Identity.Name] = rec
-	}
-	return out
-}
-
-// addGuestVM adds a running VM with VMware Tools, an IP and one small disk,
-// as a migration's graceful shutdown and guest checks expect.
-func (e *migrationEnv) addGuestVM(t *testing.T, name, mac string, diskBytes int64) (int, *esxisim.VMFiles) {
-	t.Helper()
-	return e.host.AddVM(t, esxisim.VMSpec{Name: name, GuestOS: "rhel9-64", CPUs: 2, MemoryMiB: 2048,
-		Disks: []esxisim.DiskSpec{{CapacityBytes: diskBytes, Thin: true,
-			Content: []esxisim.Extent{{Offset: 0, Length: 128 << 10, Seed: uint64(len(name))}}}},
-		NICs:  []esxisim.NICSpec{{Network: "VM Network", MAC: mac}},
-		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.10"}})
-}
-
-// completed fails the test unless every named migration's record is
-// Completed with the source's checksums.
-func (e *migrationEnv) completed(t *testing.T, recs map[string]engine.Record, files map[string]*esxisim.VMFiles) {
-	t.Helper()
-	for name, f := range files {
-		rec, ok := recs[name]
-		if !ok {
-			t.Errorf("%s: no migration record", name)
-			continue
-		}
-		if rec.Phase != engine.PhaseCompleted {
-			t.Errorf("%s: phase %s, want Completed", name, rec.Phase)
-			continue
-		}
-		if len(rec.Disks) != len(f.Disks) {
-			t.Errorf("%s: %d disks recorded, want %d", name, len(rec.Disks), len(f.Disks))
-			continue
-		}
-		for i, d := range f.Disks {
-			if got, want := rec.Disks[i].SourceSHA256, d.SHA256(); got != want {
-				t.Errorf("%s disk %d: source_sha256 %s, want %s", name, i, got, want)
-			}
-		}
-	}
-}
-
 // TestAccExampleSingle applies examples/single: the running VM is shut down
 // gracefully through VMware Tools, migrated and validated (guest agent and
 // IP), its checksums match the source disk, and a plan afterwards is empty.
 func TestAccExampleSingle(t *testing.T) {
+	t.Parallel()
 	e := newMigrationEnv(t)
 	vmid, files := e.addGuestVM(t, "web-01", "00:50:56:00:60:01", 2*mib)
 	w := e.exampleWorkdir(t, "single", map[string]any{"vm_name": "web-01", "shutdown_timeout": "30s"})
@@ -236,100 +64,18 @@ func TestAccExampleSingle(t *testing.T) {
 	}
 }
 
-// span is when one migration was observed in the host-reading phases.
-type span struct {
-	name       string
-	start, end time.Time
-}
-
-// hostSpans returns, per migration, an interval that lies inside the time
-// it held a slot of the host's limiter: from its Discovered checkpoint to its
-// Acquired checkpoint (both recorded while the slot is held: the engine takes
-// it before Discovering and gives it back after recording Acquired), widened
-// to cover every dd read of its disks that the simulated host logged (the
-// copy runs inside that window too). Two sources, the provider's record and
-// the host's own log, so that neither alone decides the answer.
-func hostSpans(t *testing.T, recs map[string]engine.Record, log []esxisim.LoggedCommand, flats map[string]string) []span {
-	t.Helper()
-	var out []span
-	for name, rec := range recs {
-		ts := rec.Timestamps
-		if ts.Discovered == nil || ts.Acquired == nil {
-			t.Fatalf("%s: record lacks the discovered or acquired timestamp: %+v", name, ts)
-		}
-		sp := span{name: name, start: *ts.Discovered, end: *ts.Acquired}
-		reads := 0
-		for _, c := range log {
-			if !strings.Contains(c.Command, "'if="+flats[name]+"'") {
-				continue
-			}
-			reads++
-			if c.Time.Before(sp.start) {
-				sp.start = c.Time
-			}
-			if c.Time.After(sp.end) {
-				sp.end = c.Time
-			}
-		}
-		if reads == 0 {
-			t.Fatalf("%s: the host logged no read of %s", name, flats[name])
-		}
-		out = append(out, sp)
-	}
-	return out
-}
-
-// maxOverlap is the largest number of spans that contain one instant, with
-// the instants at which that many overlapped.
-func maxOverlap(spans []span) (int, []string) {
-	type ev struct {
-		at    time.Time
-		delta int
-		name  string
-	}
-	var evs []ev
-	for _, s := range spans {
-		evs = append(evs, ev{s.start, +1, s.name}, ev{s.end, -1, s.name})
-	}
-	// Ends before starts at the same instant: a slot is given back before
-	// the next migration can take it.
-	sort.Slice(evs, func(i, j int) bool {
-		if !evs[i].at.Equal(evs[j].at) {
-			return evs[i].at.Before(evs[j].at)
-		}
-		return evs[i].delta < evs[j].delta
-	})
-	cur, best := 0, 0
-	in := map[string]bool{}
-	var at []string
-	for _, e := range evs {
-		cur += e.delta
-		in[e.name] = e.delta > 0
-		if cur > best {
-			best, at = cur, nil
-		}
-		if cur == best && e.delta > 0 {
-			var names []string
-			for n, ok := range in {
-				if ok {
-					names = append(names, n)
-				}
-			}
-			sort.Strings(names)
-			at = append(at, e.at.Format("15:04:05.000000")+" "+strings.Join(names, ","))
-		}
-	}
-	return best, at
-}
-
 // TestAccExampleWave20 applies examples/wave to a host with 20 VMs of the
-// wave, one VM of the wave with a snapshot and one VM outside it, with
+// wave, one VM of the wave with a snapshot and one VM outside it, next to a
+// vCLS system VM and an invalid VM as a vCenter-managed ESXi 8 host has
+// them (name_regex matches them too: neither enters the wave, and neither
+// blocks the others, at plan or at apply), with
 // max_concurrent_migrations = 4 and -parallelism=20: the 20 are Completed
 // with the source's checksums, the snapshot VM is skipped by the pre-flight
 // gate and listed with its blocker, the other VM is not touched, at most 4
 // migrations were in the host-reading phases at any instant, and more than
 // one was (so a limiter that serialised everything, or none at all, fails).
 func TestAccExampleWave20(t *testing.T) {
+	t.Parallel()
 	e := newMigrationEnv(t)
 	const n, limit = 20, 4
 	files := map[string]*esxisim.VMFiles{}
@@ -342,9 +88,11 @@ func TestAccExampleWave20(t *testing.T) {
 	e.host.AddVM(t, esxisim.VMSpec{Name: "wave-snap", GuestOS: "rhel9-64", Snapshots: true,
 		Disks: []esxisim.DiskSpec{{CapacityBytes: mib}}, NICs: []esxisim.NICSpec{{Network: "VM Network", MAC: "00:50:56:00:70:fe"}}})
 	otherID, _ := e.addGuestVM(t, "db-01", "00:50:56:00:70:ff", mib)
+	e.host.AddVM(t, esxisim.VMSpec{System: true, Name: "wave-vCLS-1", Power: esxisim.PoweredOn})
+	e.host.AddVM(t, esxisim.VMSpec{Invalid: true, Datastore: "datastore1", Name: "wave-gone"})
 
 	w := e.exampleWorkdir(t, "wave", map[string]any{
-		"name_regex":                "^wave-",
+		"name_regex":                "^(wave-|$)",
 		"max_concurrent_migrations": limit,
 		"shutdown_timeout":          "30s",
 	})
@@ -401,6 +149,7 @@ func TestAccExampleWave20(t *testing.T) {
 // servers are migrated in one apply, and no app server migration started
 // (its record was created) before every database migration was Completed.
 func TestAccExampleWave2(t *testing.T) {
+	t.Parallel()
 	e := newMigrationEnv(t)
 	files := map[string]*esxisim.VMFiles{}
 	for i, name := range []string{"db-01", "db-02", "app-01", "app-02", "app-03"} {
@@ -446,6 +195,7 @@ func TestAccExampleWave2(t *testing.T) {
 // migrations with the VMs' UIDs and the plan is empty (exit code 0); nothing
 // was migrated again (same VirtualMachine UIDs).
 func TestAccExampleImport(t *testing.T) {
+	t.Parallel()
 	e := newMigrationEnv(t)
 	uids := map[string]string{}
 	for i, name := range []string{"web-01", "web-02"} {
@@ -492,6 +242,7 @@ func TestAccExampleImport(t *testing.T) {
 // and the snapshot VM keeps running. Without snap-01 the pull request plans
 // one VM to add, and applies.
 func TestAccExampleGitOps(t *testing.T) {
+	t.Parallel()
 	e := newMigrationEnv(t)
 	_, web1 := e.addGuestVM(t, "web-01", "00:50:56:00:a0:01", mib)
 	_, web2 := e.addGuestVM(t, "web-02", "00:50:56:00:a0:02", mib)

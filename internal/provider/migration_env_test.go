@@ -3,6 +3,7 @@ package provider_test
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,14 +33,13 @@ type migrationEnv struct {
 	kubeBlock string
 }
 
-var nsSeq int
+var nsSeq atomic.Int64
 
 func newMigrationEnv(t *testing.T) *migrationEnv {
 	t.Helper()
 	acctest.PreCheck(t)
 	c, kubeBlock := kubeconfig(t)
-	nsSeq++
-	ns := fmt.Sprintf("mig-%d-%d", time.Now().UnixNano()%100000, nsSeq)
+	ns := fmt.Sprintf("mig-%d-%d", time.Now().UnixNano()%100000, nsSeq.Add(1))
 	cl := c.AdminClient()
 	ctx := t.Context()
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

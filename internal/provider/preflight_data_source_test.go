@@ -16,6 +16,7 @@ import (
 )
 
 func TestAccPreflight(t *testing.T) {
+	t.Parallel()
 	acctest.PreCheck(t)
 	c, kubeBlock := kubeconfig(t)
 	cl := c.AdminClient()
