@@ -4,7 +4,6 @@ package transfer
 
 import (
 	"context"
-	"io"
 	"path/filepath"
 	"testing"
 
@@ -12,15 +11,11 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
-// zeroSkippingSource is a RangeReader that reads through the host-side
-// sparse reader where the host has Python, and dd where it has not.
-type zeroSkippingSource struct{ c *esxi.Client }
+// The ESXi client offers zero-skipping reads, and Copy uses them.
+var _ ZeroSkippingReader = (*esxi.Client)(nil)
 
-func (s zeroSkippingSource) ReadRange(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error) {
-	return s.c.ReadRangeSkippingZeros(ctx, path, offset, length, w)
-}
-
-// TestCopyWithZeroSkippingReads copies a thin disk with Copy unchanged: with
+// TestCopyWithZeroSkippingReads copies a thin disk with the ESXi client as
+// the source, as a migration does: with
 // Python on the host only the data crosses the wire, without it everything
 // does, and both copies verify against the disk's digest.
 func TestCopyWithZeroSkippingReads(t *testing.T) {
@@ -45,7 +40,7 @@ func TestCopyWithZeroSkippingReads(t *testing.T) {
 			env.srv.SetPython(tc.python)
 			_, disk := env.addDisk(t, "thin", size, content)
 			env.srv.ResetStats()
-			res, err := Copy(context.Background(), zeroSkippingSource{env.c}, diskOf(disk),
+			res, err := Copy(context.Background(), env.c, diskOf(disk),
 				filepath.Join(t.TempDir(), "disk.raw"), Options{ChunkSize: 32 * mib})
 			if err != nil {
 				t.Fatal(err)

@@ -38,6 +38,16 @@ type RangeReader interface {
 	ReadRange(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error)
 }
 
+// ZeroSkippingReader is optionally implemented by a RangeReader that can
+// read a range without sending its zero runs over the network, with the
+// contract of ReadRange ((*esxi.Client) does, through a reader it runs on
+// the host where the host has Python, and dd where it has not). Copy
+// prefers it: the data written to the staging file and its checksums are
+// the same, only the bytes on the wire differ.
+type ZeroSkippingReader interface {
+	ReadRangeSkippingZeros(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error)
+}
+
 // Sizer is optionally implemented by a RangeReader that can stat files on
 // the source ((*esxi.Client) does). When available, Copy checks that the
 // source file is exactly Disk.SizeBytes long before starting.
@@ -468,7 +478,11 @@ func (c *copier) readChunk(ctx context.Context, off, n int64, w io.Writer) error
 		if r[1] == 0 {
 			continue
 		}
-		got, err := c.src.ReadRange(ctx, c.disk.Path, r[0], r[1], w)
+		read := c.src.ReadRange
+		if z, ok := c.src.(ZeroSkippingReader); ok {
+			read = z.ReadRangeSkippingZeros
+		}
+		got, err := read(ctx, c.disk.Path, r[0], r[1], w)
 		if err != nil {
 			return err
 		}
