@@ -213,7 +213,7 @@ func TestV2VDebian(t *testing.T) {
 	img := testguest.Image(t)
 	converted := testguest.Copy(t)
 	v := V2V{TempDir: t.TempDir()}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
 	var (
@@ -272,7 +272,7 @@ func TestV2VDebian(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Stop()
-	bootCtx, cancelBoot := context.WithTimeout(ctx, 5*time.Minute)
+	bootCtx, cancelBoot := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancelBoot()
 	if _, err := g.WaitConsole(bootCtx, testguest.Marker); err != nil {
 		t.Fatalf("converted guest on virtio: %v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(40), "\n"))

@@ -12,9 +12,10 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
 )
 
-// bootTimeout bounds one boot under TCG on a busy 2-core machine (an idle
-// one takes about a minute to the guest agent).
-const bootTimeout = 5 * time.Minute
+// bootTimeout bounds one boot under TCG. An idle 2-core machine reaches
+// the guest agent in about a minute; with three guests and a conversion
+// running at once beside other tests, three minutes were measured.
+const bootTimeout = 8 * time.Minute
 
 // TestBootUnconverted boots the VMware-style guest as it comes from ESXi:
 // on the buses it was installed on it reaches multi-user.target and its
