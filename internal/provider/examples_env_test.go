@@ -12,14 +12,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
 // The tests of this file run the configurations under examples/ unchanged:
@@ -30,10 +25,7 @@ import (
 // exampleVars are the variables every example takes, for this environment.
 func (e *migrationEnv) exampleVars(t *testing.T) map[string]any {
 	t.Helper()
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := e.cluster.WriteKubeconfig(kc); err != nil {
-		t.Fatal(err)
-	}
+	kc := e.cluster.WriteKubeconfig(t)
 	host, portStr, _ := strings.Cut(e.host.Addr(), ":")
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
@@ -45,7 +37,7 @@ func (e *migrationEnv) exampleVars(t *testing.T) map[string]any {
 		"esxi_fingerprint":            e.host.Fingerprint(),
 		"esxi_password":               acctest.ESXiPassword,
 		"kubeconfig":                  kc,
-		"kube_context":                testcluster.ContextName,
+		"kube_context":                acctest.KubeContext,
 		"upload_proxy_url":            e.sim.UploadProxyURL(),
 		"upload_proxy_ca_certificate": string(e.sim.UploadProxyCACertPEM()),
 		"work_dir":                    e.workDir,
@@ -139,19 +131,7 @@ func tfOutputs(t *testing.T, w *acctest.Workdir) map[string]json.RawMessage {
 // by destination name.
 func (e *migrationEnv) records(t *testing.T) map[string]engine.Record {
 	t.Helper()
-	var cms corev1.ConfigMapList
-	if err := e.cluster.AdminClient().List(t.Context(), &cms, client.InNamespace(e.namespace), client.HasLabels{kube.LabelMigration}); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]engine.Record{}
-	for _, cm := range cms.Items {
-		var rec engine.Record
-		if err := json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec); err != nil {
-			t.Fatalf("record %s: %v", cm.Name, err)
-		}
-		out[rec.Identity.Name] = rec
-	}
-	return out
+	return e.cluster.Records(t, e.namespace)
 }
 
 // addGuestVM adds a running VM with VMware Tools, an IP and one small disk,

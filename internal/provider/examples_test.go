@@ -59,7 +59,7 @@ func TestAccExampleSingle(t *testing.T) {
 	if c, ok := rec.Condition(engine.CondGuestReady); !ok || !c.Status {
 		t.Errorf("GuestReady condition %+v, want True (validation ran)", c)
 	}
-	if e.vm(t, e.namespace, "web-01").Labels["migrated-from"] != "esxi-a" {
+	if e.cluster.VM(t, e.namespace, "web-01").Labels["migrated-from"] != "esxi-a" {
 		t.Errorf("the VirtualMachine lacks the example's label")
 	}
 }
@@ -183,7 +183,7 @@ func TestAccExampleWave2(t *testing.T) {
 			t.Errorf("%s: migration created at %v, before the last database was Completed at %v", name, created, lastDB)
 		}
 	}
-	if got := e.vm(t, e.namespace, "app-01").Labels["migration-wave"]; got != "2-apps" {
+	if got := e.cluster.VM(t, e.namespace, "app-01").Labels["migration-wave"]; got != "2-apps" {
 		t.Errorf("app-01 label migration-wave = %q, want 2-apps", got)
 	}
 }
@@ -202,7 +202,7 @@ func TestAccExampleImport(t *testing.T) {
 		e.addGuestVM(t, name, fmt.Sprintf("00:50:56:00:90:%02x", i+1), mib)
 		w := e.exampleWorkdir(t, "single", map[string]any{"vm_name": name})
 		tf(t, w, 0, "apply", "-auto-approve", "-input=false")
-		uids[name] = string(e.vm(t, e.namespace, name).UID)
+		uids[name] = e.cluster.VM(t, e.namespace, name).UID
 	}
 	w := e.exampleWorkdir(t, "import", map[string]any{"migrated": map[string]any{
 		"web-01": map[string]any{"vm_name": "web-01"},
@@ -226,7 +226,7 @@ func TestAccExampleImport(t *testing.T) {
 		if a := adopted[name]; a.Phase != "Completed" || a.VMUID != uid {
 			t.Errorf("adopted %s: phase %q, vm_uid %q; want Completed and %s", name, a.Phase, a.VMUID, uid)
 		}
-		if now := string(e.vm(t, e.namespace, name).UID); now != uid {
+		if now := e.cluster.VM(t, e.namespace, name).UID; now != uid {
 			t.Errorf("%s: VirtualMachine UID %s after the import, was %s", name, now, uid)
 		}
 	}

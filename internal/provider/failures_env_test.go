@@ -1,7 +1,6 @@
 package provider_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,12 +9,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
 // The acceptance tests of this file drive vmmigration_migration into each
@@ -70,9 +67,8 @@ func (e *migrationEnv) blockedRE(check, detail string) *regexp.Regexp {
 // expectNoRecord checks that no checkpoint record was created.
 func (e *migrationEnv) expectNoRecord(t *testing.T, name string) {
 	t.Helper()
-	err := e.cluster.AdminClient().Get(t.Context(), keyOf(e.namespace, engine.RecordName(name)), &corev1.ConfigMap{})
-	if !kube.IsNotFound(err) {
-		t.Errorf("ConfigMap %s after a refused plan: err %v, want not found", engine.RecordName(name), err)
+	if e.cluster.HasRecord(t, e.namespace, name) {
+		t.Errorf("ConfigMap %s after a refused plan: it exists, want not found", engine.RecordName(name))
 	}
 }
 
@@ -87,24 +83,16 @@ func (e *migrationEnv) hostdFailedRE(name string) *regexp.Regexp {
 }
 
 // record reads the checkpoint ConfigMap vmmigration-<name> and its record.
-func (e *migrationEnv) record(t *testing.T, name string) (engine.Record, *corev1.ConfigMap) {
+func (e *migrationEnv) record(t *testing.T, name string) acctest.Checkpoint {
 	t.Helper()
-	cm := &corev1.ConfigMap{}
-	if err := e.cluster.AdminClient().Get(t.Context(), keyOf(e.namespace, engine.RecordName(name)), cm); err != nil {
-		t.Fatalf("checkpoint ConfigMap %s/%s: %v", e.namespace, engine.RecordName(name), err)
-	}
-	var rec engine.Record
-	if err := json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec); err != nil {
-		t.Fatalf("ConfigMap %s: %s is not a record: %v", cm.Name, engine.RecordKey, err)
-	}
-	return rec, cm
+	return e.cluster.Record(t, e.namespace, name)
 }
 
 // expectStopped checks that the checkpoint record exists and is stopped in
 // state, with phase as the checkpoint it stopped in.
 func (e *migrationEnv) expectStopped(t *testing.T, name string, state, phase engine.Phase, reason string) engine.Record {
 	t.Helper()
-	rec, _ := e.record(t, name)
+	rec := e.record(t, name).Record
 	if rec.Phase != state || rec.RetryPhase != phase || rec.Reason != reason {
 		t.Errorf("record of %s: phase %s, retryPhase %s, reason %s; want %s, %s, %s (message %q)",
 			name, rec.Phase, rec.RetryPhase, rec.Reason, state, phase, reason, rec.Message)
@@ -116,14 +104,7 @@ func (e *migrationEnv) expectStopped(t *testing.T, name string, state, phase eng
 // kubectl annotate configmap vmmigration-<name> vmmigration.io/reset=true.
 func (e *migrationEnv) resetFailed(t *testing.T, name string) {
 	t.Helper()
-	_, cm := e.record(t, name)
-	if cm.Annotations == nil {
-		cm.Annotations = map[string]string{}
-	}
-	cm.Annotations[engine.AnnotationReset] = "true"
-	if err := e.cluster.AdminClient().Update(t.Context(), cm); err != nil {
-		t.Fatalf("annotating ConfigMap %s: %v", cm.Name, err)
-	}
+	e.cluster.AnnotateRecord(t, e.namespace, name, engine.AnnotationReset, "true")
 }
 
 // notInState is a refresh step after a failed apply: the resource is not in

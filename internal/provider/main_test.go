@@ -2,31 +2,21 @@ package provider_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 )
 
 // cluster is one real kube-apiserver + etcd shared by the package's tests;
 // it starts on first use.
-var cluster testcluster.Shared
+var cluster acctest.SharedCluster
 
 func TestMain(m *testing.M) { os.Exit(cluster.Main(m)) }
 
-// kubeconfig writes a kubeconfig for the shared cluster and returns a
-// kubernetes block that uses it.
-func kubeconfig(t *testing.T) (*testcluster.Cluster, string) {
+// kubeconfig returns the shared cluster and a kubernetes block of the
+// provider configuration that reaches it.
+func kubeconfig(t *testing.T) (*acctest.Cluster, string) {
 	t.Helper()
 	c := cluster.Get(t)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := c.WriteKubeconfig(path); err != nil {
-		t.Fatal(err)
-	}
-	return c, `
-  kubernetes {
-    config_path    = "` + path + `"
-    config_context = "` + testcluster.ContextName + `"
-  }
-`
+	return c, c.KubernetesBlock(t)
 }

@@ -1,7 +1,6 @@
 package provider_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,13 +8,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
-	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
 
@@ -27,17 +23,10 @@ func (e *migrationEnv) foreignVM(t *testing.T, srcName, name, mac1, mac2 string)
 	e.host.AddVM(t, esxisim.VMSpec{Name: srcName, GuestOS: "rhel9-64",
 		Disks: []esxisim.DiskSpec{{CapacityBytes: 2 * mib, Thin: true}, {CapacityBytes: 3 * mib, Thin: true}},
 		NICs:  []esxisim.NICSpec{{Network: "VM Network", MAC: mac1}, {Network: "Storage", MAC: mac2}}})
-	vm, dvs := kubesim.ForeignVM(e.namespace, name, "standard", kubevirtv1.RunStrategyHalted, map[string]string{"app": name},
-		[]kubesim.ForeignDisk{{Name: name + "-root", SizeBytes: 2 * mib}, {Name: name + "-data", SizeBytes: 3 * mib, PVCSpec: true}},
-		[]kubesim.ForeignNIC{{MAC: mac1}, {MAC: mac2, Multus: "default/storage-net"}})
-	for _, dv := range dvs {
-		if err := e.cluster.AdminClient().Create(t.Context(), dv); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.cluster.AdminClient().Create(t.Context(), vm); err != nil {
-		t.Fatal(err)
-	}
+	e.cluster.CreateForeignVM(t, acctest.ForeignVM{Namespace: e.namespace, Name: name, StorageClass: "standard",
+		RunStrategy: "Halted", Labels: map[string]string{"app": name},
+		Disks: []kubesim.ForeignDisk{{Name: name + "-root", SizeBytes: 2 * mib}, {Name: name + "-data", SizeBytes: 3 * mib, PVCSpec: true}},
+		NICs:  []kubesim.ForeignNIC{{MAC: mac1}, {MAC: mac2, Multus: "default/storage-net"}}})
 }
 
 // adoptConfig is the configuration that matches an adopted VM: what the
@@ -82,35 +71,21 @@ func TestAccMigrationAdopt(t *testing.T) {
 	// A VM whose only link to source "stray" is its name.
 	strayID, _ := e.host.AddVM(t, esxisim.VMSpec{Name: "stray", Disks: []esxisim.DiskSpec{{CapacityBytes: 1 * mib}},
 		NICs: []esxisim.NICSpec{{Network: "VM Network", MAC: "00:50:56:00:60:09"}}})
-	vm, dvs := kubesim.ForeignVM(e.namespace, "stray", "standard", kubevirtv1.RunStrategyHalted, nil,
-		[]kubesim.ForeignDisk{{Name: "stray-root", SizeBytes: 5 * mib}}, []kubesim.ForeignNIC{{MAC: "02:00:00:00:60:09"}})
-	if err := e.cluster.AdminClient().Create(t.Context(), dvs[0]); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cluster.AdminClient().Create(t.Context(), vm); err != nil {
-		t.Fatal(err)
-	}
+	e.cluster.CreateForeignVM(t, acctest.ForeignVM{Namespace: e.namespace, Name: "stray", StorageClass: "standard", RunStrategy: "Halted",
+		Disks: []kubesim.ForeignDisk{{Name: "stray-root", SizeBytes: 5 * mib}}, NICs: []kubesim.ForeignNIC{{MAC: "02:00:00:00:60:09"}}})
 
 	adopted := func(name string) error {
-		ctx := context.Background()
-		cl := e.cluster.AdminClient()
-		vm := &kubevirtv1.VirtualMachine{}
-		if err := cl.Get(ctx, keyOf(e.namespace, name), vm); err != nil {
-			return err
-		}
-		if vm.Labels[kube.LabelMigration] != name || vm.Labels["app"] != name {
+		vm := e.cluster.VM(t, e.namespace, name)
+		if vm.Labels[engine.LabelMigration] != name || vm.Labels["app"] != name {
 			return fmt.Errorf("VirtualMachine %s labels %v: want ours added, app kept", name, vm.Labels)
 		}
 		for _, dv := range []string{name + "-root", name + "-data"} {
-			d := &cdiv1beta1.DataVolume{}
-			if err := cl.Get(ctx, keyOf(e.namespace, dv), d); err != nil {
-				return err
-			}
-			if d.Labels[kube.LabelMigration] != name || d.Labels["migrated-by"] != "other-tool" {
+			d := e.cluster.DataVolume(t, e.namespace, dv)
+			if d.Labels[engine.LabelMigration] != name || d.Labels["migrated-by"] != "other-tool" {
 				return fmt.Errorf("DataVolume %s labels %v", dv, d.Labels)
 			}
 		}
-		if !e.recordExists(t, name) {
+		if !e.cluster.HasRecord(t, e.namespace, name) {
 			return fmt.Errorf("no record for %s", name)
 		}
 		return nil
@@ -171,11 +146,11 @@ func TestAccMigrationAdopt(t *testing.T) {
 			},
 		},
 		CheckDestroy: func(*terraform.State) error {
-			if e.recordExists(t, "stray") {
+			if e.cluster.HasRecord(t, e.namespace, "stray") {
 				return fmt.Errorf("the refused import of stray wrote a record")
 			}
-			vm := e.vm(t, e.namespace, "stray")
-			if vm.Labels[kube.LabelMigration] != "" {
+			vm := e.cluster.VM(t, e.namespace, "stray")
+			if vm.Labels[engine.LabelMigration] != "" {
 				return fmt.Errorf("the refused import of stray labelled its VM: %v", vm.Labels)
 			}
 			return nil

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
-	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -78,10 +77,8 @@ func TestAccMigrationLifeDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	old := e.vm(t, e.namespace, "dr")
-	if err := e.cluster.AdminClient().Delete(ctx, old); err != nil {
-		t.Fatal(err)
-	}
+	old := e.cluster.VM(t, e.namespace, "dr")
+	e.cluster.DeleteVM(t, e.namespace, "dr")
 	res = run(2, "plan", "-detailed-exitcode", "-input=false")
 	out := res.Stdout + res.Stderr
 	for _, want := range []string{"Migration drifted", "must be replaced", "forces replacement"} {
@@ -93,20 +90,14 @@ func TestAccMigrationLifeDrift(t *testing.T) {
 		t.Fatalf("plan does not say the VM is gone\n%s", out)
 	}
 	run(0, "apply", "-auto-approve", "-input=false")
-	if now := e.vm(t, e.namespace, "dr"); now.UID == old.UID {
+	if now := e.cluster.VM(t, e.namespace, "dr"); now.UID == old.UID {
 		t.Fatalf("VirtualMachine UID unchanged after the replacement")
 	}
 	run(0, "plan", "-detailed-exitcode", "-input=false")
 
 	// A DataVolume deleted outside Terraform (with no claim left behind) is
 	// drift too.
-	dv := &cdiv1beta1.DataVolume{}
-	if err := e.cluster.AdminClient().Get(ctx, keyOf(e.namespace, "dr-disk-0"), dv); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cluster.AdminClient().Delete(ctx, dv); err != nil {
-		t.Fatal(err)
-	}
+	e.cluster.DeleteDataVolume(t, e.namespace, "dr-disk-0")
 	res = run(2, "plan", "-detailed-exitcode", "-input=false")
 	out = res.Stdout + res.Stderr
 	if !strings.Contains(out, "Migration drifted") || !strings.Contains(out, "dr-disk-0") || !strings.Contains(out, "forces replacement") {

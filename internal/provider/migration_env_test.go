@@ -7,18 +7,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
 // migrationEnv is everything a migration needs: a simulated ESXi host, the
@@ -26,7 +18,7 @@ import (
 // one namespace, and a work directory.
 type migrationEnv struct {
 	host      *acctest.ESXiHost
-	cluster   *testcluster.Cluster
+	cluster   *acctest.Cluster
 	sim       *kubesim.Sim
 	namespace string
 	workDir   string
@@ -40,21 +32,10 @@ func newMigrationEnv(t *testing.T) *migrationEnv {
 	acctest.PreCheck(t)
 	c, kubeBlock := kubeconfig(t)
 	ns := fmt.Sprintf("mig-%d-%d", time.Now().UnixNano()%100000, nsSeq.Add(1))
-	cl := c.AdminClient()
-	ctx := t.Context()
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "standard"}, Provisioner: "kubevirt.io.hostpath-provisioner"}
-	if err := cl.Create(ctx, sc); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: c, Namespaces: []string{ns}, Dir: t.TempDir(),
+	c.CreateNamespace(t, ns)
+	c.EnsureStorageClass(t, "standard")
+	sim := c.StartSim(t, kubesim.Options{Namespaces: []string{ns}, Dir: t.TempDir(),
 		Step: 50 * time.Millisecond, AgentDelay: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sim.Stop() })
 	return &migrationEnv{
 		host:      acctest.NewESXi(t, esxisim.Options{ShutdownDelay: 300 * time.Millisecond}),
 		cluster:   c,
@@ -107,23 +88,8 @@ resource "vmmigration_migration" %q {
 // ours lists the DataVolumes and VirtualMachines labelled as a migration's.
 func (e *migrationEnv) ours(t *testing.T, name string) (dvs []string, vms []string) {
 	t.Helper()
-	cl := e.cluster.AdminClient()
-	sel := client.MatchingLabels{kube.LabelMigration: name}
-	var dvl cdiv1beta1.DataVolumeList
-	if err := cl.List(t.Context(), &dvl, client.InNamespace(e.namespace), sel); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range dvl.Items {
-		dvs = append(dvs, d.Name)
-	}
-	var vml kubevirtv1.VirtualMachineList
-	if err := cl.List(t.Context(), &vml, client.InNamespace(e.namespace), sel); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vml.Items {
-		vms = append(vms, v.Name)
-	}
-	return dvs, vms
+	sel := map[string]string{engine.LabelMigration: name}
+	return e.cluster.DataVolumeNames(t, e.namespace, sel), e.cluster.VMNames(t, e.namespace, sel)
 }
 
 // count returns how many logged host commands contain s.
@@ -133,8 +99,4 @@ func (e *migrationEnv) count(s string) int {
 		n += strings.Count(c, s)
 	}
 	return n
-}
-
-func keyOf(namespace, name string) client.ObjectKey {
-	return client.ObjectKey{Namespace: namespace, Name: name}
 }

@@ -36,7 +36,7 @@ func TestAccMigrationFailureRetryableRecovers(t *testing.T) {
 					regexp.QuoteMeta(`Importing attempt 1 (transient): DataVolume `+e.namespace+`/r1-disk-0 failed (Evicted: `+kubesim.DefaultTransientMessage+`)`)+
 					`.*deleted it so that the next attempt recreates it`)),
 				func(*terraform.State) error {
-					rec, _ := e.record(t, "r1")
+					rec := e.record(t, "r1").Record
 					var importing []engine.ErrorEntry
 					for _, h := range rec.Errors {
 						t.Logf("error entry: %s attempt %d (%s, reason %s): %s", h.Phase, h.Attempt, h.Class, h.Reason, h.Message)
@@ -118,7 +118,7 @@ func TestAccMigrationFailureRetriesExhaustedThenReset(t *testing.T) {
 					resource.TestMatchResourceAttr(addr, "errors.2", regexp.MustCompile(`^`+errorEntryTime+
 						regexp.QuoteMeta(`Discovering attempt 2 (reentered): reset by annotation vmmigration.io/reset: re-entering Discovering with a fresh retry budget`)+`$`)),
 					func(*terraform.State) error {
-						_, cm := e.record(t, "h1")
+						cm := e.record(t, "h1")
 						if v, ok := cm.Annotations[engine.AnnotationReset]; ok {
 							return fmt.Errorf("reset annotation still on the ConfigMap: %q", v)
 						}

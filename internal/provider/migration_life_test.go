@@ -1,9 +1,7 @@
 package provider_test
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -11,14 +9,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -85,47 +77,6 @@ func (e *migrationEnv) addSmallVM(t *testing.T, name, mac string) (int, *esxisim
 		NICs:  []esxisim.NICSpec{{Network: "VM Network", MAC: mac}}})
 }
 
-func (e *migrationEnv) vm(t *testing.T, ns, name string) *kubevirtv1.VirtualMachine {
-	t.Helper()
-	vm := &kubevirtv1.VirtualMachine{}
-	if err := e.cluster.AdminClient().Get(context.Background(), keyOf(ns, name), vm); err != nil {
-		t.Fatalf("get VirtualMachine %s/%s: %v", ns, name, err)
-	}
-	return vm
-}
-
-func (e *migrationEnv) setRunStrategy(t *testing.T, name string, rs kubevirtv1.VirtualMachineRunStrategy) {
-	t.Helper()
-	vm := e.vm(t, e.namespace, name)
-	vm.Spec.RunStrategy = &rs
-	if err := e.cluster.AdminClient().Update(context.Background(), vm); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (e *migrationEnv) ensureStorageClass(t *testing.T, name string) {
-	t.Helper()
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "kubevirt.io.hostpath-provisioner"}
-	if err := e.cluster.AdminClient().Create(t.Context(), sc); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-}
-
-func (e *migrationEnv) extraNamespace(t *testing.T) string {
-	t.Helper()
-	ns := e.namespace + "-b"
-	if err := e.cluster.AdminClient().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
-
-func (e *migrationEnv) recordExists(t *testing.T, name string) bool {
-	t.Helper()
-	err := e.cluster.AdminClient().Get(context.Background(), keyOf(e.namespace, engine.RecordName(name)), &corev1.ConfigMap{})
-	return err == nil
-}
-
 func action(addr string, a plancheck.ResourceActionType) resource.ConfigPlanChecks {
 	return resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, a)}}
 }
@@ -148,8 +99,9 @@ func TestAccMigrationLifeUpdateReplace(t *testing.T) {
 	e := newMigrationEnv(t)
 	e.addSmallVM(t, "web", "00:50:56:00:10:01")
 	e.addSmallVM(t, "other", "00:50:56:00:10:02")
-	e.ensureStorageClass(t, "fast")
-	ns2 := e.extraNamespace(t)
+	e.cluster.EnsureStorageClass(t, "fast")
+	ns2 := e.namespace + "-b"
+	e.cluster.CreateNamespace(t, ns2)
 	const addr = "vmmigration_migration.web"
 	base := lifeCfg{label: "web"}
 	with := func(f func(*lifeCfg)) string {
@@ -158,9 +110,9 @@ func TestAccMigrationLifeUpdateReplace(t *testing.T) {
 		return e.lifeConfig(c)
 	}
 	var uid string
-	saveUID := func(*terraform.State) error { uid = string(e.vm(t, e.namespace, "web").UID); return nil }
+	saveUID := func(*terraform.State) error { uid = e.cluster.VM(t, e.namespace, "web").UID; return nil }
 	sameUID := func(*terraform.State) error {
-		if got := string(e.vm(t, e.namespace, "web").UID); got != uid {
+		if got := e.cluster.VM(t, e.namespace, "web").UID; got != uid {
 			return fmt.Errorf("VirtualMachine UID %s, want %s (the VM must not be replaced)", got, uid)
 		}
 		return nil
@@ -194,7 +146,7 @@ func TestAccMigrationLifeUpdateReplace(t *testing.T) {
 			},
 			{
 				// Halted outside Terraform: the refreshed plan sets it back.
-				PreConfig: func() { e.setRunStrategy(t, "web", kubevirtv1.RunStrategyHalted) },
+				PreConfig: func() { e.cluster.SetRunStrategy(t, e.namespace, "web", "Halted") },
 				Config:    e.lifeConfig(base), PlanOnly: true, ExpectNonEmptyPlan: true,
 				ConfigPlanChecks: refreshPlan(
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
@@ -203,8 +155,8 @@ func TestAccMigrationLifeUpdateReplace(t *testing.T) {
 			{
 				Config: e.lifeConfig(base), ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
 				Check: resource.ComposeAggregateTestCheckFunc(sameUID, func(*terraform.State) error {
-					if rs := e.vm(t, e.namespace, "web").Spec.RunStrategy; rs == nil || *rs != kubevirtv1.RunStrategyAlways {
-						return fmt.Errorf("runStrategy %v, want Always again", rs)
+					if rs := e.cluster.VM(t, e.namespace, "web").RunStrategy; rs != "Always" {
+						return fmt.Errorf("runStrategy %q, want Always again", rs)
 					}
 					return nil
 				}),
@@ -213,9 +165,9 @@ func TestAccMigrationLifeUpdateReplace(t *testing.T) {
 				Config:           with(func(c *lifeCfg) { c.dest = halted }),
 				ConfigPlanChecks: action(addr, plancheck.ResourceActionUpdate),
 				Check: resource.ComposeAggregateTestCheckFunc(sameUID, func(*terraform.State) error {
-					vm := e.vm(t, e.namespace, "web")
-					if rs := vm.Spec.RunStrategy; rs == nil || *rs != kubevirtv1.RunStrategyHalted || vm.Labels["team"] != "a" {
-						return fmt.Errorf("runStrategy %v, labels %v: want Halted and team=a", rs, vm.Labels)
+					vm := e.cluster.VM(t, e.namespace, "web")
+					if vm.RunStrategy != "Halted" || vm.Labels["team"] != "a" {
+						return fmt.Errorf("runStrategy %q, labels %v: want Halted and team=a", vm.RunStrategy, vm.Labels)
 					}
 					return nil
 				}),
@@ -268,15 +220,11 @@ func TestAccMigrationLifeUpdateReplace(t *testing.T) {
 				Check: resource.ComposeAggregateTestCheckFunc(
 					attrs(addr, map[string]string{"phase": "Completed", "destination.storage_class": "fast"}),
 					func(*terraform.State) error {
-						if got := string(e.vm(t, e.namespace, "web").UID); got == uid {
+						if got := e.cluster.VM(t, e.namespace, "web").UID; got == uid {
 							return fmt.Errorf("VirtualMachine UID %s unchanged, want a new VM", got)
 						}
-						dv := &cdiv1beta1.DataVolume{}
-						if err := e.cluster.AdminClient().Get(context.Background(), keyOf(e.namespace, "web-disk-0"), dv); err != nil {
-							return err
-						}
-						if sc := dv.Spec.Storage.StorageClassName; sc == nil || *sc != "fast" {
-							return fmt.Errorf("DataVolume storage class %v, want fast", sc)
+						if sc := e.cluster.DataVolume(t, e.namespace, "web-disk-0").StorageClass; sc != "fast" {
+							return fmt.Errorf("DataVolume storage class %q, want fast", sc)
 						}
 						return nil
 					}),
@@ -328,7 +276,7 @@ func TestAccMigrationLifeDeletePolicies(t *testing.T) {
 				Config:           e.lifeConfig(keep, dd, rbKeep),
 				ConfigPlanChecks: action("vmmigration_migration.rb", plancheck.ResourceActionUpdate),
 				Check: func(*terraform.State) error {
-					if !e.recordExists(t, "rb") {
+					if !e.cluster.HasRecord(t, e.namespace, "rb") {
 						return fmt.Errorf("the refused rollback removed the record of rb")
 					}
 					return left("rb", true)
@@ -338,7 +286,7 @@ func TestAccMigrationLifeDeletePolicies(t *testing.T) {
 				Config: acctest.ProviderConfig(e.providerBlock()),
 				Check: func(*terraform.State) error {
 					for _, n := range []string{"keep", "dd", "rb"} {
-						if e.recordExists(t, n) {
+						if e.cluster.HasRecord(t, e.namespace, n) {
 							return fmt.Errorf("the record of %s is still there", n)
 						}
 					}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -96,44 +95,24 @@ func TestAccMigrationFullPath(t *testing.T) {
 
 // checkRenderedVMs checks the VirtualMachines' specs against the sources.
 func checkRenderedVMs(t *testing.T, e *migrationEnv) error {
-	cl := e.cluster.AdminClient()
-	get := func(name string) (*kubevirtv1.VirtualMachine, error) {
-		vm := &kubevirtv1.VirtualMachine{}
-		return vm, cl.Get(t.Context(), keyOf(e.namespace, name), vm)
+	efi := e.cluster.VM(t, e.namespace, "efi")
+	if !efi.EFISecureBoot {
+		return fmt.Errorf("efi: %+v, want EFI firmware with secure boot", efi)
 	}
-	efi, err := get("efi")
-	if err != nil {
-		return err
+	if !efi.SMM {
+		return fmt.Errorf("efi: secure boot needs SMM enabled: %+v", efi)
 	}
-	fw := efi.Spec.Template.Spec.Domain.Firmware
-	if fw == nil || fw.Bootloader == nil || fw.Bootloader.EFI == nil || fw.Bootloader.EFI.SecureBoot == nil || !*fw.Bootloader.EFI.SecureBoot {
-		return fmt.Errorf("efi: firmware %+v, want EFI with secure boot", fw)
-	}
-	if f := efi.Spec.Template.Spec.Domain.Features; f == nil || f.SMM == nil {
-		return fmt.Errorf("efi: secure boot needs SMM enabled, features %+v", f)
-	}
-	if ifs := efi.Spec.Template.Spec.Domain.Devices.Interfaces; len(ifs) != 1 || ifs[0].MacAddress != "00:50:56:00:00:02" {
+	if ifs := efi.Interfaces; len(ifs) != 1 || ifs[0].MAC != "00:50:56:00:00:02" {
 		return fmt.Errorf("efi: interfaces %+v, want the source MAC kept", ifs)
 	}
-	two, err := get("two")
-	if err != nil {
-		return err
-	}
-	disks := two.Spec.Template.Spec.Domain.Devices.Disks
-	if len(disks) != 2 || disks[0].BootOrder == nil || *disks[0].BootOrder != 1 || disks[0].Disk == nil || disks[0].Disk.Bus != "virtio" {
+	two := e.cluster.VM(t, e.namespace, "two")
+	if disks := two.Disks; len(disks) != 2 || disks[0].BootOrder != 1 || disks[0].Bus != "virtio" {
 		return fmt.Errorf("two: disks %+v, want two virtio disks, the first with boot order 1", disks)
 	}
-	var dvNames []string
-	for _, v := range two.Spec.Template.Spec.Volumes {
-		if v.DataVolume != nil {
-			dvNames = append(dvNames, v.DataVolume.Name)
-		}
+	if !slices.Equal(two.DataVolumes, []string{"two-disk-0", "two-disk-1"}) {
+		return fmt.Errorf("two: DataVolume volumes %v", two.DataVolumes)
 	}
-	if !slices.Equal(dvNames, []string{"two-disk-0", "two-disk-1"}) {
-		return fmt.Errorf("two: DataVolume volumes %v", dvNames)
-	}
-	nets := two.Spec.Template.Spec.Networks
-	if len(nets) != 2 || nets[0].Pod == nil || nets[1].Multus == nil || nets[1].Multus.NetworkName != e.namespace+"/backup" {
+	if nets := two.Networks; len(nets) != 2 || !nets[0].Pod || nets[1].Multus != e.namespace+"/backup" {
 		return fmt.Errorf("two: networks %+v, want the pod network and Multus %s/backup", nets, e.namespace)
 	}
 	return nil

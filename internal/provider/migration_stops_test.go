@@ -7,13 +7,10 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
 
@@ -133,7 +130,7 @@ func TestAccMigrationFailureSourceNotFound(t *testing.T) {
 					attrs(addr, map[string]string{"phase": "Completed"}),
 					resource.TestMatchResourceAttr(addr, "errors.#", regexp.MustCompile(`^[1-9][0-9]*$`)),
 					func(*terraform.State) error {
-						rec, _ := e.record(t, "absent")
+						rec := e.record(t, "absent").Record
 						for _, h := range rec.Errors {
 							if h.Reason == "SourceChanged" && h.Class == engine.ClassReentered {
 								return nil
@@ -157,25 +154,12 @@ func TestAccMigrationFailureDestinationNotOurs(t *testing.T) {
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, failVM("n1", esxisim.PoweredOn))
 	const addr = "vmmigration_migration.n1"
-	halted := kubevirtv1.RunStrategyHalted
-	foreign := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: "n1", Labels: map[string]string{"owner": "someone-else"}},
-		Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-			Spec: kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{}},
-		}},
-	}
-	admin := e.cluster.AdminClient()
-	if err := admin.Create(t.Context(), foreign); err != nil {
-		t.Fatal(err)
-	}
+	foreign := e.cluster.CreateVM(t, e.namespace, "n1", "Halted", map[string]string{"owner": "someone-else"})
 	untouched := func() {
 		t.Helper()
-		var vm kubevirtv1.VirtualMachine
-		if err := admin.Get(t.Context(), keyOf(e.namespace, "n1"), &vm); err != nil {
-			t.Fatalf("the foreign VM: %v", err)
-		}
+		vm := e.cluster.VM(t, e.namespace, "n1")
 		if vm.UID != foreign.UID || vm.Generation != foreign.Generation || len(vm.Labels) != 1 || vm.Labels["owner"] != "someone-else" ||
-			vm.Labels[kube.LabelMigration] != "" || len(vm.Annotations) != 0 {
+			vm.Labels[engine.LabelMigration] != "" || len(vm.Annotations) != 0 {
 			t.Errorf("the foreign VM was touched: uid %s (was %s), generation %d (was %d), labels %v, annotations %v",
 				vm.UID, foreign.UID, vm.Generation, foreign.Generation, vm.Labels, vm.Annotations)
 		}
@@ -208,23 +192,18 @@ func TestAccMigrationFailureDestinationNotOurs(t *testing.T) {
 				PreConfig: func() {
 					untouched()
 					e.expectNoRecord(t, "n1")
-					if err := admin.Delete(t.Context(), foreign); err != nil {
-						t.Fatal(err)
-					}
+					e.cluster.DeleteVM(t, e.namespace, "n1")
 				},
 				Config:           cfg,
 				ConfigPlanChecks: plansCreate(addr),
 				Check: resource.ComposeAggregateTestCheckFunc(
 					attrs(addr, map[string]string{"phase": "Completed", "power_off_action": "hard"}),
 					func(s *terraform.State) error {
-						var vm kubevirtv1.VirtualMachine
-						if err := admin.Get(t.Context(), keyOf(e.namespace, "n1"), &vm); err != nil {
-							return err
-						}
-						if vm.UID == foreign.UID || vm.Labels[kube.LabelMigration] != "n1" {
+						vm := e.cluster.VM(t, e.namespace, "n1")
+						if vm.UID == foreign.UID || vm.Labels[engine.LabelMigration] != "n1" {
 							return fmt.Errorf("VM n1 uid %s labels %v, want a new VM of the migration", vm.UID, vm.Labels)
 						}
-						return resource.TestCheckResourceAttr(addr, "vm_uid", string(vm.UID))(s)
+						return resource.TestCheckResourceAttr(addr, "vm_uid", vm.UID)(s)
 					},
 				),
 			},

@@ -4,12 +4,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	k8sresource "k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -19,29 +13,12 @@ func TestAccPreflight(t *testing.T) {
 	t.Parallel()
 	acctest.PreCheck(t)
 	c, kubeBlock := kubeconfig(t)
-	cl := c.AdminClient()
-	ctx := t.Context()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}))
+	c.CreateNamespace(t, "apps")
 	// Other tests of the package share the cluster and may have made it.
-	if err := cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "example.com/fast"}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	c.EnsureStorageClass(t, "fast")
 	// Somebody else's VM under the name a migration wants.
-	must(cl.Create(ctx, &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "legacy"},
-		Spec:       kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
-	}))
-	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "storage"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourceRequestsStorage: k8sresource.MustParse("100Mi")}}}
-	must(cl.Create(ctx, q))
-	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourceRequestsStorage: k8sresource.MustParse("90Mi")}}
-	must(cl.Status().Update(ctx, q))
+	c.CreateVM(t, "apps", "legacy", "", nil)
+	c.CreateStorageQuota(t, "apps", "storage", "100Mi", "90Mi")
 
 	host := acctest.NewESXi(t, esxisim.Options{FirstVmid: 10})
 	host.AddVM(t, esxisim.VMSpec{Name: "web-01", GuestOS: "rhel9-64",
