@@ -92,7 +92,11 @@ func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskE
 			fmt.Sprintf("the destination cluster could not be asked whether another migration claims the source of %s/%s", spec.Namespace, spec.Name), err)
 	}
 	res.Checks = append(res.Checks, cc)
-	return Preview{VM: vm, Checks: res, Disks: planDisks(spec, vm, prev)}, nil
+	disks := planDisks(spec, vm, prev)
+	if spec.WorkDir != "" {
+		res.Checks = append(res.Checks, spec.spaceCheck(disks))
+	}
+	return Preview{VM: vm, Checks: res, Disks: disks}, nil
 }
 
 // CheckField returns the configuration attribute a pre-flight check

@@ -149,6 +149,11 @@ func (r *run) stepPrepare(ctx context.Context) error {
 	if err := r.claimSource(ctx, vm); err != nil {
 		return err
 	}
+	// The space check again, on what is staged now (a resumed copy needs
+	// only the rest), before the source is touched.
+	if c := r.spec.spaceCheck(r.rec().Disks); !c.Passed {
+		return needsHuman("WorkDirFull", c.Message, "free space on the file system of "+r.spec.WorkDir+", or set work_dir to a larger one, then run apply again", nil)
+	}
 	if err := r.ensurePoweredOff(ctx, vm); err != nil {
 		return err
 	}
@@ -430,6 +435,9 @@ func (r *run) copyDisks(ctx context.Context) error {
 	worstRank := -1
 	for i, jr := range results {
 		d := &rec.Disks[i]
+		if isNoSpace(jr.Err) {
+			jr.Err = r.noSpace(fmt.Sprintf("copying disk %d", i), jr.Err)
+		}
 		if jr.Err != nil {
 			class, _ := classify(jr.Err)
 			rank := map[fault.Class]int{fault.Transient: 0, fault.Interrupted: 1, fault.Permanent: 2, fault.NeedsHuman: 3}[class]
@@ -442,6 +450,9 @@ func (r *run) copyDisks(ctx context.Context) error {
 	}
 	if worst == nil && err != nil {
 		worst = err
+		if isNoSpace(err) {
+			worst = r.noSpace("copying the disks", err)
+		}
 	}
 	if worst != nil {
 		// Keep the evidence of the disks that did finish.
@@ -495,6 +506,9 @@ func (r *run) stepConvert(ctx context.Context) error {
 				return needsHuman("StagingDirUnusable", "cannot create "+filepath.Dir(art), "make the folder writable, then run apply again", err)
 			}
 			a, err := r.e.tool.Convert(ctx, staged, convert.Raw, art, format)
+			if isNoSpace(err) {
+				return r.noSpace(fmt.Sprintf("converting disk %d", i), err)
+			}
 			if err != nil {
 				return err
 			}
