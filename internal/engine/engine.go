@@ -220,6 +220,7 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 		_, stop := r.failed(runCtx, r.rec().Phase, err)
 		return *r.rec(), stop
 	}
+	r.spec.stagingToken = r.rec().StagingToken
 	return r.loop(runCtx)
 }
 

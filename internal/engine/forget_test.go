@@ -184,7 +184,7 @@ func TestQCOW2OverHTTP(t *testing.T) {
 	rec := e.mustComplete(e.engine(), spec)
 	d := rec.Disks[0]
 	if d.ArtifactFormat != "qcow2" || d.ArtifactSHA256 == "" || d.ArtifactSHA256 == d.SourceSHA256 ||
-		d.ArtifactURL != srv.URL+"/"+e.ns+"/q1/disk-0.qcow2" {
+		d.ArtifactURL != srv.URL+"/"+e.ns+"/q1/"+rec.StagingToken+"/disk-0.qcow2" || len(rec.StagingToken) != 32 {
 		t.Errorf("disk = %+v", d)
 	}
 	got, ok := e.sim.ReceivedImage(e.ns, "q1-disk-0")

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,6 +53,11 @@ func migrationFolder(root, namespace, name string) string {
 // field, what it holds, and what it should hold.
 func checkRecordPaths(spec Spec, rec *Record) error {
 	var bad []string
+	if rec.StagingToken != "" && !validStagingToken(rec.StagingToken) {
+		bad = append(bad, fmt.Sprintf("stagingToken is %q, which is not 32 lower-case hex digits", rec.StagingToken))
+	} else {
+		spec.stagingToken = rec.StagingToken
+	}
 	for i, d := range rec.Disks {
 		if d.Index != i {
 			bad = append(bad, fmt.Sprintf("disks[%d].index is %d, not %d", i, d.Index, i))
@@ -97,8 +105,13 @@ func containsString(list []string, s string) bool {
 // removeFolder removes a migration folder and its namespace folder when
 // that is left empty. A missing folder is fine.
 func removeFolder(d string) (bool, error) {
-	if _, err := os.Lstat(d); err != nil {
+	fi, err := os.Lstat(d)
+	if err != nil {
 		return false, nil
+	}
+	if fi.IsDir() {
+		// The http transport's folder is not readable, even by its owner.
+		_ = os.Chmod(d, 0o700)
 	}
 	if err := os.RemoveAll(d); err != nil {
 		return false, err
@@ -114,6 +127,56 @@ func (r *run) localPathsUsable() error {
 	if err := validPathIdentity(r.spec.Namespace, r.spec.Name); err != nil {
 		return onField(FieldName, permanent("InvalidDestination", "cannot derive the staging folder: "+err.Error(),
 			"use lower-case letters, digits and '-' in destination.namespace and destination.name", nil))
+	}
+	return nil
+}
+
+// validStagingToken reports whether t has the form newStagingToken makes,
+// so that it is safe as one path component.
+func validStagingToken(t string) bool {
+	if len(t) != 32 {
+		return false
+	}
+	for _, c := range t {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// newStagingToken returns 128 random bits in hex.
+func newStagingToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// makeHTTPFolder creates the folders of the http transport's images:
+// <StagingDir>/<namespace> (0711), <namespace>/<name> (0311: write and
+// search but no read, so that nobody but root can list the token folders
+// in it, not even an HTTP server running as the provider's user) and
+// <name>/<token> (0700). The images in it are 0600: the HTTP server must
+// run as the provider's user to read them.
+func (s Spec) makeHTTPFolder() error {
+	nsDir := filepath.Join(s.Transport.StagingDir, s.Namespace)
+	nameDir := filepath.Join(nsDir, s.Name)
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{nsDir, 0o711}, {nameDir, 0o311}, {s.httpFolder(), 0o700}} {
+		if d.path == nameDir && s.stagingToken == "" {
+			// A migration started before tokens: its images live here.
+			d.mode = 0o700
+		}
+		if err := os.Mkdir(d.path, d.mode); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,6 +42,25 @@ func TestCheckRecordPaths(t *testing.T) {
 			t.Errorf("%+v accepted", bad)
 		} else if c, r := classify(err); c.String() != ClassNeedsHuman || r != "RecordPathMismatch" {
 			t.Errorf("%+v: class %v reason %s", bad, c, r)
+		}
+	}
+}
+
+func TestStagingTokenFromRecordValidated(t *testing.T) {
+	spec := Spec{Namespace: "ns1", Name: "web", WorkDir: "/work", TargetFormat: "raw",
+		Transport: Transport{Kind: TransportHTTP, StagingDir: "/srv/stage", StagingURL: "http://h/"}}
+	tok, err := newStagingToken()
+	if err != nil || !validStagingToken(tok) {
+		t.Fatalf("token %q, %v", tok, err)
+	}
+	spec.stagingToken = tok
+	good := &Record{StagingToken: tok, Disks: []DiskEvidence{{Index: 0, ArtifactPath: "/srv/stage/ns1/web/" + tok + "/disk-0.raw"}}}
+	if err := checkRecordPaths(spec, good); err != nil {
+		t.Errorf("derived path refused: %v", err)
+	}
+	for _, bad := range []string{"../../../../etc", strings.Repeat("A", 32), tok[:31], tok + "/x"} {
+		if err := checkRecordPaths(spec, &Record{StagingToken: bad}); err == nil || !strings.Contains(err.Error(), "stagingToken") {
+			t.Errorf("token %q: %v", bad, err)
 		}
 	}
 }

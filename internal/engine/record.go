@@ -101,7 +101,11 @@ type Record struct {
 	// Preflight holds the Validated phase's checks.
 	Preflight []CheckResult  `json:"preflight,omitempty"`
 	Disks     []DiskEvidence `json:"disks,omitempty"`
-	VM        *VMEvidence    `json:"vm,omitempty"`
+	// StagingToken is the random folder name (32 hex digits) that makes
+	// the http transport's image URLs unguessable; made once, before the
+	// first image is written.
+	StagingToken string      `json:"stagingToken,omitempty"`
+	VM           *VMEvidence `json:"vm,omitempty"`
 	// Validation holds the Validating phase's check results.
 	Validation []CheckResult `json:"validation,omitempty"`
 	// Errors is the history of failed attempts, interruptions and human

@@ -120,6 +120,10 @@ type Spec struct {
 	// CopyChunkSize is the unit of copying and resumption (a multiple of
 	// 1 MiB; transfer.DefaultChunkSize when 0).
 	CopyChunkSize int64
+
+	// stagingToken is the migration's Record.StagingToken, once a run has
+	// read or made it (http transport).
+	stagingToken string
 }
 
 // Transport says how images reach CDI.
@@ -327,13 +331,24 @@ func (s Spec) stagedPath(n int) string {
 // artifactPath is where disk n's converted image is written.
 func (s Spec) artifactPath(n int) string {
 	if s.Transport.Kind == TransportHTTP {
-		return filepath.Join(s.Transport.StagingDir, s.Namespace, s.Name, fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
+		return filepath.Join(s.httpFolder(), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
 	}
 	if s.TargetFormat == "raw" {
 		// The staged copy is already the raw image: no second copy.
 		return s.stagedPath(n)
 	}
 	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
+}
+
+// httpFolder is the folder of this migration's images under the http
+// staging folder: <StagingDir>/<namespace>/<name>/<token> (without the
+// token for migrations that started before tokens existed).
+func (s Spec) httpFolder() string {
+	d := filepath.Join(s.Transport.StagingDir, s.Namespace, s.Name)
+	if s.stagingToken != "" {
+		d = filepath.Join(d, s.stagingToken)
+	}
+	return d
 }
 
 // stagingFolders are this migration's local folders: its work folder and,
@@ -348,8 +363,11 @@ func (s Spec) stagingFolders() []string {
 
 // artifactURL is where CDI fetches disk n with the http transport.
 func (s Spec) artifactURL(n int) string {
-	return strings.TrimRight(s.Transport.StagingURL, "/") + "/" +
-		url.PathEscape(s.Namespace) + "/" + url.PathEscape(s.Name) + "/" + fmt.Sprintf("disk-%d.%s", n, s.TargetFormat)
+	u := strings.TrimRight(s.Transport.StagingURL, "/") + "/" + url.PathEscape(s.Namespace) + "/" + url.PathEscape(s.Name) + "/"
+	if s.stagingToken != "" {
+		u += s.stagingToken + "/"
+	}
+	return u + fmt.Sprintf("disk-%d.%s", n, s.TargetFormat)
 }
 
 // RecordName is the name of the ConfigMap holding a migration's record and

@@ -482,6 +482,9 @@ func (r *run) stepConvert(ctx context.Context) error {
 	if err := r.localPathsUsable(); err != nil {
 		return err
 	}
+	if err := r.ensureStagingToken(ctx); err != nil {
+		return err
+	}
 	for i := range rec.Disks {
 		d := &rec.Disks[i]
 		art, staged := r.spec.artifactPath(i), r.spec.stagedPath(i)
@@ -502,7 +505,11 @@ func (r *run) stepConvert(ctx context.Context) error {
 			}
 			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(convert.Raw), d.SourceSHA256, d.SizeBytes
 		} else {
-			if err := os.MkdirAll(filepath.Dir(art), 0o755); err != nil {
+			mkdir := func() error { return os.MkdirAll(filepath.Dir(art), 0o700) }
+			if r.spec.Transport.Kind == TransportHTTP {
+				mkdir = r.spec.makeHTTPFolder
+			}
+			if err := mkdir(); err != nil {
 				return needsHuman("StagingDirUnusable", "cannot create "+filepath.Dir(art), "make the folder writable, then run apply again", err)
 			}
 			a, err := r.e.tool.Convert(ctx, staged, convert.Raw, art, format)
@@ -516,6 +523,13 @@ func (r *run) stepConvert(ctx context.Context) error {
 				_ = convert.Remove(art)
 				return err
 			}
+			// Only the provider's user (and an HTTP server running as it)
+			// reads the images.
+			for _, p := range []string{art, art + convert.SidecarSuffix} {
+				if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return needsHuman("StagingDirUnusable", "cannot restrict the permissions of "+p, "make the folder writable, then run apply again", err)
+				}
+			}
 			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(a.Format), a.SHA256, a.SizeBytes
 		}
 		if r.spec.Transport.Kind == TransportHTTP {
@@ -527,6 +541,32 @@ func (r *run) stepConvert(ctx context.Context) error {
 	now := r.now()
 	stamp(&rec.Timestamps.Converted, now)
 	rec.setCondition(now, CondDiskConverted, true, "Converted", fmt.Sprintf("%d %s image(s) ready", len(rec.Disks), r.spec.TargetFormat))
+	return nil
+}
+
+// ensureStagingToken makes the http transport's random folder name once,
+// recording it before any image is written there. A migration whose images
+// were written before tokens existed keeps its folder.
+func (r *run) ensureStagingToken(ctx context.Context) error {
+	rec := r.rec()
+	if r.spec.Transport.Kind != TransportHTTP || rec.StagingToken != "" {
+		return nil
+	}
+	for _, d := range rec.Disks {
+		if d.ArtifactPath != "" {
+			return nil
+		}
+	}
+	t, err := newStagingToken()
+	if err != nil {
+		return err
+	}
+	rec.StagingToken = t
+	if err := r.save(ctx); err != nil {
+		rec.StagingToken = ""
+		return err
+	}
+	r.spec.stagingToken = t
 	return nil
 }
 
@@ -586,8 +626,13 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 			if d.Imported {
 				d.Imported = false
 			}
-			if r.spec.Transport.Kind == TransportHTTP && d.ArtifactURL == "" {
+			if r.spec.Transport.Kind == TransportHTTP {
+				// CDI fetches what the spec derives, never a URL read back
+				// from the record; the image is removed once imported.
 				d.ArtifactURL = r.spec.artifactURL(i)
+				if _, err := os.Stat(r.spec.artifactPath(i)); err != nil {
+					return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.artifactPath(i))}
+				}
 			}
 			dv = r.renderDataVolume(*d)
 			if err := kc.CreateDataVolume(ctx, dv); err != nil {
@@ -619,6 +664,13 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 		switch dv.Status.Phase {
 		case cdiv1beta1.Succeeded:
 			d.Imported = true
+			if r.spec.Transport.Kind == TransportHTTP {
+				// Imported: the image need not stay where the HTTP server
+				// serves it.
+				if err := convert.Remove(r.spec.artifactPath(i)); err != nil {
+					return transient("CleanupFailed", fmt.Sprintf("cannot remove the served image of disk %d", i), err)
+				}
+			}
 			r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
 				Message: fmt.Sprintf("disk %d: DataVolume %s Succeeded", i, d.DataVolume)})
 			return r.save(ctx)
