@@ -80,7 +80,17 @@ func FuzzParseDescriptor(f *testing.F) {
 func FuzzParseSnapshotGet(f *testing.F) {
 	addSamples(f, "snapshot")
 	f.Fuzz(func(t *testing.T, s string) {
-		_, _ = ParseSnapshotGet(s)
+		snaps, _ := ParseSnapshotGet(s)
+		var walk func([]Snapshot)
+		walk = func(ss []Snapshot) {
+			for _, sn := range ss {
+				if sn.ID < 0 {
+					t.Fatalf("snapshot id %d", sn.ID)
+				}
+				walk(sn.Children)
+			}
+		}
+		walk(snaps)
 	})
 }
 
@@ -89,10 +99,21 @@ func FuzzParseVimDump(f *testing.F) {
 	addSamples(f, "get_", "get-", "vcl-", "getstate")
 	f.Fuzz(func(t *testing.T, s string) {
 		_, _ = ParseGuestInfo(s)
-		_, _ = ParseSummary(s)
-		_ = ParseFault(s)
+		sum, _ := ParseSummary(s)
+		if sum.MemoryMiB < 0 || sum.MemoryMiB > maxMemoryMiB || sum.CPUs < 0 || sum.CPUs > maxVCPUs ||
+			sum.NumEthernetCards < 0 || sum.NumVirtualDisks < 0 || sum.CommittedBytes < 0 || sum.UncommittedBytes < 0 {
+			t.Fatalf("summary numbers out of range: %+v", sum)
+		}
+		if f := ParseFault(s); f != nil && f.Type == "" {
+			t.Fatalf("fault without a type: %+v", f)
+		}
 		_, _ = ParsePowerState(s)
-		_, _ = ParseVMInventory(s)
+		entries, _ := ParseVMInventory(s)
+		for _, e := range entries {
+			if e.VMID <= 0 {
+				t.Fatalf("vmInventory.xml entry with vmid %d", e.VMID)
+			}
+		}
 	})
 }
 
