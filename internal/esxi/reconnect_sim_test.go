@@ -125,3 +125,31 @@ func TestClassifyLocalErrno(t *testing.T) {
 		t.Error("ENOSPC counts as a dropped connection")
 	}
 }
+
+// The host powers the VM off and the connection drops before the answer:
+// the caller sees a transient connection error, the VM is off, and a retry
+// (observing first, as PowerOff does) succeeds without a second power-off.
+func TestSimPowerOffReplyLost(t *testing.T) {
+	env := newSim(t, esxisim.Options{})
+	id, _, err := env.srv.AddVM(esxisim.VMSpec{Name: "web", Disks: []esxisim.DiskSpec{{CapacityBytes: 1 << 20}}, Power: esxisim.PoweredOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := env.client(t)
+	ctx := ctxT(t)
+	env.srv.DropAfterRunning("power.off", 1)
+	err = c.PowerOff(ctx, id)
+	wantErr(t, err, ErrConnection, Transient)
+	if st, _ := env.srv.PowerState(id); st != esxisim.PoweredOff {
+		t.Fatalf("power state %v: the command should have run", st)
+	}
+	if env.srv.LostReplies() != 1 {
+		t.Errorf("LostReplies() = %d, want 1", env.srv.LostReplies())
+	}
+	if st, err := c.PowerState(ctx, id); err != nil || st != PoweredOff {
+		t.Errorf("after the lost reply: %v, %v; want poweredOff", st, err)
+	}
+	if err := c.PowerOff(ctx, id); err != nil {
+		t.Errorf("retried power.off: %v", err)
+	}
+}

@@ -182,6 +182,10 @@ func TestWriteDiskChainServedAtHostPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A base and two deltas: the loop below must have links to check.
+	if len(files.Links) != 3 {
+		t.Fatalf("%d links, want 3", len(files.Links))
+	}
 	for _, l := range files.Links {
 		b, err := s.readHostFile(l.Descriptor)
 		if err != nil {
