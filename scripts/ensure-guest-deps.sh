@@ -9,7 +9,9 @@ pkgs=(
 	# booting guests the way a KubeVirt VMI runs them
 	qemu-system-x86 ovmf
 	# building the VMware-like Debian guest offline
-	mmdebstrap fdisk e2fsprogs qemu-utils mtools
+	mmdebstrap fdisk e2fsprogs qemu-utils
+	# the EFI variant's system partition, made without mounting FAT
+	dosfstools mtools
 	# converting guests; virt-v2v needs nbdkit and nbdinfo but Debian's
 	# package does not depend on them
 	virt-v2v libguestfs-tools guestfs-tools nbdkit libnbd-bin

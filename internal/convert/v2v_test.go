@@ -170,6 +170,17 @@ func TestDetectFirmware(t *testing.T) {
 	}
 }
 
+// TestDetectFirmwareGuests reads the real guest images: the MBR one boots
+// with BIOS, the GPT one with an EFI system partition with UEFI.
+func TestDetectFirmwareGuests(t *testing.T) {
+	for v, want := range map[testguest.Variant]string{testguest.BIOS: FirmwareBIOS, testguest.EFI: FirmwareUEFI} {
+		got, err := detectFirmware(context.Background(), V2VDisk{Path: testguest.ImageOf(t, v), Format: Raw})
+		if err != nil || got != want {
+			t.Errorf("%s image: %q, %v; want %q", v, got, err, want)
+		}
+	}
+}
+
 func TestInputArgs(t *testing.T) {
 	dir := t.TempDir()
 	a := filepath.Join(dir, "a&b.raw")
@@ -246,7 +257,7 @@ func TestV2VDebian(t *testing.T) {
 		t.Errorf("evidence: converted %q, drivers %q, messages %q", ev.Converted, ev.Drivers, ev.Messages)
 	}
 	// What virt-v2v did to the guest: virtio drivers in its initramfs.
-	modules := testguest.OpenRootFS(t, converted).InitramfsModules()
+	modules := testguest.OpenRootFS(t, converted, testguest.BIOS).InitramfsModules()
 	for _, m := range []string{"virtio_blk", "virtio_pci", "virtio_scsi", "ata_piix"} {
 		if !modules[m] {
 			t.Errorf("converted initramfs lacks %s (has %v)", m, modules)

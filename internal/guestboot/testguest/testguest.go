@@ -26,7 +26,19 @@ import (
 	"time"
 )
 
-// Facts about the image, for assertions.
+// Variant is how the guest boots.
+type Variant string
+
+// Variants, as tools/guest/build.sh takes them.
+const (
+	// BIOS: MBR, one ext4 partition (the root), GRUB for BIOS.
+	BIOS Variant = "bios"
+	// EFI: GPT, an EFI system partition (FAT, GRUB at EFI/BOOT/BOOTX64.EFI
+	// and Debian's stub EFI/debian/grub.cfg), then the ext4 root.
+	EFI Variant = "efi"
+)
+
+// Facts about the images, for assertions.
 const (
 	// Marker is the line the guest prints on ttyS0 after multi-user.target.
 	Marker = "VMMIGRATION-GUEST-BOOTED"
@@ -34,44 +46,72 @@ const (
 	RootUUID = "6d1c3f4e-8a0b-4c55-9a57-0b1d2c3e4f50"
 	// Format is the image format.
 	Format = "raw"
-	// PartitionStart is the first sector of the root partition.
+	// PartitionStart is the first sector of the first partition (the root
+	// for BIOS, the EFI system partition for EFI).
 	PartitionStart = 2048
-	// SectorSize is the image's sector size in bytes.
+	// ESPSectors is the size of the EFI variant's system partition.
+	ESPSectors = 128 << 20 / SectorSize
+	// SectorSize is the images' sector size in bytes.
 	SectorSize = 512
-	// VirtualSize is the image's size in bytes.
+	// VirtualSize is the images' size in bytes.
 	VirtualSize = 1 << 30
 )
+
+// RootOffset is the byte offset of the root file system in a variant.
+func RootOffset(v Variant) int64 {
+	if v == EFI {
+		return (PartitionStart + ESPSectors) * SectorSize
+	}
+	return PartitionStart * SectorSize
+}
 
 // EnvTestBin is the environment variable naming the folder the image is
 // cached under (in guest/); .testbin in the repository root when unset,
 // as for the test cluster's binaries.
 const EnvTestBin = "VMMIGRATION_TESTBIN"
 
-var (
-	once     sync.Once
-	image    string
-	buildErr error
-	took     time.Duration
-)
+type built struct {
+	once sync.Once
+	path string
+	took time.Duration
+	err  error
+}
 
-// Image returns the path of the guest image, building it first when the
-// cache has none from the current builder. Tests must not write to it:
+var images = map[Variant]*built{BIOS: {}, EFI: {}}
+
+// Image returns the path of the BIOS guest image, building it first when
+// the cache has none from the current builder. Tests must not write to it:
 // boot it with guestboot (which never writes images) or work on Copy.
 func Image(t testing.TB) string {
 	t.Helper()
-	once.Do(func() { image, took, buildErr = build() })
-	if buildErr != nil {
-		t.Fatalf("guest image: %v", buildErr)
-	}
-	return image
+	return ImageOf(t, BIOS)
 }
 
-// BuildTime is how long Image took in this process (near zero when the
-// cached image was reused); zero before Image is called.
-func BuildTime() time.Duration { return took }
+// ImageOf is Image for a variant.
+func ImageOf(t testing.TB, v Variant) string {
+	t.Helper()
+	b, ok := images[v]
+	if !ok {
+		t.Fatalf("guest image: unknown variant %q", v)
+	}
+	b.once.Do(func() { b.path, b.took, b.err = build(v) })
+	if b.err != nil {
+		t.Fatalf("guest image (%s): %v", v, b.err)
+	}
+	return b.path
+}
 
-// Copy copies the guest image into the test's temporary folder, for tests
-// that modify it (conversion), and returns the copy's path.
+// BuildTime is how long getting the variant's image took in this process
+// (near zero when the cached image was reused); zero before it is asked for.
+func BuildTime(v Variant) time.Duration {
+	if b, ok := images[v]; ok {
+		return b.took
+	}
+	return 0
+}
+
+// Copy copies the BIOS guest image into the test's temporary folder, for
+// tests that modify it (conversion), and returns the copy's path.
 func Copy(t testing.TB) string {
 	t.Helper()
 	src := Image(t)
@@ -82,13 +122,13 @@ func Copy(t testing.TB) string {
 	return dst
 }
 
-func build() (string, time.Duration, error) {
+func build(v Variant) (string, time.Duration, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", 0, err
 	}
 	start := time.Now()
-	cmd := exec.Command(filepath.Join(root, "tools", "guest", "build.sh"))
+	cmd := exec.Command(filepath.Join(root, "tools", "guest", "build.sh"), string(v))
 	cmd.Env = os.Environ()
 	if dir := os.Getenv(EnvTestBin); dir != "" {
 		cmd.Env = append(cmd.Env, "TESTBIN_DIR="+dir)
@@ -178,9 +218,10 @@ type RootFS struct {
 	device string
 }
 
-// OpenRootFS returns the root file system of the raw image at path.
-func OpenRootFS(t testing.TB, path string) RootFS {
-	return RootFS{t: t, device: fmt.Sprintf("%s?offset=%d", path, PartitionStart*SectorSize)}
+// OpenRootFS returns the root file system of the raw image at path, an
+// image of variant v.
+func OpenRootFS(t testing.TB, path string, v Variant) RootFS {
+	return RootFS{t: t, device: fmt.Sprintf("%s?offset=%d", path, RootOffset(v))}
 }
 
 // InitramfsModules returns the kernel modules (names without .ko*) in the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // and pvscsi drivers but no virtio driver at all.
 func TestImage(t *testing.T) {
 	img := Image(t)
-	t.Logf("guest image %s (build or reuse took %s)", img, BuildTime().Round(1e6))
+	t.Logf("guest image %s (build or reuse took %s)", img, BuildTime(BIOS).Round(1e6))
 
 	st, err := os.Stat(img)
 	if err != nil {
@@ -57,7 +58,7 @@ func TestImage(t *testing.T) {
 		t.Error("MBR has no boot code (grub-install did not run)")
 	}
 
-	fs := OpenRootFS(t, img)
+	fs := OpenRootFS(t, img, BIOS)
 
 	grubCfg := fs.Read("/boot/grub/grub.cfg")
 	for _, s := range []string{"root=UUID=" + RootUUID, "console=ttyS0,115200n8", "terminal_output serial"} {
@@ -72,6 +73,12 @@ func TestImage(t *testing.T) {
 		t.Errorf("boot marker unit not enabled for multi-user.target (wants: %q)", wants)
 	}
 
+	checkInitramfs(t, fs)
+}
+
+// checkInitramfs: IDE and pvscsi drivers, no virtio or AHCI driver.
+func checkInitramfs(t *testing.T, fs RootFS) {
+	t.Helper()
 	modules := fs.InitramfsModules()
 	for _, m := range []string{"ata_piix", "ata_generic", "sd_mod", "vmw_pvscsi"} {
 		if !modules[m] {
@@ -86,4 +93,58 @@ func TestImage(t *testing.T) {
 	if t.Failed() {
 		t.Logf("initramfs modules: %v", modules)
 	}
+}
+
+// TestImageEFI checks the EFI variant: a GPT with an EFI system partition
+// holding GRUB at the removable-media path and Debian's stub grub.cfg
+// pointing at the root by UUID, the ESP in fstab, and the same
+// VMware-style initramfs.
+func TestImageEFI(t *testing.T) {
+	img := ImageOf(t, EFI)
+	t.Logf("guest image %s (build or reuse took %s)", img, BuildTime(EFI).Round(1e6))
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	head := make([]byte, 34*SectorSize)
+	if _, err := io.ReadFull(f, head); err != nil {
+		t.Fatal(err)
+	}
+	if string(head[512:520]) != "EFI PART" {
+		t.Fatalf("no GPT header: %q", head[512:520])
+	}
+	esp := "\x28\x73\x2a\xc1\x1f\xf8\xd2\x11\xba\x4b\x00\xa0\xc9\x3e\xc9\x3b"
+	linuxFS := "\xaf\x3d\xc6\x0f\x83\x84\x72\x47\x8e\x79\x3d\x69\xd8\x47\x7d\xe4"
+	entry := func(i int) (string, uint64, uint64) {
+		e := head[1024+128*i:]
+		return string(e[:16]), binary.LittleEndian.Uint64(e[32:]), binary.LittleEndian.Uint64(e[40:])
+	}
+	if typ, first, last := entry(0); typ != esp || first != PartitionStart || last != PartitionStart+ESPSectors-1 {
+		t.Errorf("partition 1: type % x, sectors %d-%d; want the EFI system partition at %d-%d", typ, first, last, PartitionStart, PartitionStart+ESPSectors-1)
+	}
+	if typ, first, _ := entry(1); typ != linuxFS || int64(first)*SectorSize != RootOffset(EFI) {
+		t.Errorf("partition 2: type % x, first sector %d; want a Linux file system at byte %d", typ, first, RootOffset(EFI))
+	}
+
+	espDev := fmt.Sprintf("%s@@%d", img, PartitionStart*SectorSize)
+	for _, name := range []string{"::/EFI/BOOT/BOOTX64.EFI", "::/EFI/debian/grub.cfg"} {
+		out, err := exec.Command("mtype", "-i", espDev, name).Output()
+		if err != nil || len(out) == 0 {
+			t.Errorf("ESP lacks %s: %v", name, err)
+			continue
+		}
+		if strings.HasSuffix(name, "grub.cfg") && !bytes.Contains(out, []byte("search.fs_uuid "+RootUUID)) {
+			t.Errorf("%s does not find the root by UUID:\n%s", name, out)
+		}
+	}
+
+	fs := OpenRootFS(t, img, EFI)
+	if got := fs.Read("/etc/fstab"); !bytes.Contains(got, []byte(" /boot/efi vfat ")) {
+		t.Errorf("fstab does not mount the ESP:\n%s", got)
+	}
+	if got := fs.Read("/boot/grub/grub.cfg"); !bytes.Contains(got, []byte("root=UUID="+RootUUID)) {
+		t.Errorf("grub.cfg lacks root=UUID=%s", RootUUID)
+	}
+	checkInitramfs(t, fs)
 }
