@@ -106,8 +106,10 @@ func ParseGetAllVMs(out string) (GetAllVMsResult, []Problem) {
 		ln := i + 1
 		line := strings.TrimRight(raw, " \t\r")
 		if m := gavSkipRE.FindStringSubmatch(line); m != nil {
-			if n, err := strconv.Atoi(m[1]); err == nil {
+			if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
 				res.Skipped = append(res.Skipped, n)
+			} else {
+				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("skipped vmid %q is not a positive integer", truncate(m[1], 40))})
 			}
 			continue
 		}

@@ -221,3 +221,21 @@ func TestSimInventoryHostileNumbers(t *testing.T) {
 		t.Errorf("the other VM is affected: problems %v memory %d disks %+v", good.Problems, good.MemoryMiB, good.Disks)
 	}
 }
+
+func TestGetAllVMsHostileVMIDs(t *testing.T) {
+	out := "Vmid   Name   File   Guest OS   Version   Annotation\n" +
+		"99999999999999999999   big    [ds1] big/big.vmx   otherGuest   vmx-13\n" +
+		"Skipping invalid VM '0'\n" +
+		"Skipping invalid VM '99999999999999999999'\n" +
+		"Skipping invalid VM '12'\n"
+	got, probs := ParseGetAllVMs(out)
+	if len(got.VMs) != 0 {
+		t.Errorf("VMs %+v, want none", got.VMs)
+	}
+	if len(got.Skipped) != 1 || got.Skipped[0] != 12 {
+		t.Errorf("Skipped %v, want [12]", got.Skipped)
+	}
+	if len(probs) != 3 {
+		t.Errorf("problems %v, want one per unusable vmid", probs)
+	}
+}
