@@ -44,12 +44,19 @@ type Client struct {
 	fatal        error    // sticky: authentication refused, host key failure
 	hostKeyAlgos []string // learned after the first verified handshake
 	closed       bool
-	// answered is set once an SSH handshake with this host has succeeded:
-	// from then on a refused, reset or unreachable connection means the
-	// host is down for a while (rebooting, hostd or SSH restarting), not
-	// that SSH was never enabled.
-	answered bool
+	// lastAlive is when this host was last seen answering: a handshake
+	// that succeeded, or a connection that was up until it ended. Within
+	// rebootWindow of it, a refused, reset or unreachable connection means
+	// the host is down for a while (rebooting, hostd or SSH restarting),
+	// not that SSH was never enabled.
+	lastAlive    time.Time
+	rebootWindow time.Duration
 }
+
+// RebootWindow is how long after a host was last seen answering a refused
+// or failed connection is still taken for a reboot (and retried) rather
+// than for a disabled SSH service. An ESXi host reboots in 5-15 minutes.
+const RebootWindow = 30 * time.Minute
 
 // NewClient validates cfg and returns a client that has not connected yet.
 // Most callers use a [Registry] instead so that every caller in the process
@@ -72,6 +79,7 @@ func NewClient(cfg HostConfig, logf Logger) (*Client, error) {
 		logf:         logf,
 		sem:          make(chan struct{}, cfg.MaxSessions),
 		pollInterval: 2 * time.Second,
+		rebootWindow: RebootWindow,
 	}, nil
 }
 
@@ -151,7 +159,7 @@ func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
 			continue
 		}
 		c.conn = conn
-		c.answered = true
+		c.lastAlive = time.Now()
 		if learned != nil {
 			c.hostKeyAlgos = learned
 		}
@@ -208,6 +216,9 @@ func (c *Client) watch(conn *ssh.Client) {
 		}
 	}
 	<-done
+	c.mu.Lock()
+	c.lastAlive = time.Now() // it was up until now
+	c.mu.Unlock()
 	c.dropConn(conn)
 }
 
@@ -361,12 +372,12 @@ func (c *Client) authError(err error) *Error {
 		Msg: fmt.Sprintf("host %s (%s) refused authentication as %q: %s", c.cfg.Name, c.cfg.addr(), c.cfg.User, hint), Err: err}
 }
 
-// hasAnswered reports whether this host has completed an SSH handshake
-// with this client before.
+// hasAnswered reports whether this host answered this client within the
+// last rebootWindow.
 func (c *Client) hasAnswered() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.answered
+	return !c.lastAlive.IsZero() && time.Since(c.lastAlive) < c.rebootWindow
 }
 
 // rebootingMsg is the advice for a host that answered before and now

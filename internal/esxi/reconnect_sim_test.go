@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
@@ -38,8 +39,17 @@ func TestSimRefusedBeforeAndAfterAnswering(t *testing.T) {
 		t.Fatalf("after the host came back: %v", err)
 	}
 
-	// A fresh client for a host that has never answered it.
+	// Long after the host last answered, a refusal is a disabled SSH
+	// service again.
 	env.srv.StopListening()
+	c.mu.Lock()
+	c.rebootWindow = time.Millisecond
+	c.mu.Unlock()
+	time.Sleep(10 * time.Millisecond)
+	_, err = c.Version(ctx)
+	wantErr(t, err, ErrSSHUnavailable, NeedsHuman, "enable the SSH service")
+
+	// A fresh client for a host that has never answered it.
 	fresh := env.client(t)
 	_, err = fresh.Version(ctx)
 	wantErr(t, err, ErrSSHUnavailable, NeedsHuman, "enable the SSH service")
