@@ -188,8 +188,10 @@ func (r *run) claimSource(ctx context.Context, vm *esxi.VM) error {
 			case err == nil:
 				r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("claimed the source VM %s on host %s (ConfigMap %s/%s)", vm.VMXPath, r.spec.Host, ns, key.Name)})
 				return nil
-			case kube.IsAlreadyExists(err):
-				continue // someone claimed it first: look again
+			case kube.IsAlreadyExists(err), kube.Classify(err) == kube.Transient:
+				// Someone claimed it first, or our create was applied and
+				// its reply lost: look again.
+				continue
 			}
 			return claimError(ns, key.Name, "create", err)
 		case err != nil:

@@ -71,6 +71,8 @@ func TestLostRepliesAreReobserved(t *testing.T) {
 		{method: http.MethodPut, path: "/configmaps/" + engine.RecordName("lost1"), skip: 2, lose: 1},
 		{method: http.MethodPut, path: "/configmaps/" + engine.RecordName("lost1"), skip: 6, lose: 1},
 		{method: http.MethodPost, path: "/datavolumes", lose: 1},
+		{method: http.MethodPost, path: "/namespaces/" + e.ns + "/configmaps", lose: 1},
+		{method: http.MethodPost, path: "/namespaces/" + engine.DefaultClaimNamespace + "/configmaps", lose: 1},
 		{method: http.MethodPost, path: "/virtualmachines", lose: 1},
 	}}
 	cfg := rest.CopyConfig(e.c.RESTConfig())
@@ -98,7 +100,11 @@ func TestLostRepliesAreReobserved(t *testing.T) {
 	if n := len(e.vms()); n != 1 {
 		t.Errorf("%d VirtualMachines", n)
 	}
+	// Each lost reply was seen through at once, not retried as a failure.
 	for _, h := range rec.Errors {
+		if h.Class != engine.ClassTransient || h.Phase != engine.PhasePreparing {
+			t.Errorf("history: %+v", h)
+		}
 		if h.Reason == "RecordConflict" || h.Class == engine.ClassInterrupted {
 			t.Errorf("history: %+v", h)
 		}

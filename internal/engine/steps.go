@@ -637,7 +637,14 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 			dv = r.renderDataVolume(*d)
 			if err := kc.CreateDataVolume(ctx, dv); err != nil {
 				if kube.IsAlreadyExists(err) {
-					continue
+					continue // look at it: its labels say whether it is ours
+				}
+				if kube.Classify(err) == kube.Transient {
+					// The create may have been applied although its reply
+					// was lost: look before creating again.
+					if _, gerr := kc.GetDataVolume(ctx, ns, d.DataVolume); gerr == nil {
+						continue
+					}
 				}
 				return err
 			}
