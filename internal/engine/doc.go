@@ -24,6 +24,19 @@
 // power-off policy allows, and is recorded once so that it is never decided
 // again.
 //
+// One source VM has one migration: the Validated checkpoint claims the
+// source (a ConfigMap in DefaultClaimNamespace named from the host's
+// identity and the .vmx path, see claim.go) before anything acts on it,
+// and a second migration of the same VM stops there naming the first.
+// Forget releases the claim.
+//
+// Nothing read from the cluster names a local file: staging paths derive
+// from work_dir, the http staging folder and the migration's namespace and
+// name (paths.go). After a reply that may have been lost, the engine looks
+// before acting again: at the power state before a power command, at the
+// object of the deterministic name before a create, at the stored record
+// before calling an update conflict someone else's.
+//
 // A VM migrated by other means has no record; Adopt matches it to its
 // source (by MAC addresses, or by name and disk sizes), labels it and its
 // DataVolumes as the migration's and records it as Completed, so that it
