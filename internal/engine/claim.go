@@ -287,6 +287,12 @@ func (e *Engine) releaseSourceClaims(ctx context.Context, namespace, name string
 // another migration, for Preview and the Validated checkpoint alike.
 func (e *Engine) claimCheck(ctx context.Context, spec Spec, vm *esxi.VM) (preflight.Check, error) {
 	c, err := e.SourceClaimOf(ctx, spec.Host, vm.VMXPath, spec.Namespace, spec.Name)
+	if err != nil && kube.Classify(err) != kube.Transient {
+		// No access to the claims (RBAC): the apply could not take the
+		// claim either, so the plan says so now.
+		return preflight.Check{ID: preflight.CheckSourceUnclaimed, Severity: preflight.Blocker,
+			Message: fmt.Sprintf("Whether another migration is moving VM %q cannot be read (%v). Grant get, list, create, update and delete on ConfigMaps in namespace %s.", vm.Name, err, e.claimNamespace())}, nil
+	}
 	if err != nil {
 		return preflight.Check{}, err
 	}
