@@ -23,7 +23,6 @@ import (
 // gracefully through VMware Tools, migrated and validated (guest agent and
 // IP), its checksums match the source disk, and a plan afterwards is empty.
 func TestAccExampleSingle(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	vmid, files := e.addGuestVM(t, "web-01", "00:50:56:00:60:01", 2*mib)
 	w := e.exampleWorkdir(t, "single", map[string]any{"vm_name": "web-01", "shutdown_timeout": "30s"})
@@ -75,7 +74,6 @@ func TestAccExampleSingle(t *testing.T) {
 // migrations were in the host-reading phases at any instant, and more than
 // one was (so a limiter that serialised everything, or none at all, fails).
 func TestAccExampleWave20(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	const n, limit = 20, 4
 	files := map[string]*esxisim.VMFiles{}
@@ -149,7 +147,6 @@ func TestAccExampleWave20(t *testing.T) {
 // servers are migrated in one apply, and no app server migration started
 // (its record was created) before every database migration was Completed.
 func TestAccExampleWave2(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	files := map[string]*esxisim.VMFiles{}
 	for i, name := range []string{"db-01", "db-02", "app-01", "app-02", "app-03"} {
@@ -195,7 +192,6 @@ func TestAccExampleWave2(t *testing.T) {
 // migrations with the VMs' UIDs and the plan is empty (exit code 0); nothing
 // was migrated again (same VirtualMachine UIDs).
 func TestAccExampleImport(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	uids := map[string]string{}
 	for i, name := range []string{"web-01", "web-02"} {
@@ -242,7 +238,6 @@ func TestAccExampleImport(t *testing.T) {
 // and the snapshot VM keeps running. Without snap-01 the pull request plans
 // one VM to add, and applies.
 func TestAccExampleGitOps(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	_, web1 := e.addGuestVM(t, "web-01", "00:50:56:00:a0:01", mib)
 	_, web2 := e.addGuestVM(t, "web-02", "00:50:56:00:a0:02", mib)

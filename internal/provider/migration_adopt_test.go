@@ -64,7 +64,6 @@ resource "vmmigration_migration" %q {
 // transport) is empty. A VM that matches no source by more than its name
 // is refused with the candidates, and nothing is written.
 func TestAccMigrationAdopt(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.foreignVM(t, "Web a", "web-a", "00:50:56:00:60:01", "00:50:56:00:60:02")
 	e.foreignVM(t, "Web b", "web-b", "00:50:56:00:60:03", "00:50:56:00:60:04")

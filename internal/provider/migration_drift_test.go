@@ -14,7 +14,6 @@ import (
 // <namespace>/<name>, with terraform import and with an import block:
 // the state matches the configuration, so the plan is empty.
 func TestAccMigrationLifeImport(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.addSmallVM(t, "imp", "00:50:56:00:30:01")
 	const addr = "vmmigration_migration.imp"
@@ -41,7 +40,6 @@ func TestAccMigrationLifeImport(t *testing.T) {
 // deleted outside Terraform is drift and the plan replaces the migration
 // (exit code 2); applying it migrates again and the plan is empty again.
 func TestAccMigrationLifeDrift(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	vmid, _ := e.addSmallVM(t, "dr", "00:50:56:00:40:01")
 	// The required_providers block of BinaryConfig, then the configuration.
@@ -121,7 +119,6 @@ func TestAccMigrationLifeDrift(t *testing.T) {
 // TestAccMigrationLifePreflightWarning: a failed warning check of a new
 // migration is a warning in the plan, which still succeeds.
 func TestAccMigrationLifePreflightWarning(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, esxisim.VMSpec{Name: "pw", GuestOS: "rhel9-64", Power: esxisim.PoweredOn,
 		Disks: []esxisim.DiskSpec{{CapacityBytes: 2 * mib}},
@@ -145,7 +142,6 @@ func TestAccMigrationLifePreflightWarning(t *testing.T) {
 // TestAccMigrationLifePreflightPlan: the plan of a new migration runs the
 // pre-flight checks, so a blocker fails the plan with its fix.
 func TestAccMigrationLifePreflightPlan(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, esxisim.VMSpec{Name: "pf", GuestOS: "rhel9-64",
 		Disks: []esxisim.DiskSpec{{CapacityBytes: 2 * mib}},

@@ -18,7 +18,6 @@ import (
 // Retryable failure; the engine deletes and recreates it within the same
 // apply, which succeeds, and errors lists the failed attempt.
 func TestAccMigrationFailureRetryableRecovers(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	_, files := e.host.AddVM(t, failVM("r1", esxisim.PoweredOff))
 	e.sim.FailNextDataVolumes(1, "", "")
@@ -67,7 +66,6 @@ func TestAccMigrationFailureRetryableRecovers(t *testing.T) {
 // Clearing the fault is not enough (Failed is terminal, and the host is not
 // even contacted); the reset annotation lets the next apply complete.
 func TestAccMigrationFailureRetriesExhaustedThenReset(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, failVM("h1", esxisim.PoweredOff))
 	const addr = "vmmigration_migration.h1"
@@ -136,7 +134,6 @@ func TestAccMigrationFailureRetriesExhaustedThenReset(t *testing.T) {
 // After the reset the migration continues from Importing without powering
 // anything off again.
 func TestAccMigrationFailureImportExhaustedThenReset(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, failVM("x1", esxisim.PoweredOn))
 	const addr = "vmmigration_migration.x1"
@@ -197,7 +194,6 @@ func TestAccMigrationFailureImportExhaustedThenReset(t *testing.T) {
 // before any record exists. Once they power the VM off, the next apply
 // completes. The provider never sends a power command.
 func TestAccMigrationFailureManualPowerOff(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	id, _ := e.host.AddVM(t, failVM("m1", esxisim.PoweredOn))
 	const addr = "vmmigration_migration.m1"

@@ -95,7 +95,6 @@ func refreshPlan(checks ...plancheck.PlanCheck) resource.ConfigPlanChecks {
 // plan time and the VM survives; under delete_destination it migrates
 // again.
 func TestAccMigrationLifeUpdateReplace(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.addSmallVM(t, "web", "00:50:56:00:10:01")
 	e.addSmallVM(t, "other", "00:50:56:00:10:02")
@@ -243,7 +242,6 @@ const (
 // delete_destination removes them too, rollback is refused once the VM has
 // started and then nothing is deleted.
 func TestAccMigrationLifeDeletePolicies(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.addSmallVM(t, "keep", "00:50:56:00:20:01")
 	e.addSmallVM(t, "dd", "00:50:56:00:20:02")

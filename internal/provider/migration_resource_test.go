@@ -18,7 +18,6 @@ const mib = 1 << 20
 // VM and a two-disk VM in one apply, and checks every piece of evidence
 // against what the source and the destination show.
 func TestAccMigrationFullPath(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	_, bios := e.host.AddVM(t, esxisim.VMSpec{Name: "bios", GuestOS: "rhel9-64", CPUs: 2, MemoryMiB: 2048,
 		Disks: []esxisim.DiskSpec{{CapacityBytes: 8 * mib, Thin: true, Content: []esxisim.Extent{{Offset: 0, Length: 1 * mib, Seed: 1}, {Offset: 6 * mib, Length: 512 << 10, Seed: 2}}}},

@@ -18,7 +18,6 @@ import (
 // created but cannot be scheduled, ManualInterventionRequired in Starting
 // naming the node problem. Once fixed, the next apply starts the same VM.
 func TestAccMigrationFailureMissingKVM(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, failVM("k1", esxisim.PoweredOff))
 	const addr = "vmmigration_migration.k1"
@@ -72,7 +71,6 @@ func TestAccMigrationFailureMissingKVM(t *testing.T) {
 // the Terraform state. Correcting vm_name then conflicts with the record's
 // identity, and only deleting the record by hand lets the migration start.
 func TestAccMigrationFailureSourceNotFound(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, failVM("present", esxisim.PoweredOff))
 	const addr = "vmmigration_migration.absent"
@@ -150,7 +148,6 @@ func TestAccMigrationFailureSourceNotFound(t *testing.T) {
 // created, and is never touched; once the human removes it, the next apply
 // completes.
 func TestAccMigrationFailureDestinationNotOurs(t *testing.T) {
-	t.Parallel()
 	e := newMigrationEnv(t)
 	e.host.AddVM(t, failVM("n1", esxisim.PoweredOn))
 	const addr = "vmmigration_migration.n1"
