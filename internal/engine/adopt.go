@@ -235,6 +235,13 @@ func (e *Engine) Adopt(ctx context.Context, namespace, name string, hosts []stri
 	if err != nil {
 		return Record{}, rep, err
 	}
+	// The adopted migration holds its source like any other, so that a
+	// later migration of the same VM stops before touching it.
+	if holder, _, err := e.takeClaim(ctx, best.Host, best.VMXPath, namespace, name); err != nil {
+		rep.Notes = append(rep.Notes, "the source VM could not be claimed for this migration ("+err.Error()+"): another migration of it would not be stopped")
+	} else if holder != nil {
+		rep.Notes = append(rep.Notes, "the source VM is also the source of the migration "+holder.holder()+", which holds its claim")
+	}
 	e.event(ctx, s, false, "Adopted", fmt.Sprintf("VirtualMachine %s/%s adopted as the migration of VM %q (vmid %d) on host %s: %s",
 		namespace, name, best.Name, best.VMID, best.Host, best.Matched()))
 	return s.rec, rep, nil

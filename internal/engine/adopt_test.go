@@ -17,6 +17,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
 const mib = 1 << 20
@@ -125,6 +126,20 @@ func TestAdoptRecordsCompleted(t *testing.T) {
 	}
 	_, _, err = en.Adopt(e.ctx(10*time.Second), e.ns, "web-01", []string{hostName})
 	adoptErr(t, err, "RecordExists")
+
+	// The adopted migration holds its source: a new migration of it is
+	// blocked at plan time.
+	p, err := en.Preview(t.Context(), e.spec("Web-01", "web-01-again"), engine.PreviewOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := false
+	for _, c := range p.Blockers() {
+		claimed = claimed || (c.ID == preflight.CheckSourceUnclaimed && strings.Contains(c.Message, e.ns+"/web-01"))
+	}
+	if !claimed {
+		t.Errorf("plan of a second migration of an adopted source: blockers %+v", p.Blockers())
+	}
 }
 
 // TestAdoptRules: a name alone (or with partial evidence) is refused, all

@@ -161,55 +161,71 @@ func (e *Engine) holderLive(ctx context.Context, c SourceClaim) (bool, error) {
 // claimSource makes this migration the holder of its source VM's claim,
 // or stops naming the migration that holds it.
 func (r *run) claimSource(ctx context.Context, vm *esxi.VM) error {
-	e := r.e
-	cl, err := e.deps.Kube.Raw()
+	holder, took, err := r.e.takeClaim(ctx, r.spec.Host, vm.VMXPath, r.spec.Namespace, r.spec.Name)
 	if err != nil {
 		return err
 	}
+	if holder != nil {
+		return onField(FieldSource, needsHuman("SourceClaimed",
+			fmt.Sprintf("the source VM %s on ESXi host %s is already being migrated by %s (claimed at %s in ConfigMap %s/%s); one VM is migrated by one migration only, so nothing was done to it",
+				vm.VMXPath, r.spec.Host, holder.holder(), holder.ClaimedAt, r.e.claimNamespace(), SourceClaimName(r.e.hostIdentity(r.spec.Host), vm.VMXPath)),
+			fmt.Sprintf("remove this migration from the configuration, or forget %s first (destroy it), then run apply again", holder.holder()), nil))
+	}
+	if took {
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("claimed the source VM %s on host %s (ConfigMap %s/%s)",
+			vm.VMXPath, r.spec.Host, r.e.claimNamespace(), SourceClaimName(r.e.hostIdentity(r.spec.Host), vm.VMXPath))})
+	}
+	return nil
+}
+
+// takeClaim makes migration namespace/name the holder of the claim on a
+// source VM (host is its configured name). It returns the holder when
+// another live migration has it, and whether this call took it.
+func (e *Engine) takeClaim(ctx context.Context, host, vmxPath, namespace, name string) (*SourceClaim, bool, error) {
+	cl, err := e.deps.Kube.Raw()
+	if err != nil {
+		return nil, false, err
+	}
 	ns := e.claimNamespace()
-	key := client.ObjectKey{Namespace: ns, Name: SourceClaimName(e.hostIdentity(r.spec.Host), vm.VMXPath)}
+	key := client.ObjectKey{Namespace: ns, Name: SourceClaimName(e.hostIdentity(host), vmxPath)}
 	want := map[string]string{
-		claimKeyHost: r.spec.Host, claimKeyVMXPath: vm.VMXPath,
-		claimKeyNamespace: r.spec.Namespace, claimKeyName: r.spec.Name, claimKeyClaimedAt: r.now().Format(time.RFC3339),
+		claimKeyHost: host, claimKeyVMXPath: vmxPath,
+		claimKeyNamespace: namespace, claimKeyName: name, claimKeyClaimedAt: e.now().Format(time.RFC3339),
 	}
 	labels := map[string]string{kube.LabelManagedBy: kube.ManagedByValue, labelClaimKind: claimKindValue,
-		LabelClaimNamespace: r.spec.Namespace, kube.LabelMigration: r.spec.Name}
+		LabelClaimNamespace: namespace, kube.LabelMigration: name}
 	for attempt := 0; attempt < 5; attempt++ {
 		cm := &corev1.ConfigMap{}
 		err := cl.Get(ctx, key, cm)
 		switch {
 		case kube.IsNotFound(err):
 			if err := e.ensureClaimNamespace(ctx, cl); err != nil {
-				return err
+				return nil, false, err
 			}
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Labels: labels}, Data: want}
 			err := cl.Create(ctx, cm)
 			switch {
 			case err == nil:
-				r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("claimed the source VM %s on host %s (ConfigMap %s/%s)", vm.VMXPath, r.spec.Host, ns, key.Name)})
-				return nil
+				return nil, true, nil
 			case kube.IsAlreadyExists(err), kube.Classify(err) == kube.Transient:
 				// Someone claimed it first, or our create was applied and
 				// its reply lost: look again.
 				continue
 			}
-			return claimError(ns, key.Name, "create", err)
+			return nil, false, claimError(ns, key.Name, "create", err)
 		case err != nil:
-			return claimError(ns, key.Name, "get", err)
+			return nil, false, claimError(ns, key.Name, "get", err)
 		}
 		c := claimOf(cm)
-		if c.Namespace == r.spec.Namespace && c.Name == r.spec.Name {
-			return nil
+		if c.Namespace == namespace && c.Name == name {
+			return nil, false, nil
 		}
 		live, err := e.holderLive(ctx, c)
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		if live {
-			return onField(FieldSource, needsHuman("SourceClaimed",
-				fmt.Sprintf("the source VM %s on ESXi host %s is already being migrated by %s (claimed at %s in ConfigMap %s/%s); one VM is migrated by one migration only, so nothing was done to it",
-					vm.VMXPath, r.spec.Host, c.holder(), c.ClaimedAt, ns, key.Name),
-				fmt.Sprintf("remove this migration from the configuration, or forget %s first (destroy it), then run apply again", c.holder()), nil))
+			return &c, false, nil
 		}
 		// The holder's record is gone: take the claim over (the update
 		// fails on a conflict if another run does the same).
@@ -218,11 +234,11 @@ func (r *run) claimSource(ctx context.Context, vm *esxi.VM) error {
 			if kube.IsConflict(err) || kube.IsNotFound(err) {
 				continue
 			}
-			return claimError(ns, key.Name, "update", err)
+			return nil, false, claimError(ns, key.Name, "update", err)
 		}
-		return nil
+		return nil, true, nil
 	}
-	return transient("SourceClaimContended", "the claim on the source VM "+vm.VMXPath+" kept changing while this run tried to take it", nil)
+	return nil, false, transient("SourceClaimContended", "the claim on the source VM "+vmxPath+" kept changing while this run tried to take it", nil)
 }
 
 func claimError(ns, name, op string, err error) error {
