@@ -177,3 +177,23 @@ func TestFirmware(t *testing.T) {
 		})
 	}
 }
+
+// TestBootUnconvertedEFI boots the EFI variant of the VMware-style guest
+// with OVMF on IDE of an i440FX machine, the nearest to how it ran on ESXi:
+// GRUB from the EFI system partition, the boot marker and the guest agent.
+func TestBootUnconvertedEFI(t *testing.T) {
+	img := testguest.ImageOf(t, testguest.EFI)
+	g, err := guestboot.Start(context.Background(), guestboot.Spec{
+		Disks:    []guestboot.Disk{{Path: img, Format: testguest.Format, Bus: guestboot.BusIDE}},
+		NIC:      guestboot.NICVirtio,
+		Firmware: guestboot.FirmwareEFI,
+		Machine:  guestboot.MachinePC,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	requireBooted(ctx, t, g)
+}

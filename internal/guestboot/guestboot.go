@@ -78,6 +78,19 @@ const (
 	maxDisksPerSATAController          = 6
 )
 
+// Machine is QEMU's machine type.
+type Machine string
+
+// Machine types. MachineQ35 is what KubeVirt runs. MachinePC (i440FX with
+// its PIIX3 IDE) is the nearest QEMU has to VMware's virtual hardware
+// (440BX): use it for the baseline boot of an unconverted guest where q35
+// cannot stand in, e.g. an EFI guest on IDE (under OVMF on q35 the add-on
+// PIIX IDE controller finds no disk in Linux).
+const (
+	MachineQ35 Machine = "q35"
+	MachinePC  Machine = "pc"
+)
+
 // Disk is one disk image, attached in the order given; the first boots.
 type Disk struct {
 	// Path is the image file. It is opened read-only in effect (-snapshot).
@@ -98,6 +111,8 @@ type Spec struct {
 	NIC NICModel
 	// Firmware is FirmwareBIOS when empty.
 	Firmware Firmware
+	// Machine is MachineQ35 when empty.
+	Machine Machine
 	// MemoryMiB defaults to 1024.
 	MemoryMiB int
 	// Sockets, Cores and Threads default to 1 each.
@@ -221,6 +236,9 @@ func withDefaults(s Spec) Spec {
 	if s.Firmware == "" {
 		s.Firmware = FirmwareBIOS
 	}
+	if s.Machine == "" {
+		s.Machine = MachineQ35
+	}
 	if s.MemoryMiB <= 0 {
 		s.MemoryMiB = defaultMemoryMiB
 	}
@@ -258,8 +276,13 @@ func (g *Guest) qemuArgs() ([]string, error) {
 	if len(s.Disks) == 0 {
 		return nil, errors.New("guestboot: no disks")
 	}
-	machine := "q35"
-	if s.Firmware == FirmwareEFISecureBoot {
+	machine := string(s.Machine)
+	switch {
+	case s.Machine != MachineQ35 && s.Machine != MachinePC:
+		return nil, fmt.Errorf("guestboot: unknown machine type %q", s.Machine)
+	case s.Firmware == FirmwareEFISecureBoot && s.Machine != MachineQ35:
+		return nil, errors.New("guestboot: Secure Boot needs the q35 machine type")
+	case s.Firmware == FirmwareEFISecureBoot:
 		machine += ",smm=on"
 	}
 	args := []string{
@@ -283,7 +306,7 @@ func (g *Guest) qemuArgs() ([]string, error) {
 		return nil, err
 	}
 	args = append(args, fw...)
-	disks, err := diskArgs(s.Disks)
+	disks, err := diskArgs(s.Machine, s.Disks)
 	if err != nil {
 		return nil, err
 	}
@@ -301,8 +324,8 @@ func (g *Guest) qemuArgs() ([]string, error) {
 }
 
 // diskArgs attaches each disk to a controller of its bus, creating the
-// controllers it needs, with boot order following the list.
-func diskArgs(disks []Disk) ([]string, error) {
+// controllers the machine lacks, with boot order following the list.
+func diskArgs(machine Machine, disks []Disk) ([]string, error) {
 	var args []string
 	made := map[Bus]bool{}
 	count := map[Bus]int{}
@@ -332,19 +355,33 @@ func diskArgs(disks []Disk) ([]string, error) {
 		case BusVirtio:
 			args = append(args, "-device", "virtio-blk-pci,drive="+id+boot)
 		case BusSATA:
-			// q35's own ICH9 AHCI controller, buses ide.0 to ide.5.
+			// q35's own ICH9 AHCI controller has buses ide.0 to ide.5; pc
+			// gets one added.
 			if n >= maxDisksPerSATAController {
 				return nil, fmt.Errorf("guestboot: more than %d SATA disks", maxDisksPerSATAController)
 			}
-			args = append(args, "-device", fmt.Sprintf("ide-hd,drive=%s,bus=ide.%d%s", id, n, boot))
+			bus := "ide"
+			if machine == MachinePC {
+				bus = "ahci"
+				if !made[BusSATA] {
+					args = append(args, "-device", "ich9-ahci,id=ahci")
+				}
+			}
+			args = append(args, "-device", fmt.Sprintf("ide-hd,drive=%s,bus=%s.%d%s", id, bus, n, boot))
 		case BusIDE:
+			// pc's own PIIX3 IDE has buses ide.0 and ide.1; q35 gets one
+			// added.
 			if n >= maxDisksPerIDEController {
 				return nil, fmt.Errorf("guestboot: more than %d IDE disks", maxDisksPerIDEController)
 			}
-			if !made[BusIDE] {
-				args = append(args, "-device", "piix3-ide,id=pide")
+			bus := "ide"
+			if machine == MachineQ35 {
+				bus = "pide"
+				if !made[BusIDE] {
+					args = append(args, "-device", "piix3-ide,id=pide")
+				}
 			}
-			args = append(args, "-device", fmt.Sprintf("ide-hd,drive=%s,bus=pide.%d,unit=%d%s", id, n/2, n%2, boot))
+			args = append(args, "-device", fmt.Sprintf("ide-hd,drive=%s,bus=%s.%d,unit=%d%s", id, bus, n/2, n%2, boot))
 		case BusSCSI:
 			if !made[BusSCSI] {
 				args = append(args, "-device", "virtio-scsi-pci,id=scsi0")

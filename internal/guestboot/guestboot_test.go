@@ -134,6 +134,11 @@ func TestQEMUArgs(t *testing.T) {
 			"-device ide-hd,drive=disk1,bus=pide.0,unit=0,bootindex=2", "-device ide-hd,drive=disk2,bus=pide.0,unit=1,bootindex=3",
 			"-nic user,model=e1000e,restrict=on", "-m 2048", "-smp 4,sockets=1,cores=2,threads=2",
 		}},
+		{"pc ide and sata", Spec{Machine: MachinePC, Disks: []Disk{{Path: img, Format: "raw", Bus: BusIDE}, {Path: img, Format: "raw", Bus: BusSATA}}, Firmware: FirmwareEFI}, []string{
+			"-machine pc", "-device ide-hd,drive=disk0,bus=ide.0,unit=0,bootindex=1",
+			"-device ich9-ahci,id=ahci", "-device ide-hd,drive=disk1,bus=ahci.0,bootindex=2",
+			"-drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+		}},
 		{"scsi and pvscsi", Spec{Disks: []Disk{{Path: img, Format: "raw", Bus: BusSCSI}, {Path: img, Format: "raw", Bus: BusPVSCSI}}}, []string{
 			"-device virtio-scsi-pci,id=scsi0", "-device scsi-hd,drive=disk0,bus=scsi0.0,bootindex=1",
 			"-device pvscsi,id=pvscsi0", "-device scsi-hd,drive=disk1,bus=pvscsi0.0,bootindex=2",
@@ -165,13 +170,15 @@ func TestQEMUArgs(t *testing.T) {
 		})
 	}
 	for name, spec := range map[string]Spec{
-		"no disks":    {},
-		"vmdk":        {Disks: []Disk{{Path: img, Format: "vmdk"}}},
-		"unknown bus": {Disks: []Disk{{Path: img, Format: "raw", Bus: "floppy"}}},
-		"missing":     {Disks: []Disk{{Path: filepath.Join(dir, "none"), Format: "raw"}}},
-		"comma":       {Disks: []Disk{{Path: "/a,b", Format: "raw"}}},
-		"nic":         {Disks: []Disk{{Path: img, Format: "raw"}}, NIC: "rtl8139"},
-		"firmware":    {Disks: []Disk{{Path: img, Format: "raw"}}, Firmware: "coreboot"},
+		"no disks":            {},
+		"vmdk":                {Disks: []Disk{{Path: img, Format: "vmdk"}}},
+		"unknown bus":         {Disks: []Disk{{Path: img, Format: "raw", Bus: "floppy"}}},
+		"missing":             {Disks: []Disk{{Path: filepath.Join(dir, "none"), Format: "raw"}}},
+		"comma":               {Disks: []Disk{{Path: "/a,b", Format: "raw"}}},
+		"nic":                 {Disks: []Disk{{Path: img, Format: "raw"}}, NIC: "rtl8139"},
+		"firmware":            {Disks: []Disk{{Path: img, Format: "raw"}}, Firmware: "coreboot"},
+		"machine":             {Disks: []Disk{{Path: img, Format: "raw"}}, Machine: "microvm"},
+		"pc with Secure Boot": {Disks: []Disk{{Path: img, Format: "raw"}}, Machine: MachinePC, Firmware: FirmwareEFISecureBoot},
 	} {
 		spec.Accel = Accel{Name: AccelTCG}
 		g := &Guest{spec: withDefaults(spec), dir: t.TempDir(), agent: &agent{path: "/x/qga.sock"}}
