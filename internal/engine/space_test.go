@@ -123,3 +123,43 @@ func TestWorkDirFullWhileCopying(t *testing.T) {
 		t.Errorf("the copy started over: %v", e.ddReads(from))
 	}
 }
+
+// A work_dir that fills up while converting stops for a human too; the
+// staged copy is kept and converting resumes once there is room.
+func TestWorkDirFullWhileConverting(t *testing.T) {
+	e := newEnv(t)
+	const size = 8 << 20
+	e.host.AddVM(t, randomVM("full3", size))
+	spec := e.spec("full3", "full3")
+	spec.TargetFormat = "qcow2"
+	spec.WorkDir = smallFS(t, "20m")
+	filler := filepath.Join(spec.WorkDir, "filler")
+	hook := func(ev engine.Event) {
+		if ev.Kind == engine.EventPhase && ev.Phase == engine.PhaseConverting {
+			f, err := os.OpenFile(filler, os.O_WRONLY|os.O_CREATE, 0o600)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = f.Write(make([]byte, 10<<20))
+			_ = f.Close()
+		}
+	}
+	e.onEvent.Store(&hook)
+	en := e.engine()
+	_, err := en.Run(e.ctx(60*time.Second), spec)
+	se := stopErr(t, err)
+	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "WorkDirFull" || se.Phase != engine.PhaseConverting ||
+		!strings.Contains(se.Message, "while converting disk 0") || !strings.Contains(se.Message, "still need up to ") {
+		t.Fatalf("stop = %v", err)
+	}
+	e.onEvent.Store(nil)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	from := len(e.host.CommandLog())
+	e.mustComplete(en, spec)
+	if reads := e.ddReads(from); len(reads) != 0 {
+		t.Errorf("the staged copy was not reused: %v", reads)
+	}
+}
