@@ -27,7 +27,7 @@ const (
     "dirty-flag": false
 }`
 	infoBackingSample = `{"backing-filename-format": "qcow2", "virtual-size": 67108864, "filename": "fzb.qcow2", "cluster-size": 65536, "format": "qcow2", "actual-size": 200704, "format-specific": {"type": "qcow2", "data": {"compat": "1.1", "compression-type": "zlib", "lazy-refcounts": false, "refcount-bits": 16, "corrupt": false, "extended-l2": false}}, "full-backing-filename": "fz.qcow2", "backing-filename": "fz.qcow2", "dirty-flag": false}`
-	checkCleanSample = `{
+	checkCleanSample  = `{
     "image-end-offset": 262144,
     "total-clusters": 1024,
     "check-errors": 0,
