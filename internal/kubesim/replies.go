@@ -11,7 +11,11 @@ import (
 	"sync"
 	"syscall"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
 // Write is a kind of write to the API server that ReplyFaults can lose the
@@ -129,11 +133,7 @@ func (t *replyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		var meta struct {
-			Metadata struct{ Name string } `json:"metadata"`
-		}
-		_ = json.Unmarshal(body, &meta)
-		name = meta.Metadata.Name
+		name = objectName(body)
 		req = req.Clone(req.Context())
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -177,6 +177,24 @@ func (f *ReplyFaults) take(w Write, res, ns, name string) bool {
 		}
 	}
 	return false
+}
+
+// deserializer decodes request bodies in any encoding client-go sends
+// (protobuf for built-in kinds, JSON for the others).
+var deserializer = serializer.NewCodecFactory(testcluster.Scheme()).UniversalDeserializer()
+
+// objectName is metadata.name of an encoded object, or "".
+func objectName(body []byte) string {
+	if obj, _, err := deserializer.Decode(body, nil, nil); err == nil {
+		if m, err := meta.Accessor(obj); err == nil {
+			return m.GetName()
+		}
+	}
+	var o struct {
+		Metadata struct{ Name string } `json:"metadata"`
+	}
+	_ = json.Unmarshal(body, &o)
+	return o.Metadata.Name
 }
 
 // classifyWrite reads a write's target from its URL:

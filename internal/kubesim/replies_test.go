@@ -80,8 +80,17 @@ func TestLoseReplyAfterWrite(t *testing.T) {
 	if err := raw.Update(ctx, &got); err != nil {
 		t.Errorf("third update (fault spent): %v", err)
 	}
-	if faults.Lost() != 3 {
-		t.Errorf("Lost() = %d, want 3", faults.Lost())
+	// A core object's create.
+	faults.LoseReply(Create, "ConfigMap", ns, "cm2", 1)
+	cm2 := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm2"}}
+	if err := raw.Create(ctx, cm2); err == nil || kube.Classify(err) != kube.Transient {
+		t.Errorf("create of cm2: %v, want a transient error", err)
+	}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(cm2), &got); err != nil {
+		t.Errorf("cm2 was not created although its reply was lost: %v", err)
+	}
+	if faults.Lost() != 4 {
+		t.Errorf("Lost() = %d, want 4", faults.Lost())
 	}
 }
 
