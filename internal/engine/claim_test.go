@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -89,5 +93,32 @@ func TestOneSourceOneMigration(t *testing.T) {
 	}
 	if n := powerChanges(e); len(n) != 1 {
 		t.Errorf("power commands = %q, want exactly one", n)
+	}
+}
+
+// A claim whose holder has no record any more (its record deleted by hand)
+// does not stop a new migration, which takes the claim over.
+func TestStaleSourceClaimTakenOver(t *testing.T) {
+	e := newEnv(t)
+	e.host.AddVM(t, smallVM("stale", esxisim.PoweredOff))
+	spec := e.spec("stale", "stale-a")
+	en := e.engine()
+	e.mustComplete(en, spec)
+	// The first migration's record disappears without Forget.
+	if err := e.admin.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: engine.RecordName("stale-a")}}); err != nil {
+		t.Fatal(err)
+	}
+	second := e.spec("stale", "stale-b")
+	p, err := en.Preview(t.Context(), second, engine.PreviewOptions{})
+	if err != nil || len(p.Blockers()) != 0 {
+		t.Fatalf("plan: %+v, %v", p.Blockers(), err)
+	}
+	e.mustComplete(en, second)
+	var list corev1.ConfigMapList
+	if err := e.admin.List(t.Context(), &list, client.InNamespace(engine.DefaultClaimNamespace), client.MatchingLabels{engine.LabelClaimNamespace: e.ns}); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Data["name"] != "stale-b" || list.Items[0].Labels[engine.LabelMigration] != "stale-b" {
+		t.Errorf("claims = %+v", list.Items)
 	}
 }
