@@ -106,8 +106,11 @@ func (a *agent) exchange(ctx context.Context, command string, args, out any) err
 	if !ok {
 		deadline = time.Now().Add(time.Minute)
 	}
-	_ = a.conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = a.conn.SetDeadline(time.Now()) })
+	// The cancel hook may run after call has dropped the connection: it
+	// holds its own reference.
+	conn := a.conn
+	_ = conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 
 	id := rand.Int64N(1 << 50)
