@@ -312,10 +312,15 @@ func (e *Engine) claimCheck(ctx context.Context, spec Spec, vm *esxi.VM) (prefli
 	if err != nil {
 		return preflight.Check{}, err
 	}
+	// A warning, not a blocker: when this migration replaces the holder in
+	// the same apply (its destination changed), Terraform destroys the
+	// holder first, which releases the claim. Otherwise taking the claim,
+	// the act that follows the checks in Validated, stops the migration
+	// before anything is done to the source.
 	if c != nil {
-		return preflight.Check{ID: preflight.CheckSourceUnclaimed, Severity: preflight.Blocker,
-			Message: fmt.Sprintf("VM %q is already being migrated by %s (since %s). A VM is migrated by one migration only: remove this one, or destroy that one first.", vm.Name, c.holder(), c.ClaimedAt)}, nil
+		return preflight.Check{ID: preflight.CheckSourceUnclaimed, Severity: preflight.Warning,
+			Message: fmt.Sprintf("VM %q is already being migrated by %s (since %s). A VM is migrated by one migration only: unless this plan destroys that migration first (a replacement), apply stops at Validated, before touching the VM. Remove this one, or destroy that one first.", vm.Name, c.holder(), c.ClaimedAt)}, nil
 	}
-	return preflight.Check{ID: preflight.CheckSourceUnclaimed, Severity: preflight.Blocker, Passed: true,
+	return preflight.Check{ID: preflight.CheckSourceUnclaimed, Severity: preflight.Warning, Passed: true,
 		Message: fmt.Sprintf("VM %q is not being migrated by another migration.", vm.Name)}, nil
 }

@@ -125,17 +125,22 @@ func classify(err error) (fault.Class, string) {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fault.Transient, "Timeout"
 	}
+	if c, ok := fault.OfErrno(err); ok {
+		// A local file system or device error, by what it is.
+		return c, "LocalError"
+	}
 	if esxi.Classify(err) == fault.Transient {
 		return fault.Transient, "Error"
 	}
 	return kube.Classify(err), "Error"
 }
 
-// actionOf returns the action a stopCause names, if any.
+// actionOf returns the action a stopCause names, else the advice for a
+// local file system error, if any.
 func actionOf(err error) string {
 	var sc *stopCause
-	if errors.As(err, &sc) {
+	if errors.As(err, &sc) && sc.action != "" {
 		return sc.action
 	}
-	return ""
+	return fault.ErrnoAdvice(err)
 }

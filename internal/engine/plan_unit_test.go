@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
@@ -171,9 +174,26 @@ func TestCheckField(t *testing.T) {
 		preflight.CheckNamespace: FieldNamespace, preflight.CheckDestinationName: FieldName,
 		preflight.CheckDestinationFree: FieldName, preflight.CheckGuestOS: FieldSource,
 		preflight.CheckInventory: FieldSource, preflight.CheckDisks: FieldSource,
+		preflight.CheckSourceUnclaimed: FieldSource, preflight.CheckWorkDirSpace: "",
 	} {
 		if got := CheckField(id); got != want {
 			t.Errorf("CheckField(%s) = %q, want %q", id, got, want)
 		}
+	}
+}
+
+// A local file system error is classified by what it is: a full disk needs
+// a human and says what to do; a dropped connection is retried.
+func TestClassifyLocalErrors(t *testing.T) {
+	full := &os.PathError{Op: "write", Path: "/w/disk-0.raw", Err: syscall.ENOSPC}
+	if c, reason := classify(full); c != fault.NeedsHuman || reason != "LocalError" || actionOf(full) == "" {
+		t.Errorf("ENOSPC = %v %q, action %q; want needs-human with advice", c, reason, actionOf(full))
+	}
+	reset := &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}
+	if c, _ := classify(reset); c != fault.Transient {
+		t.Errorf("ECONNRESET = %v, want transient", c)
+	}
+	if a := actionOf(needsHuman("X", "m", "do this", full)); a != "do this" {
+		t.Errorf("a step's own action = %q, want it kept", a)
 	}
 }

@@ -113,6 +113,9 @@ func CheckField(id string) string {
 		return FieldStorageClass
 	case preflight.CheckPowerPolicy:
 		return FieldPowerOffPolicy
+	case preflight.CheckWorkDirSpace:
+		// The provider's work_dir, not an attribute of the migration.
+		return ""
 	}
 	return FieldSource
 }

@@ -262,7 +262,12 @@ func (r *migrationResource) Delete(ctx context.Context, req resource.DeleteReque
 	defer cancel()
 	ns, name := m.Destination.Namespace.ValueString(), m.Destination.Name.ValueString()
 	policy := m.DeletePolicy.ValueString()
-	res, err := eng.Forget(ctx, ns, name, engine.ForgetPolicy(policy), engine.ForgetOptions{WorkDir: r.clients.settings.WorkDir})
+	opts := engine.ForgetOptions{WorkDir: r.clients.settings.WorkDir}
+	if m.Transport != nil {
+		// Images of an unfinished migration over HTTP are staged there.
+		opts.StagingDir = m.Transport.StagingDir.ValueString()
+	}
+	res, err := eng.Forget(ctx, ns, name, engine.ForgetPolicy(policy), opts)
 	for _, a := range res.Actions {
 		tflog.Info(ctx, a)
 	}

@@ -49,6 +49,9 @@ output "names" {
 			t.Fatalf("the TRACE log lacks %q: the provider's logs were not captured", want)
 		}
 	}
+	if len(host.Commands()) == 0 {
+		t.Fatal("the host logged no command: the run never reached it, so the command log proves nothing")
+	}
 	for _, secret := range []string{acctest.ESXiPassword, token} {
 		for what, text := range map[string]string{"log": string(log), "stdout": r.Stdout, "stderr": r.Stderr} {
 			if strings.Contains(text, secret) {
