@@ -365,5 +365,19 @@ func TestSchedulingFailures(t *testing.T) {
 		t.Fatalf("stop = %v", err)
 	}
 	e.sim.ClearSchedulingFailure()
+	// Wait until the simulated scheduler has placed the VMI, as a cluster
+	// that got room would, before running again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: "k1"}, vmi)
+		if err == nil && vmi.Status.NodeName != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the VMI was not scheduled after the capacity came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	e.mustComplete(e.engine(), spec)
 }

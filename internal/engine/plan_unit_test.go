@@ -197,3 +197,24 @@ func TestClassifyLocalErrors(t *testing.T) {
 		t.Errorf("a step's own action = %q, want it kept", a)
 	}
 }
+
+// Downtime runs from the source powered off to the migrated VM started.
+func TestDowntime(t *testing.T) {
+	off := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	started := off.Add(42 * time.Second)
+	for _, tc := range []struct {
+		name       string
+		off, start *time.Time
+		want       time.Duration
+	}{
+		{"both", &off, &started, 42 * time.Second},
+		{"not started yet", &off, nil, 0},
+		{"never powered off", nil, &started, 0},
+		{"clock went backwards", &started, &off, 0},
+	} {
+		r := Record{Timestamps: Timestamps{SourcePoweredOff: tc.off, VMStarted: tc.start}}
+		if got := r.Downtime(); got != tc.want {
+			t.Errorf("%s: Downtime = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

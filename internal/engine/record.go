@@ -49,6 +49,17 @@ var PowerActions = []string{PowerActionAlreadyOff, PowerActionGraceful, PowerAct
 var TimestampNames = []string{"created", "discovered", "validated", "sourcePoweredOff", "acquired", "converted",
 	"imported", "vmCreated", "vmStarted", "completed"}
 
+// Downtime is what users felt: from the source powered off to the
+// migrated VM started. Zero until both happened; a source that was already
+// off before the migration counts from when the migration found it off.
+func (r Record) Downtime() time.Duration {
+	t := r.Timestamps
+	if t.SourcePoweredOff == nil || t.VMStarted == nil || t.VMStarted.Before(*t.SourcePoweredOff) {
+		return 0
+	}
+	return t.VMStarted.Sub(*t.SourcePoweredOff)
+}
+
 // Condition types, named after observed state.
 const (
 	CondSourceDiscovered = "SourceDiscovered"

@@ -33,6 +33,7 @@ type migrationModel struct {
 	SourceVMID types.Int64  `tfsdk:"source_vmid"`
 	VMUID      types.String `tfsdk:"vm_uid"`
 	PowerOff   types.String `tfsdk:"power_off_action"`
+	Downtime   types.String `tfsdk:"downtime"`
 	Timestamps types.Map    `tfsdk:"timestamps"`
 	Disks      types.List   `tfsdk:"disks"`
 	Conditions types.List   `tfsdk:"conditions"`
@@ -188,6 +189,10 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 	if rec.VM != nil {
 		m.VMUID = types.StringValue(rec.VM.UID)
 	}
+	m.Downtime = types.StringValue("")
+	if d := rec.Downtime(); d > 0 {
+		m.Downtime = types.StringValue(d.Round(100 * time.Millisecond).String())
+	}
 	m.PowerOff = types.StringValue("")
 	if rec.PowerOff != nil {
 		m.PowerOff = types.StringValue(rec.PowerOff.Action)
@@ -250,7 +255,7 @@ func nonNil[T any](s []T) []T {
 
 // copyComputed carries the computed attributes of state into a plan.
 func (m *migrationModel) copyComputed(state migrationModel) {
-	m.ID, m.Phase, m.SourceVMID, m.VMUID, m.PowerOff = state.ID, state.Phase, state.SourceVMID, state.VMUID, state.PowerOff
+	m.ID, m.Phase, m.SourceVMID, m.VMUID, m.PowerOff, m.Downtime = state.ID, state.Phase, state.SourceVMID, state.VMUID, state.PowerOff, state.Downtime
 	m.Timestamps, m.Disks, m.Conditions, m.Errors, m.Drift = state.Timestamps, state.Disks, state.Conditions, state.Errors, state.Drift
 }
 

@@ -155,9 +155,11 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				Validators: []validator.String{stringvalidator.OneOf(engine.DeletePolicies...)},
 			},
 
-			"phase":            str("Current checkpoint: " + backticked(phaseNames(engine.Phases())) + "; or a stop state: " + backticked(phaseNames(engine.StopPhases)) + "."),
-			"source_vmid":      schema.Int64Attribute{Computed: true, MarkdownDescription: "Vmid of the source VM when it was discovered."},
-			"vm_uid":           str("UID of the destination VirtualMachine."),
+			"phase":       str("Current checkpoint: " + backticked(phaseNames(engine.Phases())) + "; or a stop state: " + backticked(phaseNames(engine.StopPhases)) + "."),
+			"source_vmid": schema.Int64Attribute{Computed: true, MarkdownDescription: "Vmid of the source VM when it was discovered."},
+			"vm_uid":      str("UID of the destination VirtualMachine."),
+			"downtime": str("How long the service was down: from the source powered off to the migrated VM started " +
+				"(`timestamps.sourcePoweredOff` to `timestamps.vmStarted`), as a duration such as `42s`. Empty until the VM has started."),
 			"power_off_action": str("What powered the source off, recorded once: " + backticked(engine.PowerActions) + "."),
 			"timestamps":       schema.MapAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "RFC 3339 times of the checkpoints reached: " + backticked(engine.TimestampNames) + "."},
 			"disks": schema.ListNestedAttribute{

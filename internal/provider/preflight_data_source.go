@@ -172,7 +172,7 @@ func (d *preflightDataSource) Read(ctx context.Context, req datasource.ReadReque
 		Host: host, VMName: m.VMName.ValueString(), VMID: int(m.VMID.ValueInt64()),
 		Namespace: m.Namespace.ValueString(), Name: m.Name.ValueString(), StorageClass: m.StorageClass.ValueString(),
 		NetworkMap: stringMap(m.NetworkMap), PowerOffPolicy: m.PowerOffPolicy.ValueString(),
-		WorkDir:    d.clients.settings.WorkDir,
+		WorkDir: d.clients.settings.WorkDir,
 	}
 	p, err := eng.Preview(ctx, spec, engine.PreviewOptions{InventoryMaxAge: engine.DefaultInventoryMaxAge})
 	switch {
