@@ -274,6 +274,9 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 			zero += d.ZeroBytes
 			fmt.Printf("    %-20s disk %d  %4d MiB  sha256 %s…  source = copy = DataVolume %s\n", rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume)
 		}
+		if dt := rec.Downtime(); dt > 0 {
+			fmt.Printf("    %-20s downtime %s (source powered off to VM started)\n", rec.Identity.Name, dt.Round(10*time.Millisecond))
+		}
 	}
 	fmt.Printf("    %d VM(s), %d disk(s), %d MiB copied (%d MiB of it zero runs), every checksum verified end to end\n", vms, disks, bytes>>20, zero>>20)
 	return nil
