@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/childproc"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
@@ -168,7 +169,7 @@ type Guest struct {
 	spec    Spec
 	accel   Accel
 	dir     string
-	proc    *process
+	proc    *childproc.Process
 	console *console
 	stderr  *console
 	agent   *agent
@@ -207,27 +208,27 @@ func Start(ctx context.Context, spec Spec) (*Guest, error) {
 	// -snapshot overlays go to TMPDIR: keep them in this guest's folder.
 	env := append(os.Environ(), "TMPDIR="+dir)
 	g.started = time.Now()
-	g.proc, err = startProcess(qemu, g.args, env, g.console, g.stderr)
+	g.proc, err = childproc.Start(qemu, g.args, env, g.console, g.stderr)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("guestboot: %w", err)
 	}
 	go func() {
-		<-g.proc.done
+		<-g.proc.Done()
 		g.console.close()
 		g.stderr.close()
 	}()
 	// QEMU creates the agent socket before it runs the guest.
 	if err := waitFor(ctx, func() bool {
 		_, err := os.Stat(g.agent.path)
-		return err == nil || g.proc.exited()
+		return err == nil || g.proc.Exited()
 	}); err != nil {
 		g.Stop()
 		return nil, err
 	}
-	if g.proc.exited() {
+	if g.proc.Exited() {
 		defer g.Stop()
-		return nil, fmt.Errorf("guestboot: %w at start: %v: %s", ErrExited, g.proc.err, strings.Join(g.stderr.tail(20), "\n"))
+		return nil, fmt.Errorf("guestboot: %w at start: %v: %s", ErrExited, g.proc.Err(), strings.Join(g.stderr.tail(20), "\n"))
 	}
 	return g, nil
 }
@@ -453,7 +454,7 @@ func (g *Guest) ConsoleTail(n int) []string { return g.console.tail(n) }
 func (g *Guest) QEMUStderr(n int) []string { return g.stderr.tail(n) }
 
 // Exited reports whether QEMU has exited.
-func (g *Guest) Exited() bool { return g.proc.exited() }
+func (g *Guest) Exited() bool { return g.proc.Exited() }
 
 // WaitConsole waits for a console line containing substr and returns it.
 // It returns early, with an error wrapping ErrBootFailed, when the console
@@ -488,7 +489,7 @@ func (g *Guest) WaitAgent(ctx context.Context) error {
 		case err == nil:
 			cancel(fmt.Errorf("guestboot: %w: %s", ErrBootFailed, line))
 		case errors.Is(err, errConsoleClosed):
-			cancel(fmt.Errorf("guestboot: %w: %v", ErrExited, g.proc.err))
+			cancel(fmt.Errorf("guestboot: %w: %v", ErrExited, g.proc.Err()))
 		}
 	}()
 	for {
@@ -534,14 +535,14 @@ func (g *Guest) Interfaces(ctx context.Context) ([]Interface, error) {
 func (g *Guest) Stop() {
 	g.stop.Do(func() {
 		g.agent.close()
-		g.proc.kill()
+		g.proc.Kill()
 		_ = os.RemoveAll(g.dir)
 	})
 }
 
 func (g *Guest) waitErr(err error, what string) error {
 	if errors.Is(err, errConsoleClosed) {
-		return fmt.Errorf("guestboot: %w before a %s: %v", ErrExited, what, g.proc.err)
+		return fmt.Errorf("guestboot: %w before a %s: %v", ErrExited, what, g.proc.Err())
 	}
 	return fmt.Errorf("guestboot: no %s after %s: %w", what, time.Since(g.started).Round(time.Second), err)
 }

@@ -4,33 +4,25 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/childproc"
 )
 
-// process is a child process (etcd or kube-apiserver) tied to the lifetime of
-// the test binary:
-//
-//   - it is started with Pdeathsig=SIGKILL from a goroutine locked to its OS
-//     thread that stays blocked in Wait for as long as the child lives. The
-//     kernel sends Pdeathsig when the *thread* that forked the child exits, so
-//     the thread must not be reused or retired by the Go runtime before the
-//     child is gone; when the whole test binary dies (panic, timeout, SIGKILL)
-//     every thread exits and the kernel kills the child;
-//   - it runs in its own process group (Setpgid), which kill signals as a
-//     whole, so nothing it might spawn survives it.
+// process is a child process (etcd or kube-apiserver) tied to the lifetime
+// of the test binary (see package childproc: Pdeathsig from a locked
+// thread, its own process group), with its output in a log file.
 type process struct {
+	*childproc.Process
 	name    string
 	pid     int
 	logPath string
-	done    chan struct{} // closed once the child has been reaped
-	err     error         // Wait's result, valid after done
+	err     error // the child's exit, valid once it exited
 }
 
 // startProcess starts path with args, stdout and stderr appended to logPath.
@@ -39,32 +31,16 @@ func startProcess(name, path string, args []string, logPath string) (*process, e
 	if err != nil {
 		return nil, err
 	}
-	p := &process{name: name, logPath: logPath, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Never unlocked: when this goroutine returns, after the child has
-		// been reaped, the runtime retires the thread with it.
-		runtime.LockOSThread()
-		defer close(p.done)
-		defer logFile.Close()
-		cmd := exec.Command(path, args...)
-		cmd.Stdout = logFile
-		cmd.Stderr = logFile
-		cmd.Env = childEnv()
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("starting %s: %w", name, err)
-			return
-		}
-		p.pid = cmd.Process.Pid
-		started <- nil
-		p.err = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		<-p.done
-		return nil, err
+	cp, err := childproc.Start(path, args, childEnv(), logFile, logFile)
+	if err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	return p, nil
+	go func() {
+		<-cp.Done()
+		logFile.Close()
+	}()
+	return &process{Process: cp, name: name, pid: cp.Pid(), logPath: logPath}, nil
 }
 
 // childEnv is the environment for etcd and kube-apiserver: the test's own,
@@ -82,14 +58,13 @@ func childEnv() []string {
 	return env
 }
 
-// exited reports whether the process has exited.
+// exited reports whether the process has exited, and records how.
 func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
+	if !p.Exited() {
 		return false
 	}
+	p.err = p.Err()
+	return true
 }
 
 // kill SIGKILLs the process group and waits until the child is reaped.
@@ -97,11 +72,8 @@ func (p *process) kill() {
 	if p == nil {
 		return
 	}
-	if !p.exited() {
-		// The group id is the child's pid (Setpgid with Pgid 0).
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-	}
-	<-p.done
+	p.Kill()
+	p.err = p.Err()
 }
 
 // logTail returns the last n lines of the process's log.

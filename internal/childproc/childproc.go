@@ -1,0 +1,88 @@
+// Package childproc starts helper processes (etcd and kube-apiserver for
+// the test cluster, QEMU for real guests) whose lifetime is tied to this
+// program's:
+//
+//   - each is started with Pdeathsig=SIGKILL from a goroutine locked to its
+//     OS thread, which stays blocked in Wait while the child lives (the
+//     kernel sends Pdeathsig when the thread that forked the child exits,
+//     so that thread must outlive the child): if this program dies, so does
+//     the child;
+//   - each runs in its own process group, killed as a whole.
+package childproc
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime"
+	"syscall"
+)
+
+// Process is a started child.
+type Process struct {
+	pid  int
+	done chan struct{} // closed once the child has been reaped
+	err  error         // Wait's result, valid after done
+}
+
+// Start starts path with args and env (nil: this program's environment);
+// its stdout and stderr go to the given writers.
+func Start(path string, args, env []string, stdout, stderr io.Writer) (*Process, error) {
+	p := &Process{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// Never unlocked: when this goroutine returns, after the child has
+		// been reaped, the runtime retires the thread with it.
+		runtime.LockOSThread()
+		defer close(p.done)
+		cmd := exec.Command(path, args...)
+		cmd.Env = env
+		cmd.Stdout = stdout
+		cmd.Stderr = stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("starting %s: %w", path, err)
+			return
+		}
+		p.pid = cmd.Process.Pid
+		started <- nil
+		p.err = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		<-p.done
+		return nil, err
+	}
+	return p, nil
+}
+
+// Pid is the child's process id, which is also its process group's.
+func (p *Process) Pid() int { return p.pid }
+
+// Done is closed once the child has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is Wait's result; valid once Done is closed.
+func (p *Process) Err() error { return p.err }
+
+// Exited reports whether the child has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill SIGKILLs the child's process group and waits until the child is
+// reaped.
+func (p *Process) Kill() {
+	if p == nil {
+		return
+	}
+	if !p.Exited() {
+		// The group id is the child's pid (Setpgid with Pgid 0).
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+	<-p.done
+}
