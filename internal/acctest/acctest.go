@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/modroot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/provider"
 )
 
@@ -68,7 +68,7 @@ var (
 func ProviderBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := RepoRoot()
+		root, err := modroot.Find()
 		if err != nil {
 			buildErr = err
 			return
@@ -91,25 +91,6 @@ func ProviderBinary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return buildPath
-}
-
-// RepoRoot walks up from the working directory to the module root.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/vmmigration/terraform-provider-vmmigration\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("repository root (go.mod of terraform-provider-vmmigration) not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Workdir is a Terraform working directory using the built provider binary
@@ -171,3 +152,6 @@ func (w *Workdir) Run(ctx context.Context, env []string, args ...string) Result 
 	err = cmd.Run()
 	return Result{Stdout: stdout.String(), Stderr: stderr.String(), Err: err}
 }
+
+// RepoRoot is the repository root (see package modroot).
+func RepoRoot() (string, error) { return modroot.Find() }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/modroot"
 )
 
 // Versions of the binaries the test cluster runs, as built by
@@ -40,7 +42,7 @@ func findBinaries(dir string) (binaries, error) {
 		dir = os.Getenv(EnvTestBin)
 	}
 	if dir == "" {
-		root, err := repoRoot()
+		root, err := modroot.Find()
 		if err != nil {
 			return binaries{}, fmt.Errorf("testcluster: %s is not set and the repository root cannot be found (%v); %s", EnvTestBin, err, buildHint)
 		}
@@ -83,23 +85,4 @@ func findBinaries(dir string) (binaries, error) {
 			abs, where, strings.Join(problems, "; "), buildHint)
 	}
 	return b, nil
-}
-
-// repoRoot walks up from the working directory (a test's package folder) to
-// the folder holding go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod in the working directory or above")
-		}
-		dir = parent
-	}
 }

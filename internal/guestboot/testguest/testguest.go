@@ -24,6 +24,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/modroot"
 )
 
 // Variant is how the guest boots.
@@ -123,7 +125,7 @@ func Copy(t testing.TB) string {
 }
 
 func build(v Variant) (string, time.Duration, error) {
-	root, err := repoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		return "", 0, err
 	}
@@ -191,24 +193,6 @@ func copySparse(src, dst string) error {
 		return err
 	}
 	return out.Close()
-}
-
-// repoRoot walks up from the working directory to the folder with go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod in the working directory or above")
-		}
-		dir = parent
-	}
 }
 
 // RootFS reads the root file system of a raw image of this guest (or of
