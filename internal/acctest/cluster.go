@@ -3,6 +3,7 @@ package acctest
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -193,6 +194,38 @@ func (c *Cluster) AnnotateRecord(t testing.TB, namespace, name, key, value strin
 	if err := c.cl.Update(t.Context(), cm); err != nil {
 		t.Fatalf("annotating ConfigMap %s/%s: %v", namespace, cm.Name, err)
 	}
+}
+
+// RecordText is the stored text of migration namespace/name's record
+// ConfigMap: its data and annotations, as an editor of the cluster sees it.
+func (c *Cluster) RecordText(t testing.TB, namespace, name string) string {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: engine.RecordName(name)}, cm); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for k, v := range cm.Data {
+		b.WriteString(k + ": " + v + "\n")
+	}
+	for k, v := range cm.Annotations {
+		b.WriteString(k + ": " + v + "\n")
+	}
+	return b.String()
+}
+
+// EventMessages returns the reason and message of every Event in namespace.
+func (c *Cluster) EventMessages(t testing.TB, namespace string) []string {
+	t.Helper()
+	var evs corev1.EventList
+	if err := c.cl.List(t.Context(), &evs, client.InNamespace(namespace)); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, 0, len(evs.Items))
+	for _, ev := range evs.Items {
+		out = append(out, ev.Reason+": "+ev.Message)
+	}
+	return out
 }
 
 // Records returns the migration records of a namespace (the ConfigMaps

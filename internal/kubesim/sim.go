@@ -132,6 +132,8 @@ type Sim struct {
 	kick   chan struct{}
 
 	tokens   *tokenSigner
+	issuedMu sync.Mutex
+	issued   []string // upload tokens handed out
 	tokenAPI *tlsServer
 	proxy    *tlsServer
 	proxyCA  []byte

@@ -234,11 +234,22 @@ func (s *Sim) serveCreateToken(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewInternalError(err))
 		return
 	}
+	s.issuedMu.Lock()
+	s.issued = append(s.issued, token)
+	s.issuedMu.Unlock()
 	req.TypeMeta = metav1.TypeMeta{Kind: "UploadTokenRequest", APIVersion: uploadv1beta1.SchemeGroupVersion.String()}
 	req.Namespace = ns
 	req.CreationTimestamp = metav1.Now()
 	req.Status.Token = token
 	writeJSON(w, http.StatusCreated, &req)
+}
+
+// IssuedUploadTokens returns every upload token the token API handed out,
+// so that tests can check a secret the provider held never leaked.
+func (s *Sim) IssuedUploadTokens() []string {
+	s.issuedMu.Lock()
+	defer s.issuedMu.Unlock()
+	return append([]string(nil), s.issued...)
 }
 
 // registerTokenAPI creates (or takes over) the cdi namespace, the
