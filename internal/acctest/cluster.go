@@ -1,11 +1,14 @@
 package acctest
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -193,6 +196,36 @@ func (c *Cluster) AnnotateRecord(t testing.TB, namespace, name, key, value strin
 	cm.Annotations[key] = value
 	if err := c.cl.Update(t.Context(), cm); err != nil {
 		t.Fatalf("annotating ConfigMap %s/%s: %v", namespace, cm.Name, err)
+	}
+}
+
+// StopAPIServer stops the cluster's kube-apiserver (etcd keeps the data):
+// an outage of the destination cluster. StartAPIServer ends it.
+func (c *Cluster) StopAPIServer() { c.tc.StopAPIServer() }
+
+// StartAPIServer starts the kube-apiserver again after StopAPIServer and
+// waits until it serves. It returns an error rather than failing a test,
+// so that it can run beside one.
+func (c *Cluster) StartAPIServer(ctx context.Context) error { return c.tc.StartAPIServer(ctx) }
+
+// ExpireLease makes the Lease of migration namespace/name look as if its
+// holder stopped renewing it long ago, as it would after a killed run once
+// the lease duration has passed, without the test waiting that long. A
+// missing Lease is left alone.
+func (c *Cluster) ExpireLease(t testing.TB, namespace, name string) {
+	t.Helper()
+	l := &coordinationv1.Lease{}
+	err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: engine.RecordName(name)}, l)
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	l.Spec.RenewTime, l.Spec.AcquireTime = &past, &past
+	if err := c.cl.Update(t.Context(), l); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -122,6 +122,10 @@ type Stats struct {
 	StdoutBytes int64
 	// AuthFailures is the number of failed password attempts.
 	AuthFailures int64
+	// PowerCommands counts power.off and power.shutdown commands that ran
+	// on the host (not those received and abandoned before running, as when
+	// the client vanished during a command delay).
+	PowerCommands int64
 	// RejectedRequests counts refused shell/pty/subsystem requests and
 	// refused non-session channels (such as direct-tcpip).
 	RejectedRequests int64
@@ -170,7 +174,7 @@ type Server struct {
 	inventoryXMLSet bool
 
 	stats struct {
-		conns, execs, commands, vimcmds, stdout, authFail, rejected atomic.Int64
+		conns, execs, commands, vimcmds, stdout, authFail, rejected, power atomic.Int64
 	}
 
 	ctx    context.Context
@@ -390,6 +394,7 @@ func (s *Server) Stats() Stats {
 		StdoutBytes:      s.stats.stdout.Load(),
 		AuthFailures:     s.stats.authFail.Load(),
 		RejectedRequests: s.stats.rejected.Load(),
+		PowerCommands:    s.stats.power.Load(),
 	}
 }
 
@@ -402,6 +407,7 @@ func (s *Server) ResetStats() {
 	s.stats.stdout.Store(0)
 	s.stats.authFail.Store(0)
 	s.stats.rejected.Store(0)
+	s.stats.power.Store(0)
 	s.mu.Lock()
 	s.cmdLog = nil
 	s.mu.Unlock()

@@ -342,6 +342,7 @@ func (s *Server) powerOn(vmid int, stdout io.Writer) int {
 }
 
 func (s *Server) powerOff(vmid int, stdout io.Writer) int {
+	s.stats.power.Add(1)
 	s.mu.Lock()
 	vm, err := s.vmLocked(vmid)
 	if err != nil {
@@ -363,6 +364,7 @@ func (s *Server) powerOff(vmid int, stdout io.Writer) int {
 }
 
 func (s *Server) powerShutdown(vmid int, stdout io.Writer) int {
+	s.stats.power.Add(1)
 	s.mu.Lock()
 	vm, err := s.vmLocked(vmid)
 	if err != nil {

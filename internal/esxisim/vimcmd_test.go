@@ -170,6 +170,9 @@ func TestPowerAndGuest(t *testing.T) {
 	if r.out != wantFault || r.code != 1 {
 		t.Errorf("shutdown without tools: got %q exit %d, want %q", r.out, r.code, wantFault)
 	}
+	if n := s.Stats().PowerCommands; n != 1 {
+		t.Errorf("PowerCommands = %d after one shutdown ran, want 1", n)
+	}
 	// Shutdown with Tools: returns at once, powers off after the delay.
 	r = mustRun(t, c, "vim-cmd vmsvc/power.shutdown "+itoa(idTools)+` && echo "ok $?"`)
 	if r.out != "ok 0\n" || time.Since(start) > 250*time.Millisecond {
