@@ -3,8 +3,6 @@ package provider_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -123,19 +121,7 @@ func runFaultCase(t *testing.T, c faultCase) string {
 	}
 	e.host.SetCommandDelay(c.slow)
 
-	tf, err := acctest.TerraformPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(tf, "apply", "-auto-approve", "-input=false", "-no-color")
-	cmd.Dir = w.Dir
-	cmd.Env = append(os.Environ(), w.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startApply(t, w)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	duringDone := make(chan struct{})

@@ -34,6 +34,27 @@ func ddReads(cmds []string, path string) [][2]int64 {
 	return out
 }
 
+// startApply starts `terraform apply` in w, in a process group of its own
+// so that Terraform and its provider plugin can be killed together, with
+// the output collected.
+func startApply(t *testing.T, w *acctest.Workdir) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	tf, err := acctest.TerraformPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(tf, "apply", "-auto-approve", "-input=false", "-no-color")
+	cmd.Dir = w.Dir
+	cmd.Env = append(os.Environ(), w.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
+}
+
 // TestAccMigrationSurvivesSIGKILL runs the real terraform binary with the
 // built provider, kills Terraform and the provider with SIGKILL in the
 // middle of the disk copy, and applies again: the migration completes,
@@ -56,19 +77,7 @@ func TestAccMigrationSurvivesSIGKILL(t *testing.T) {
 	// Slow every host command down so that the copy is still running when
 	// Terraform is killed.
 	e.host.SetCommandDelay(700 * time.Millisecond)
-	tf, err := acctest.TerraformPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(tf, "apply", "-auto-approve", "-input=false", "-no-color")
-	cmd.Dir = w.Dir
-	cmd.Env = append(os.Environ(), w.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startApply(t, w)
 	deadline := time.Now().Add(3 * time.Minute)
 	for len(ddReads(e.host.Commands(), flat)) < 3 {
 		if time.Now().After(deadline) {
