@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,48 @@ func TestInterruptDuringCopy(t *testing.T) {
 	if len(e.dataVolumes()) != 1 || len(e.vms()) != 1 {
 		t.Errorf("%d DataVolumes, %d VMs", len(e.dataVolumes()), len(e.vms()))
 	}
+}
+
+// A run that cannot renew its lease (the API server is unreachable) stops
+// before the lease can expire for anyone else, instead of going on with the
+// source it holds; the next run continues from the checkpoint.
+func TestUnrenewableLeaseStopsTheRun(t *testing.T) {
+	e := newEnv(t)
+	e.host.AddVM(t, esxisim.VMSpec{Name: "l1", Disks: []esxisim.DiskSpec{{CapacityBytes: 48 << 20}},
+		NICs: []esxisim.NICSpec{{Network: "VM Network"}}, Power: esxisim.PoweredOff})
+	spec := e.spec("l1", "l1")
+	e.host.SetCommandDelay(300 * time.Millisecond) // a copy of 48 one-MiB chunks takes > 14 s
+	en := e.engine()
+	done := make(chan error, 1)
+	var ended time.Time
+	go func() {
+		_, err := en.Run(e.ctx(2*time.Minute), spec)
+		ended = time.Now()
+		done <- err
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for len(e.ddReads(0)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the copy did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.c.StopAPIServer()
+	down := time.Now()
+	// Longer than the 3 s lease of the test engine.
+	time.Sleep(5 * time.Second)
+	if err := e.c.StartAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	err := <-done
+	if err == nil || ended.After(back) {
+		t.Fatalf("the run went on without its lease: ended %v after the outage began (API back after %v), error %v",
+			ended.Sub(down), back.Sub(down), err)
+	}
+	if !strings.Contains(err.Error(), "lease could not be renewed") {
+		t.Errorf("error = %v, want it to say the lease could not be renewed", err)
+	}
+	e.host.SetCommandDelay(0)
+	e.mustComplete(e.engine(), spec)
 }

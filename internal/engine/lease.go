@@ -145,33 +145,58 @@ func (e *Engine) heldError(ctx context.Context, namespace, name string) error {
 
 // renew renews the lease every third of its duration until release. If a
 // renewal finds someone else holding it, the run's context is cancelled.
+// So it is when the lease could not be renewed for most of its duration
+// (the API server unreachable): by then another run may see it expired
+// and take over, so this one must stop acting first.
 func (h *lease) renew(dur time.Duration) {
 	defer close(h.done)
 	t := time.NewTicker(max(dur/3, 100*time.Millisecond))
 	defer t.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-h.stop:
 			return
 		case <-t.C:
 		}
-		if err := h.renewOnce(); err != nil {
-			h.mu.Lock()
-			h.lost = err
-			h.mu.Unlock()
-			if kube.IsConflict(err) || isLostLease(err) {
-				h.cancel(err)
-				return
-			}
-			// A transient failure: try again at the next tick. The lease
-			// lasts three ticks.
+		err := h.renewOnce()
+		if err == nil {
+			renewed = time.Now()
+			continue
+		}
+		h.mu.Lock()
+		h.lost = err
+		h.mu.Unlock()
+		if kube.IsConflict(err) || isLostLease(err) {
+			h.cancel(err)
+			return
+		}
+		// A transient failure: try again at the next tick, unless the
+		// lease is about to expire for everyone else.
+		if since := time.Since(renewed); since >= leaseGiveUp(dur) {
+			h.cancel(&lostLeaseError{expired: since, cause: err})
+			return
 		}
 	}
 }
 
-type lostLeaseError struct{ holder string }
+// leaseGiveUp is how long a run goes on without renewing its lease: five
+// sixths of its duration, so that it stops before any other run can see
+// the lease expired.
+func leaseGiveUp(dur time.Duration) time.Duration { return dur - dur/6 }
+
+// lostLeaseError says the lease was taken over, or could not be renewed
+// for so long that it may be.
+type lostLeaseError struct {
+	holder  string
+	expired time.Duration
+	cause   error
+}
 
 func (e *lostLeaseError) Error() string {
+	if e.holder == "" {
+		return fmt.Sprintf("the lease could not be renewed for %s (%v): it may expire for other runs, so this one stopped", e.expired.Round(time.Second), e.cause)
+	}
 	return fmt.Sprintf("the lease was taken over by %s", e.holder)
 }
 
