@@ -108,7 +108,9 @@ func (c *Client) FileSizes(ctx context.Context, paths ...string) (map[string]int
 func ParseStatSize(out, path string) (int64, error) {
 	line := strings.TrimSuffix(out, "\n")
 	sp := strings.IndexByte(line, ' ')
-	if sp <= 0 || line[sp+1:] != path || !isDigits(line[:sp]) {
+	// stat prints sizes in canonical decimal: anything else (a sign, a
+	// leading zero) is not stat's answer for this path.
+	if sp <= 0 || line[sp+1:] != path || !isDigits(line[:sp]) || (sp > 1 && line[0] == '0') {
 		return 0, fmt.Errorf("unexpected stat output %q", truncate(line, 200))
 	}
 	n, err := strconv.ParseInt(line[:sp], 10, 64)

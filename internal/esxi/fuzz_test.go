@@ -177,6 +177,7 @@ func FuzzParseStatSize(f *testing.F) {
 	const p = "/vmfs/volumes/ds1/vm/vm-flat.vmdk"
 	f.Add("8589934592 "+p+"\n", p, int64(8589934592))
 	f.Add("-1 "+p+"\n", p, int64(-1))
+	f.Add("00 /vmfs/volumes/5f1e 2b/vm name/x.vmdk\n", "/vmfs/volumes/5f1e 2b/vm name/x.vmdk", int64(0))
 	f.Add("9223372036854775807 /vmfs/volumes/5f1e 2b/vm name/x.vmdk\n", "/vmfs/volumes/5f1e 2b/vm name/x.vmdk", int64(0))
 	f.Fuzz(func(t *testing.T, out, path string, size int64) {
 		n, err := ParseStatSize(out, path)
