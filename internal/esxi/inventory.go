@@ -530,6 +530,7 @@ func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool)) {
 	vm.Firmware = x.Firmware
 	vm.SecureBoot = x.SecureBoot
 	vm.CPUs = x.CPUs
+	vm.CoresPerSocket, vm.VTPM = x.CoresPerSocket, x.VTPM
 	vm.MemoryMiB = x.MemoryMiB
 	vm.Annotation = x.Annotation
 	for _, n := range x.NICs {

@@ -30,9 +30,14 @@ type VM struct {
 	Firmware        Firmware
 	SecureBoot      bool
 	CPUs            int
-	MemoryMiB       int
-	Disks           []Disk
-	NICs            []NIC
+	// CoresPerSocket is cpuid.coresPerSocket, 0 when the .vmx leaves it
+	// to VMware's default (one core per socket).
+	CoresPerSocket int
+	// VTPM is true when the VM has a virtual TPM (vtpm.present).
+	VTPM      bool
+	MemoryMiB int
+	Disks     []Disk
+	NICs      []NIC
 	// Snapshots is the snapshot tree (roots with their children).
 	Snapshots []Snapshot
 	// ToolsStatus is get.guest's toolsStatus ("toolsOk", "toolsNotRunning",

@@ -239,3 +239,21 @@ func TestGetAllVMsHostileVMIDs(t *testing.T) {
 		t.Errorf("problems %v, want one per unusable vmid", probs)
 	}
 }
+
+// vtpm.present is read as VMware writes it; anything else is the VM's
+// problem, not a TPM.
+func TestVMXVirtualTPM(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    bool
+		problem bool
+	}{{"TRUE", true, false}, {"FALSE", false, false}, {"maybe", false, true}} {
+		c, probs := ParseVMX(".encoding = \"UTF-8\"\nmemSize = \"1024\"\nvtpm.present = \"" + tc.value + "\"\n")
+		if c.VTPM != tc.want || hasProblem(probs, "vtpm.present") != tc.problem {
+			t.Errorf("vtpm.present = %q: VTPM %v problems %v", tc.value, c.VTPM, probs)
+		}
+	}
+	if c, _ := ParseVMX("memSize = \"1024\"\n"); c.VTPM {
+		t.Error("a .vmx without vtpm.present has a TPM")
+	}
+}

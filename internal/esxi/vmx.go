@@ -159,6 +159,8 @@ type VMXConfig struct {
 	// (with a Problem when present but out of range or not a divisor of
 	// CPUs).
 	CoresPerSocket int
+	// VTPM is vtpm.present.
+	VTPM bool
 	// MemoryMiB is memSize; 0 (with a Problem) when absent or out of range
 	// 1-maxMemoryMiB.
 	MemoryMiB int
@@ -263,6 +265,13 @@ func ParseVMX(s string) (VMXConfig, []Problem) {
 		c.Firmware = FirmwareEFI
 	default:
 		probs = append(probs, Problem{Message: fmt.Sprintf("unknown firmware %q", fw)})
+	}
+	if v, ok := f.get("vtpm.present"); ok {
+		b, valid := parseVMXBool(v)
+		if !valid {
+			probs = append(probs, Problem{Message: fmt.Sprintf("vtpm.present = %q is not a boolean", v)})
+		}
+		c.VTPM = b && valid
 	}
 	if v, ok := f.get("uefi.secureBoot.enabled"); ok {
 		b, valid := parseVMXBool(v)
