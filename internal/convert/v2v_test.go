@@ -222,7 +222,7 @@ func TestInputArgs(t *testing.T) {
 // Inspection (on the original, read-only) and conversion run at once.
 func TestV2VDebian(t *testing.T) {
 	img := testguest.Image(t)
-	converted := testguest.Copy(t)
+	converted := filepath.Join(t.TempDir(), "converted.raw")
 	v := V2V{TempDir: t.TempDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -241,9 +241,16 @@ func TestV2VDebian(t *testing.T) {
 		inspectDur = time.Since(start)
 	}()
 
-	ev, err := v.Convert(ctx, []V2VDisk{{Path: converted, Format: Raw}}, V2VOptions{})
+	// The conversion runs on a copy of the image, which stays as it was.
+	ev, images, err := v.ConvertCopies(ctx, []V2VDisk{{Path: img, Format: Raw}}, []string{converted}, V2VOptions{})
 	if err != nil {
-		t.Fatalf("Convert: %v", err)
+		t.Fatalf("ConvertCopies: %v", err)
+	}
+	if sum, _, err := hashFile(converted); err != nil || len(images) != 1 || images[0].SHA256 != sum || images[0].Path != converted {
+		t.Errorf("converted images %+v, file hash %s (%v)", images, sum, err)
+	}
+	if _, err := os.Stat(converted + TmpSuffix); !os.IsNotExist(err) {
+		t.Errorf("the conversion's copy is left behind: %v", err)
 	}
 	t.Logf("converted in %s with %s (accelerator %s): %s; drivers %q; warnings %q",
 		ev.Duration.Round(time.Second), ev.Tool, ev.Accel, ev.Converted, ev.Drivers, ev.Warnings)
