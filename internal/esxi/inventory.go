@@ -103,6 +103,10 @@ type inventoryRun struct {
 	// the descriptors stage (by descriptor path).
 	configs map[string]Result
 	descs   map[string]Result
+	// parsed and sizes are what the chains stage read: every descriptor
+	// on a snapshot chain (by path) and its extents' sizes.
+	parsed map[string]Descriptor
+	sizes  map[string]FileSize
 }
 
 // collect builds the inventory in explicit stages, one round trip each
@@ -113,13 +117,15 @@ type inventoryRun struct {
 //  2. configs: every listed VM's .vmx and power.getstate, get.guest and
 //     snapshot.get.
 //  3. descriptors: every disk descriptor the .vmx files name.
-//  4. assemble: each VM from what the stages read.
+//  4. chains: for disks on snapshots only, the parent descriptors and the
+//     chain's extent sizes, one round trip per chain level.
+//  5. assemble: each VM from what the stages read.
 //
 // Each stage attaches what it learns about a VM to that VM; only problems
 // about no listed VM are returned separately (see [Client.Inventory]).
 func (c *Client) collect(ctx context.Context, only int) ([]VM, []Problem, error) {
 	run := &inventoryRun{c: c, only: only}
-	for _, stage := range []func(context.Context) error{run.list, run.readConfigs, run.readDescriptors} {
+	for _, stage := range []func(context.Context) error{run.list, run.readConfigs, run.readDescriptors, run.readChains} {
 		if err := stage(ctx); err != nil {
 			return nil, nil, err
 		}
@@ -409,7 +415,7 @@ func (run *inventoryRun) assemble() []VM {
 		run.c.assemble(w, func(p string) (Result, bool) {
 			r, ok := run.descs[p]
 			return r, ok
-		})
+		}, run.diskChain)
 		w.vm.Problems = withVMID(w.vm.Problems, w.vm.VMID)
 		vms = append(vms, w.vm)
 	}
@@ -502,7 +508,7 @@ func appendUnique(list []string, items ...string) []string {
 }
 
 // assemble fills the VM from its .vmx and disk descriptors.
-func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool)) {
+func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool), chain func(string) *DiskChain) {
 	vm := &w.vm
 	if w.gav != nil && !w.gav.Ambiguous && w.gav.Datastore != "" {
 		vm.Datastore = w.gav.Datastore
@@ -588,6 +594,10 @@ func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool)) {
 			}
 			// RDM and snapshot-delta disks are states, not read failures:
 			// the Disk flags carry them and the pre-flight checks judge them.
+			// So are a chain's problems (a missing parent, a CID mismatch).
+			if disk.Chain = chain(p); disk.Chain != nil && disk.Chain.Complete {
+				disk.Thin = disk.Chain.BaseThin
+			}
 		}
 		vm.Disks = append(vm.Disks, disk)
 	}

@@ -80,6 +80,10 @@ type Disk struct {
 	OnSnapshotDelta bool
 	// ParentDescriptorPath is the resolved parentFileNameHint of a delta.
 	ParentDescriptorPath string
+	// Chain is the snapshot chain the disk runs on, top first, nil when it
+	// runs on its base. Thin is then the base's flag (when the chain is
+	// complete); the chain's Problems say why it could not be read whole.
+	Chain *DiskChain
 	// Mode is the .vmx disk mode ("persistent", "independent-persistent", ...).
 	Mode        string
 	Independent bool

@@ -2,7 +2,6 @@ package esxisim
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
 // Extent is a region of a disk holding data; everything else reads as zeros.
@@ -44,8 +45,37 @@ type DiskSpec struct {
 	// FileName is the descriptor's base name without ".vmdk" (default
 	// "<vm>" for the first disk, "<vm>_N" for the others).
 	FileName string
-	// Content is where the data lives; nil means DefaultContent.
+	// Content is where the data lives; nil means DefaultContent. With
+	// VMSpec.Snapshots it is the base's content.
 	Content []Extent
+	// Deltas are the disk's snapshot deltas, oldest first, written as
+	// real vmfsSparse or seSparse files when VMSpec.Snapshots is set (nil:
+	// one vmfsSparse delta changing a few grains, see DefaultDeltas).
+	Deltas []DeltaSpec
+	// BaseDatastore puts the base of a snapshot chain in the folder
+	// "base-<FileName>" of that datastore; the first delta then names it
+	// by its absolute path.
+	BaseDatastore string
+}
+
+// DefaultDeltas is the snapshot a disk of the given capacity gets when
+// none is specified: one vmfsSparse delta with new data over the first
+// grains, over zeros in the middle, and over the last sector.
+func DefaultDeltas(capacity int64, seed uint64) []DeltaSpec {
+	data := func(off, n int64, s uint64) vmdk.Write {
+		b := make([]byte, n)
+		PatternBytes(b, s, off)
+		return vmdk.Write{Offset: off, Data: b}
+	}
+	mid := capacity / 2 &^ 4095
+	w := []vmdk.Write{data(0, min(4096, capacity), seed+100)}
+	if mid >= 4096 && mid+4096 <= capacity-512 {
+		w = append(w, data(mid, 4096, seed+101))
+	}
+	if capacity > 4096 {
+		w = append(w, data(capacity-512, 512, seed+102))
+	}
+	return []DeltaSpec{{Format: vmdk.VMFSSparse, Writes: w}}
 }
 
 // NICSpec describes one network adapter.
@@ -101,18 +131,25 @@ type DiskFiles struct {
 	Controller    string
 	CapacityBytes int64
 	Thin          bool
-	// Descriptor and Flat are host paths (/vmfs/volumes/...); Delta is the
-	// snapshot's -delta.vmdk and Child its descriptor, when Snapshots is set.
+	// Descriptor and Flat are host paths (/vmfs/volumes/...) of the base;
+	// Delta is the newest snapshot's extent (-delta.vmdk or
+	// -sesparse.vmdk) and Child its descriptor, when Snapshots is set.
 	Descriptor, Flat, Child, Delta string
 	// LocalFlat is the flat file's path on this machine.
 	LocalFlat string
-	// Content is where the disk holds data.
+	// Content is where the base holds data.
 	Content []Extent
+	// Chain is the snapshot chain the disk runs on, when Snapshots is set.
+	Chain *DiskChainFiles
 }
 
-// SHA256 returns the hex SHA-256 of the disk's full logical content,
-// computed from the spec without reading the file.
+// SHA256 returns the hex SHA-256 of the disk's full logical content as
+// the guest sees it (through its snapshot chain, if any), computed from
+// the spec without reading the files.
 func (d DiskFiles) SHA256() string {
+	if d.Chain != nil {
+		return d.Chain.SHA256
+	}
 	return ExpectedSHA256(d.CapacityBytes, d.Content)
 }
 
@@ -478,22 +515,27 @@ func writeDisk(root string, spec VMSpec, d DiskSpec, base string, idx int) (Disk
 	vmxPath := volumesDir + "/" + spec.Datastore + "/" + spec.Name + "/" + spec.Name + ".vmx"
 	top := df.Descriptor
 	if spec.Snapshots {
-		child := base + "-000001"
-		df.Child = hostDir + "/" + child + ".vmdk"
-		df.Delta = hostDir + "/" + child + "-delta.vmdk"
-		var c strings.Builder
-		fmt.Fprintf(&c, "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=fffffffe\nparentCID=%s\nisNativeSnapshot=\"no\"\ncreateType=\"vmfsSparse\"\nparentFileNameHint=\"%s.vmdk\"\n", cid, base)
-		fmt.Fprintf(&c, "# Extent description\nRW %d VMFSSPARSE \"%s-delta.vmdk\"\n\n# The Disk Data Base\n#DDB\n\nddb.longContentID = \"%sfffffffe\"\n", sectors, child, hex.EncodeToString(id[4:16]))
-		if err := os.WriteFile(filepath.Join(localDir, child+".vmdk"), []byte(c.String()), 0o644); err != nil {
-			return DiskFiles{}, "", fmt.Errorf("esxisim: writing snapshot descriptor: %w", err)
+		deltas := d.Deltas
+		if deltas == nil {
+			deltas = DefaultDeltas(capacity, uint64(idx+1))
 		}
-		delta := make([]byte, 4096)
-		copy(delta, "COWD")
-		binary.LittleEndian.PutUint32(delta[4:], 1)
-		binary.LittleEndian.PutUint64(delta[12:], uint64(sectors))
-		if err := os.WriteFile(filepath.Join(localDir, child+"-delta.vmdk"), delta, 0o600); err != nil {
-			return DiskFiles{}, "", fmt.Errorf("esxisim: writing delta: %w", err)
+		cs := DiskChainSpec{Datastore: ds, Folder: rel, Name: base, CapacityBytes: capacity, Thin: d.Thin, Base: content, Deltas: deltas}
+		if d.BaseDatastore != "" {
+			cs.BaseDatastore, cs.BaseFolder = d.BaseDatastore, "base-"+base
 		}
+		// The chain's base replaces the plain disk written above.
+		for _, f := range []string{df.LocalFlat, filepath.Join(localDir, base+".vmdk")} {
+			if err := os.Remove(f); err != nil {
+				return DiskFiles{}, "", fmt.Errorf("esxisim: %w", err)
+			}
+		}
+		ch, err := WriteDiskChain(root, cs)
+		if err != nil {
+			return DiskFiles{}, "", fmt.Errorf("esxisim: disk %d: %w", idx, err)
+		}
+		b := ch.Links[len(ch.Links)-1]
+		df.Descriptor, df.Flat, df.LocalFlat, df.Chain = b.Descriptor, b.Extent, b.LocalExtent, ch
+		df.Child, df.Delta = ch.Top, ch.Links[0].Extent
 		top = df.Child
 	}
 	return df, hostRef(vmxPath, top), nil

@@ -1,0 +1,148 @@
+package esxi
+
+import (
+	"context"
+	"strconv"
+)
+
+// readChains is the inventory stage after the descriptors: for every disk
+// that runs on a snapshot delta it reads the parent descriptors down to the
+// base (one round trip per chain level, all disks together) and the sizes
+// of the chain's extent files. VMs without snapshots cost nothing here.
+func (run *inventoryRun) readChains(ctx context.Context) error {
+	run.parsed = map[string]Descriptor{}
+	run.sizes = map[string]FileSize{}
+	for p, r := range run.descs {
+		run.parsed[p] = parsedDescriptor(r)
+	}
+	var tops []string
+	for _, w := range run.work {
+		if !w.vmxOK {
+			continue
+		}
+		for _, d := range w.vmx.Disks {
+			if !d.Present {
+				continue
+			}
+			p, err := ResolveDiskPath(w.vm.VMXPath, d.FileName)
+			if err != nil {
+				continue
+			}
+			if dd, ok := run.parsed[p]; ok && (dd.IsDelta() || dd.ParentFileNameHint != "") {
+				tops = append(tops, p)
+			}
+		}
+	}
+	if len(tops) == 0 {
+		return nil
+	}
+	statted := map[string]bool{}
+	for round := 0; round <= MaxChainLinks; round++ {
+		var labels []string
+		var cmds []Command
+		byLabel := map[string]string{}
+		for _, p := range PendingChainDescriptors(tops, run.parsed) {
+			cmd, err := Cat(p)
+			if err != nil {
+				run.parsed[p] = Descriptor{} // unreadable: BuildDiskChain says so
+				continue
+			}
+			l := "c" + strconv.Itoa(len(labels))
+			labels, cmds, byLabel[l] = append(labels, l), append(cmds, cmd), p
+		}
+		for _, ep := range chainExtents(tops, run.parsed) {
+			if statted[ep] {
+				continue
+			}
+			statted[ep] = true
+			cmd, err := StatSize(ep)
+			if err != nil {
+				continue
+			}
+			l := "s" + strconv.Itoa(len(labels))
+			labels, cmds, byLabel[l] = append(labels, l), append(cmds, cmd), ep
+		}
+		if len(cmds) == 0 {
+			return nil
+		}
+		rs, err := run.batch(ctx, labels, cmds)
+		if err != nil {
+			return err
+		}
+		for _, l := range labels {
+			p, r := byLabel[l], rs[l]
+			if l[0] == 'c' {
+				if e := run.c.fileErr("cat", p, 0, r); e != nil && Classify(e) == Transient {
+					return e
+				}
+				run.parsed[p] = parsedDescriptor(r)
+				continue
+			}
+			if e := run.c.fileErr("stat", p, 0, r); e != nil {
+				if Classify(e) == Transient {
+					return e
+				}
+				continue
+			}
+			if n, err := ParseStatSize(r.Output, p); err == nil {
+				// stat -c %s gives the length only: the space a delta
+				// occupies is not known from it.
+				run.sizes[p] = FileSize{Bytes: n, AllocatedBytes: -1}
+			}
+		}
+	}
+	return nil
+}
+
+// parsedDescriptor parses a cat result; a failed read is a zero Descriptor.
+func parsedDescriptor(r Result) Descriptor {
+	if r.ExitStatus != 0 {
+		return Descriptor{}
+	}
+	d, _ := ParseDescriptor(r.Output)
+	return d
+}
+
+// chainExtents lists the extent files of every descriptor read so far on
+// the chains of tops.
+func chainExtents(tops []string, descs map[string]Descriptor) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range tops {
+		for depth := 0; p != "" && !seen[p] && depth < MaxChainLinks; depth++ {
+			seen[p] = true
+			d, ok := descs[p]
+			if !ok {
+				break
+			}
+			for _, e := range d.Extents {
+				if e.FileName == "" {
+					continue
+				}
+				if ep, err := ResolveDiskPath(p, e.FileName); err == nil {
+					out = append(out, ep)
+				}
+			}
+			if d.ParentFileNameHint == "" {
+				break
+			}
+			parent, err := ResolveDiskPath(p, d.ParentFileNameHint)
+			if err != nil {
+				break
+			}
+			p = parent
+		}
+	}
+	return out
+}
+
+// diskChain models the chain of the disk whose descriptor is top, or nil
+// when it does not run on a snapshot.
+func (run *inventoryRun) diskChain(top string) *DiskChain {
+	d, ok := run.parsed[top]
+	if !ok || (!d.IsDelta() && d.ParentFileNameHint == "") {
+		return nil
+	}
+	ch := BuildDiskChain(top, run.parsed, run.sizes)
+	return &ch
+}
