@@ -42,9 +42,12 @@ const PodNetwork = "pod"
 
 // Check IDs. Stable: users may match on them.
 const (
-	CheckGuestOS         = "guest_os_supported"
-	CheckFirmware        = "firmware_supported"
-	CheckSnapshots       = "no_snapshots"
+	CheckGuestOS  = "guest_os_supported"
+	CheckFirmware = "firmware_supported"
+	// CheckSnapshots judges the snapshot chains disks run on: a chain that
+	// can be read whole is migrated as is (a warning reports it and what
+	// it costs to copy); a broken one blocks.
+	CheckSnapshots       = "snapshot_chain"
 	CheckDisks           = "disks_supported"
 	CheckInventory       = "inventory_complete"
 	CheckNICsMapped      = "nics_mapped"
@@ -182,18 +185,7 @@ func sourceChecks(vm esxi.VM, dest Destination) []Check {
 		out = append(out, fail(CheckFirmware, Blocker, fmt.Sprintf("VM %q has firmware %q, which the provider does not know how to reproduce. Set firmware to \"bios\" or \"efi\" on the source.", vm.Name, vm.Firmware)))
 	}
 
-	onDelta := false
-	for _, d := range vm.Disks {
-		onDelta = onDelta || d.OnSnapshotDelta
-	}
-	switch {
-	case len(vm.Snapshots) > 0:
-		out = append(out, fail(CheckSnapshots, Blocker, fmt.Sprintf("VM %q has %d snapshot(s) (%s). Copying the base disks would lose the data written since. Delete or consolidate the snapshots first (vim-cmd vmsvc/snapshot.removeall %d, or Delete All in the host client).", vm.Name, countSnapshots(vm.Snapshots), strings.Join(snapshotNames(vm.Snapshots), ", "), vm.VMID)))
-	case onDelta:
-		out = append(out, fail(CheckSnapshots, Blocker, fmt.Sprintf("VM %q runs on a snapshot delta disk although it lists no snapshots. Consolidate its disks (Snapshots > Consolidate in the host client) first.", vm.Name)))
-	default:
-		out = append(out, pass(CheckSnapshots, Blocker, "No snapshots."))
-	}
+	out = append(out, chainCheck(vm))
 
 	var bad []string
 	for _, d := range vm.Disks {
@@ -252,6 +244,98 @@ func sourceChecks(vm esxi.VM, dest Destination) []Check {
 
 	out = append(out, powerCheck(vm, dest.PowerOffPolicy))
 	return out
+}
+
+// chainCheck reports the snapshot chains the disks run on. A cold
+// migration copies every file of a chain and flattens it locally, leaving
+// the snapshots on the source as they are; it cannot when a parent is
+// missing, a parent changed after its child was taken (CID mismatch), or
+// an independent disk is left out of the snapshots while the VM runs.
+func chainCheck(vm esxi.VM) Check {
+	var chains, broken []string
+	var copyBytes int64
+	for _, d := range vm.Disks {
+		switch {
+		case d.Chain != nil && len(d.Chain.Problems) > 0 || d.Chain != nil && !d.Chain.Complete:
+			var ps []string
+			for _, p := range d.Chain.Problems {
+				ps = append(ps, p.String())
+			}
+			if len(ps) == 0 {
+				ps = append(ps, "the chain does not end in a base disk")
+			}
+			broken = append(broken, fmt.Sprintf("%s: %s", diskLabel(d), strings.Join(ps, "; ")))
+		case d.Chain != nil:
+			chains = append(chains, fmt.Sprintf("%s runs on %s", d.Device, chainSummary(*d.Chain)))
+			if d.Chain.CopyBytes >= 0 && copyBytes >= 0 {
+				copyBytes += d.Chain.CopyBytes
+			} else {
+				copyBytes = -1
+			}
+		case d.OnSnapshotDelta:
+			broken = append(broken, diskLabel(d)+": runs on a snapshot delta whose chain was not read")
+		}
+	}
+	if len(broken) > 0 {
+		return fail(CheckSnapshots, Blocker, fmt.Sprintf("VM %q runs on snapshot chains that cannot be read consistently: %s. "+
+			"A missing parent must be restored to the path the child names (parentFileNameHint), or the VM re-registered where its files are; "+
+			"a CID mismatch means a parent disk was written after the snapshot was taken: restore the parent from a backup, or consolidate the snapshots in the host client (Snapshots > Consolidate) and apply again.",
+			vm.Name, strings.Join(broken, "; ")))
+	}
+	if vm.PowerState == esxi.PoweredOn && (len(chains) > 0 || len(vm.Snapshots) > 0) {
+		var indep []string
+		for _, d := range vm.Disks {
+			if d.Independent && d.Chain == nil {
+				indep = append(indep, fmt.Sprintf("%s (%s)", d.Device, d.Mode))
+			}
+		}
+		if len(indep) > 0 {
+			return fail(CheckSnapshots, Blocker, fmt.Sprintf("VM %q runs on snapshots, but its independent disk(s) %s are excluded from them and keep changing while the VM runs. "+
+				"Power the VM off before applying, or make those disks dependent (persistent) on the source.", vm.Name, strings.Join(indep, ", ")))
+		}
+	}
+	if len(chains) == 0 {
+		if len(vm.Snapshots) > 0 {
+			return pass(CheckSnapshots, Warning, fmt.Sprintf("VM %q has %d snapshot(s) (%s) but no disk runs on one: the disks are copied as they are.", vm.Name, countSnapshots(vm.Snapshots), strings.Join(snapshotNames(vm.Snapshots), ", ")))
+		}
+		return pass(CheckSnapshots, Warning, "No snapshots.")
+	}
+	size := "an unknown size"
+	if copyBytes >= 0 {
+		size = humanBytes(copyBytes)
+	}
+	return fail(CheckSnapshots, Warning, fmt.Sprintf("VM %q runs on snapshots: %s. Every file of each chain is copied (%s in all) and flattened into one disk holding what the guest sees now; "+
+		"the snapshots stay on the source, untouched.", vm.Name, strings.Join(chains, "; "), size))
+}
+
+// diskLabel names a disk by device and descriptor.
+func diskLabel(d esxi.Disk) string {
+	if d.DescriptorPath == "" {
+		return d.Device
+	}
+	return d.Device + " (" + d.DescriptorPath + ")"
+}
+
+// chainSummary describes a complete chain, top first: "a 3-link chain
+// (seSparse over vmfsSparse over a thin base), 24 MiB of files".
+func chainSummary(ch esxi.DiskChain) string {
+	var kinds []string
+	for i, l := range ch.Links {
+		if i == len(ch.Links)-1 {
+			thin := "thick"
+			if ch.BaseThin {
+				thin = "thin"
+			}
+			kinds = append(kinds, "a "+thin+" base")
+			continue
+		}
+		kinds = append(kinds, l.CreateType)
+	}
+	files := "files of unknown size"
+	if ch.CopyBytes >= 0 {
+		files = humanBytes(ch.CopyBytes) + " of files"
+	}
+	return fmt.Sprintf("a %d-link chain (%s), %s", len(ch.Links), strings.Join(kinds, " over "), files)
 }
 
 func powerCheck(vm esxi.VM, policy string) Check {

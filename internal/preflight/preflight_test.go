@@ -45,6 +45,43 @@ func goodVM() esxi.VM {
 	}
 }
 
+// chainOf is the chain the inventory builds for a 3-link disk (seSparse
+// over vmfsSparse over a thin base), with its base descriptor missing or
+// the middle link's CID changed when asked.
+func chainOf(missingBase, cidChanged bool) *esxi.DiskChain {
+	const dir = "/vmfs/volumes/ds1/web-01/"
+	mib := int64(1 << 20)
+	descs := map[string]esxi.Descriptor{
+		dir + "web-01-000002.vmdk": {CID: "0000000b", ParentCID: "0000000a", CreateType: "seSparse", ParentFileNameHint: "web-01-000001.vmdk",
+			Extents: []esxi.Extent{{Sectors: 20480, FileName: "web-01-000002-sesparse.vmdk"}}},
+		dir + "web-01-000001.vmdk": {CID: "0000000a", ParentCID: "00000009", CreateType: "vmfsSparse", ParentFileNameHint: "web-01.vmdk",
+			Extents: []esxi.Extent{{Sectors: 20480, FileName: "web-01-000001-delta.vmdk"}}},
+		dir + "web-01.vmdk": {CID: "00000009", ParentCID: "ffffffff", CreateType: "vmfs", DDB: map[string]string{"thinprovisioned": "1"},
+			Extents: []esxi.Extent{{Sectors: 20480, FileName: "web-01-flat.vmdk"}}},
+	}
+	if missingBase {
+		descs[dir+"web-01.vmdk"] = esxi.Descriptor{}
+	}
+	if cidChanged {
+		d := descs[dir+"web-01-000001.vmdk"]
+		d.CID = "0000000c"
+		descs[dir+"web-01-000001.vmdk"] = d
+	}
+	sizes := map[string]esxi.FileSize{
+		dir + "web-01-000002-sesparse.vmdk": {Bytes: mib, AllocatedBytes: -1},
+		dir + "web-01-000001-delta.vmdk":    {Bytes: mib, AllocatedBytes: -1},
+		dir + "web-01-flat.vmdk":            {Bytes: mib, AllocatedBytes: -1},
+	}
+	ch := esxi.BuildDiskChain(dir+"web-01-000002.vmdk", descs, sizes)
+	return &ch
+}
+
+// onChain makes the VM's first disk run on ch.
+func onChain(v *esxi.VM, ch *esxi.DiskChain) {
+	d := &v.Disks[0]
+	d.OnSnapshotDelta, d.Chain, d.DescriptorPath = true, ch, "/vmfs/volumes/ds1/web-01/web-01-000002.vmdk"
+}
+
 func goodDest() Destination {
 	return Destination{Namespace: "apps", Name: "web-01", StorageClass: "fast", PowerOffPolicy: PolicyGraceful,
 		NetworkMap: map[string]string{"VM Network": PodNetwork}, Owner: "apps.web-01"}
@@ -65,16 +102,46 @@ func TestRun(t *testing.T) {
 	}{
 		{name: "all pass"},
 		{
-			name: "snapshots",
+			name: "snapshots no disk runs on",
 			vm: func(v *esxi.VM) {
 				v.Snapshots = []esxi.Snapshot{{Name: "before upgrade", Children: []esxi.Snapshot{{Name: "after"}}}}
 			},
-			failed: []string{`no_snapshots/blocker: VM "web-01" has 2 snapshot(s) ("after", "before upgrade"). Copying the base disks would lose the data written since. Delete or consolidate the snapshots first (vim-cmd vmsvc/snapshot.removeall 7, or Delete All in the host client).`},
 		},
 		{
-			name:   "running on delta",
+			name: "complete chain is reported, not blocked",
+			vm: func(v *esxi.VM) {
+				v.Snapshots = []esxi.Snapshot{{Name: "before upgrade"}}
+				onChain(v, chainOf(false, false))
+			},
+			failed: []string{`snapshot_chain/warning: VM "web-01" runs on snapshots: scsi0:0 runs on a 3-link chain (seSparse over vmfsSparse over a thin base), 3 MiB of files. Every file of each chain is copied (3 MiB in all) and flattened into one disk holding what the guest sees now; the snapshots stay on the source, untouched.`},
+		},
+		{
+			name: "missing parent blocks",
+			vm: func(v *esxi.VM) {
+				onChain(v, chainOf(true, false))
+			},
+			failed: []string{`snapshot_chain/blocker: VM "web-01" runs on snapshot chains that cannot be read consistently: scsi0:0 (/vmfs/volumes/ds1/web-01/web-01-000002.vmdk): /vmfs/volumes/ds1/web-01/web-01.vmdk: parent of /vmfs/volumes/ds1/web-01/web-01-000001.vmdk: descriptor could not be read or parsed. A missing parent must be restored`},
+		},
+		{
+			name: "CID mismatch blocks",
+			vm: func(v *esxi.VM) {
+				onChain(v, chainOf(false, true))
+			},
+			failed: []string{`snapshot_chain/blocker: VM "web-01" runs on snapshot chains that cannot be read consistently: scsi0:0 (/vmfs/volumes/ds1/web-01/web-01-000002.vmdk): /vmfs/volumes/ds1/web-01/web-01-000002.vmdk: parentCID=0000000a but its parent /vmfs/volumes/ds1/web-01/web-01-000001.vmdk has CID=0000000c`},
+		},
+		{
+			name:   "running on delta without its chain",
 			vm:     func(v *esxi.VM) { v.Disks[0].OnSnapshotDelta = true },
-			failed: []string{`no_snapshots/blocker: VM "web-01" runs on a snapshot delta disk although it lists no snapshots.`},
+			failed: []string{`snapshot_chain/blocker: VM "web-01" runs on snapshot chains that cannot be read consistently: scsi0:0: runs on a snapshot delta whose chain was not read.`},
+		},
+		{
+			name: "independent disk left out of the snapshot of a running VM",
+			vm: func(v *esxi.VM) {
+				onChain(v, chainOf(false, false))
+				v.Disks = append(v.Disks, esxi.Disk{Device: "scsi0:2", Independent: true, Mode: "independent-persistent", DataPath: "y", CapacityBytes: 1})
+			},
+			failed: []string{`snapshot_chain/blocker: VM "web-01" runs on snapshots, but its independent disk(s) scsi0:2 (independent-persistent) are excluded from them and keep changing while the VM runs. Power the VM off`,
+				`disks_supported/blocker: VM "web-01" has disks a cold copy cannot move: scsi0:2 is independent-persistent.`},
 		},
 		{
 			name: "rdm and independent",
