@@ -52,6 +52,7 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 		byKey[types.NamespacedName{Namespace: v.Namespace, Name: v.Name}] = v
 	}
 	var errs []error
+	live := map[types.UID]bool{}
 	vmUIDs := map[types.UID]bool{}
 	for i := range vms.Items {
 		vm := &vms.Items[i]
@@ -84,6 +85,7 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 		if vmi.DeletionTimestamp != nil {
 			continue
 		}
+		live[vmi.UID] = true
 		before := vmi.Status.DeepCopy()
 		if err := s.stepVMI(ctx, vmi); err != nil {
 			errs = append(errs, err)
@@ -94,6 +96,11 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err))
 			}
 		}
+	}
+	if s.opts.BootGuests {
+		// Guests of VMIs that are gone or going (deleted, their VM stopped)
+		// are stopped, and their virt-launcher pods deleted.
+		errs = append(errs, s.sweepGuests(ctx, live))
 	}
 	return errors.Join(errs...)
 }
@@ -296,11 +303,9 @@ func (s *Sim) stepVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 	st := &vmi.Status
 	podScheduled := kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
 	synchronized := kubevirtv1.VirtualMachineInstanceSynchronized
-	setPhase := func(p kubevirtv1.VirtualMachineInstancePhase) {
-		st.Phase = p
-		st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
-			Phase: p, PhaseTransitionTimestamp: metav1.NewTime(time.Now().Truncate(time.Second)),
-		})
+	setPhase := func(p kubevirtv1.VirtualMachineInstancePhase) { setVMIPhase(st, p) }
+	if s.opts.BootGuests && (st.Phase == kubevirtv1.Scheduled || st.Phase == kubevirtv1.Running) {
+		return s.stepBootedVMI(ctx, vmi)
 	}
 	switch st.Phase {
 	case "":
@@ -344,6 +349,13 @@ func (s *Sim) stepVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 		s.setReady(vmi, agent)
 	}
 	return nil
+}
+
+func setVMIPhase(st *kubevirtv1.VirtualMachineInstanceStatus, p kubevirtv1.VirtualMachineInstancePhase) {
+	st.Phase = p
+	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
+		Phase: p, PhaseTransitionTimestamp: metav1.NewTime(time.Now().Truncate(time.Second)),
+	})
 }
 
 // setReady sets the VMI's Ready condition: ready once running, or, with a

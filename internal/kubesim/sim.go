@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
@@ -74,6 +75,26 @@ type Options struct {
 	FilesystemOverhead float64
 	// QemuImg is the qemu-img binary. Default: qemu-img on $PATH.
 	QemuImg string
+
+	// BootGuests boots each VMI the sim starts in real QEMU (package
+	// guestboot), from the images of its DataVolumes and PVCs, with the
+	// devices its spec asks for. The VMI is Running while QEMU runs;
+	// AgentConnected, guestOSInfo and the interfaces' addresses come from
+	// the guest's own agent only; the VMI ends Succeeded (the guest powered
+	// off) or Failed when QEMU exits. Each booted VMI gets a virt-launcher
+	// pod on Node NodeName, whose kubelet (served by the sim on 127.0.0.1)
+	// serves the guest-console-log container's log, the serial console,
+	// through the API server's pods/log. Off: guests are simulated
+	// (AgentDelay, AnnotationNoGuestAgent).
+	BootGuests bool
+	// MaxGuests is how many guests may run at once; more wait, Scheduled.
+	// Default 2.
+	MaxGuests int
+	// GuestQEMU, GuestOVMFDir and GuestAccel override guestboot.Spec's
+	// QEMU, OVMFDir and Accel.
+	GuestQEMU    string
+	GuestOVMFDir string
+	GuestAccel   guestboot.Accel
 }
 
 func (o *Options) setDefaults() error {
@@ -98,6 +119,9 @@ func (o *Options) setDefaults() error {
 	def(&o.AgentDelay, 300*time.Millisecond)
 	def(&o.TokenTTL, 5*time.Minute)
 	def(&o.UploadReadyWait, 10*time.Second)
+	if o.MaxGuests <= 0 {
+		o.MaxGuests = 2
+	}
 	if o.ImportRetries <= 0 {
 		o.ImportRetries = 3
 	}
@@ -138,6 +162,9 @@ type Sim struct {
 	proxy    *tlsServer
 	proxyCA  []byte
 	handlers sync.WaitGroup
+	kubelet  *tlsServer
+
+	bootSlots chan struct{}
 
 	mu       sync.Mutex
 	entered  map[string]time.Time
@@ -146,6 +173,7 @@ type Sim struct {
 	received map[string]Received
 	faults   faults
 	lastErr  error
+	boots    map[types.UID]*bootedGuest
 
 	stopOnce sync.Once
 	stopErr  error
@@ -165,7 +193,9 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 		uploads:  map[types.UID]*transfer{},
 		imports:  map[types.UID]*transfer{},
 		received: map[string]Received{},
+		boots:    map[types.UID]*bootedGuest{},
 	}
+	s.bootSlots = make(chan struct{}, opts.MaxGuests)
 	cfg := rest.CopyConfig(opts.RESTConfig)
 	// A transport of our own (a Proxy func keeps client-go from sharing a
 	// cached one), so that Stop can close its connections; short timeouts
@@ -204,6 +234,11 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 	if err := s.startTokenAPI(ctx); err != nil {
 		return nil, err
 	}
+	if opts.BootGuests {
+		if err := s.startKubelet(ctx); err != nil {
+			return nil, err
+		}
+	}
 	s.wg.Add(1)
 	go s.run()
 	ok = true
@@ -212,7 +247,8 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 
 // Stop stops the controllers and servers, unregisters the APIService (when
 // the API server answers), waits for every goroutine the sim started, and
-// removes Dir if the sim created it. It is idempotent.
+// removes Dir if the sim created it. Guests it booted are stopped (QEMU
+// killed and waited for) and its Node is deleted. It is idempotent.
 func (s *Sim) Stop() error {
 	s.stopOnce.Do(func() {
 		var errs []error
@@ -224,7 +260,12 @@ func (s *Sim) Stop() error {
 			errs = append(errs, s.unregisterTokenAPI(ctx))
 			cancel()
 		}
-		for _, srv := range []*tlsServer{s.proxy, s.tokenAPI} {
+		if s.kubelet != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, s.unregisterNode(ctx))
+			cancel()
+		}
+		for _, srv := range []*tlsServer{s.proxy, s.tokenAPI, s.kubelet} {
 			if srv != nil {
 				srv.close()
 			}
