@@ -137,8 +137,8 @@ func planDisks(spec Spec, vm *esxi.VM, prev []DiskEvidence) []DiskEvidence {
 	disks := make([]DiskEvidence, len(vm.Disks))
 	for i, d := range vm.Disks {
 		ev := DiskEvidence{Index: i, Device: d.Device, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes,
-			StagedPath: spec.stagedPath(i), DataVolume: preflight.DiskName(spec.Name, i)}
-		if i < len(prev) && prev[i].SourcePath == d.DataPath && prev[i].SizeBytes == d.CapacityBytes {
+			StagedPath: spec.stagedPath(i), DataVolume: preflight.DiskName(spec.Name, i), Chain: chainPlan(d.Chain)}
+		if i < len(prev) && prev[i].SourcePath == d.DataPath && prev[i].SizeBytes == d.CapacityBytes && sameChain(prev[i].Chain, ev.Chain) {
 			ev = prev[i]
 		}
 		disks[i] = ev

@@ -269,6 +269,14 @@ type DiskEvidence struct {
 	ZeroBytes    int64  `json:"zeroBytes,omitempty"`
 	StagedPath   string `json:"stagedPath"`
 	Acquired     bool   `json:"acquired"`
+	// Chain lists the files of the snapshot chain the disk runs on (top
+	// first), each with its SHA-256 once copied; empty for a disk without
+	// snapshots.
+	Chain []ChainFileEvidence `json:"chain,omitempty"`
+	// GuestSHA256 is the SHA-256 of the guest-visible content of the
+	// flattened chain; it is then also SourceSHA256, what the destination
+	// must hold.
+	GuestSHA256 string `json:"guestSHA256,omitempty"`
 
 	ArtifactPath   string `json:"artifactPath,omitempty"`
 	ArtifactFormat string `json:"artifactFormat,omitempty"`

@@ -259,7 +259,10 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 			if err := transfer.Remove(r.spec.stagedPath(i)); err != nil {
 				return err
 			}
-			dk.Acquired, dk.SourceSHA256, dk.ZeroBytes = false, "", 0
+			if err := r.removeChainCopies(i); err != nil {
+				return err
+			}
+			dk.Acquired, dk.SourceSHA256, dk.ZeroBytes, dk.GuestSHA256 = false, "", 0, ""
 		}
 		po.SeenOnAgain = false
 		po.Note = strings.TrimSpace(po.Note + " The source was found running again after the power-off; the staged copies were discarded and the disks copied again.")
@@ -418,10 +421,17 @@ func (r *run) copyDisks(ctx context.Context) error {
 	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
 		return needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
 	}
-	jobs := make([]transfer.Job, len(rec.Disks))
+	// Disks on snapshots: their chain files (see chain.go).
+	if err := r.copyChains(ctx, c); err != nil {
+		return err
+	}
+	var jobs []transfer.Job
 	byDest := map[string]int{}
 	for i, d := range rec.Disks {
-		jobs[i] = transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)}
+		if d.onChain() {
+			continue
+		}
+		jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)})
 		byDest[r.spec.stagedPath(i)] = i
 	}
 	results, err := transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
@@ -433,7 +443,8 @@ func (r *run) copyDisks(ctx context.Context) error {
 	})
 	var worst error
 	worstRank := -1
-	for i, jr := range results {
+	for _, jr := range results {
+		i := byDest[jr.Job.Dest]
 		d := &rec.Disks[i]
 		if isNoSpace(jr.Err) {
 			jr.Err = r.noSpace(fmt.Sprintf("copying disk %d", i), jr.Err)
@@ -487,6 +498,9 @@ func (r *run) stepConvert(ctx context.Context) error {
 	}
 	for i := range rec.Disks {
 		d := &rec.Disks[i]
+		if err := r.flattenChain(ctx, i); err != nil { // disks on snapshots, see chain.go
+			return err
+		}
 		art, staged := r.spec.artifactPath(i), r.spec.stagedPath(i)
 		st, err := transfer.Inspect(transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, staged, r.chunkSize())
 		if err != nil {

@@ -2,6 +2,7 @@ package esxi
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 )
 
@@ -145,4 +146,31 @@ func (run *inventoryRun) diskChain(top string) *DiskChain {
 	}
 	ch := BuildDiskChain(top, run.parsed, run.sizes)
 	return &ch
+}
+
+// maxDescriptorBytes bounds a descriptor read whole: ESXi's are under
+// 2 KiB; a larger file is not a descriptor.
+const maxDescriptorBytes = 64 << 10
+
+// ReadDescriptor returns the text of the disk descriptor at path (`cat`),
+// byte for byte. A missing file is an error matching [ErrFileNotFound]; a
+// file larger than 64 KiB is refused.
+func (c *Client) ReadDescriptor(ctx context.Context, path string) (string, error) {
+	cmd, err := Cat(path)
+	if err != nil {
+		return "", &Error{Class: Permanent, Host: c.cfg.Name, Op: "cat", Path: path, Msg: err.Error()}
+	}
+	rs, _, err := c.runMany(ctx, "cat", []string{"d"}, []Command{cmd})
+	if err != nil {
+		return "", err
+	}
+	r := rs["d"]
+	if e := c.fileErr("cat", path, 0, r); e != nil {
+		return "", e
+	}
+	if len(r.Output) > maxDescriptorBytes {
+		return "", &Error{Class: Permanent, Kind: ErrUnexpectedOutput, Host: c.cfg.Name, Op: "cat", Path: path,
+			Msg: fmt.Sprintf("%d bytes is too large for a disk descriptor", len(r.Output))}
+	}
+	return r.Output, nil
 }

@@ -1,0 +1,394 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
+)
+
+// A disk that runs on snapshots is migrated as the guest sees it now:
+// Preparing copies every file of its chain (descriptors read whole, extent
+// files with the chunked, resumable, verified copy and its journal) into
+// the migration's folder; Converting rebuilds the chain there with
+// descriptors naming only the local copies, checks CID/parentCID, flattens
+// it with qemu-img and stages the flattened image as the disk's raw copy.
+// The guest-visible SHA-256 becomes the disk's SourceSHA256: what the
+// destination must hold. The source is only read: its snapshots are never
+// removed or consolidated.
+//
+// Local file names are derived from the disk's index and the link's and
+// extent's positions, never read from the record:
+//
+//	disk-<i>-link-<k>.source.vmdk   descriptor as read from the host
+//	disk-<i>-link-<k>.vmdk          descriptor rewritten for the local chain
+//	disk-<i>-link-<k>-extent-<e>    extent file copy (with its journal)
+//	disk-<i>-flattened.raw          qemu-img's output, until staged
+
+// Kinds of ChainFileEvidence.
+const (
+	ChainFileDescriptor = "descriptor"
+	ChainFileExtent     = "extent"
+)
+
+// ChainFileEvidence is one file of a disk's snapshot chain.
+type ChainFileEvidence struct {
+	// Link is the link's position, 0 for the descriptor the VM runs on,
+	// the last for the base; Extent the extent's position in its link.
+	Link   int `json:"link"`
+	Extent int `json:"extent,omitempty"`
+	// Kind is "descriptor" or "extent".
+	Kind string `json:"kind"`
+	// Format is the link's createType ("seSparse", "vmfsSparse", "vmfs").
+	Format string `json:"format"`
+	// SourcePath is the file on the host.
+	SourcePath string `json:"sourcePath"`
+	// CID and ParentCID are the descriptor's (descriptors only).
+	CID       string `json:"cid,omitempty"`
+	ParentCID string `json:"parentCID,omitempty"`
+	// Bytes and SHA256 are the copied file's length and hex SHA-256.
+	Bytes  int64  `json:"bytes,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// chainPlan lists the files of a disk's chain, top first, each link's
+// descriptor before its extents; nil when the disk runs on no snapshot.
+func chainPlan(ch *esxi.DiskChain) []ChainFileEvidence {
+	if ch == nil {
+		return nil
+	}
+	var out []ChainFileEvidence
+	for k, l := range ch.Links {
+		out = append(out, ChainFileEvidence{Link: k, Kind: ChainFileDescriptor, Format: l.CreateType, SourcePath: l.DescriptorPath, CID: l.CID, ParentCID: l.ParentCID})
+		for e, p := range l.ExtentPaths {
+			out = append(out, ChainFileEvidence{Link: k, Extent: e, Kind: ChainFileExtent, Format: l.CreateType, SourcePath: p})
+		}
+	}
+	return out
+}
+
+// sameChain reports whether two plans name the same files in the same
+// places.
+func sameChain(a, b []ChainFileEvidence) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Link != b[i].Link || a[i].Extent != b[i].Extent || a[i].Kind != b[i].Kind || a[i].SourcePath != b[i].SourcePath {
+			return false
+		}
+	}
+	return true
+}
+
+// chainLocalPath is where a chain file of disk i is copied.
+func (s Spec) chainLocalPath(i int, f ChainFileEvidence) string {
+	if f.Kind == ChainFileDescriptor {
+		return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d-link-%d.source.vmdk", i, f.Link))
+	}
+	return filepath.Join(s.stagingDir(), chainExtentName(i, f.Link, f.Extent))
+}
+
+func chainDescriptorName(i, link int) string { return fmt.Sprintf("disk-%d-link-%d.vmdk", i, link) }
+
+func chainExtentName(i, link, extent int) string {
+	return fmt.Sprintf("disk-%d-link-%d-extent-%d", i, link, extent)
+}
+
+// flattenedPath is where qemu-img writes disk i's flattened chain.
+func (s Spec) flattenedPath(i int) string {
+	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d-flattened.raw", i))
+}
+
+// onChain reports a disk that runs on a snapshot chain.
+func (d *DiskEvidence) onChain() bool { return len(d.Chain) > 0 }
+
+// copyChains copies the chain files of every disk that runs on snapshots.
+// The plan comes from the source as observed now; a plan that differs from
+// the recorded one (a snapshot taken or removed since) starts that disk
+// over. Descriptors are read whole and written durably; extent files go
+// through transfer.CopyAll, resuming from their journals.
+func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
+	rec := r.rec()
+	type ref struct{ disk, file int }
+	var jobs []transfer.Job
+	var refs []ref
+	for i := range rec.Disks {
+		d := &rec.Disks[i]
+		if r.src != nil && i < len(r.src.Disks) {
+			if plan := chainPlan(r.src.Disks[i].Chain); !sameChain(plan, d.Chain) {
+				if err := r.removeChainCopies(i); err != nil {
+					return err
+				}
+				d.Chain, d.Acquired, d.SourceSHA256, d.GuestSHA256, d.ZeroBytes = plan, false, "", "", 0
+			}
+		}
+		if !d.onChain() {
+			continue
+		}
+		var extents []string
+		for k := range d.Chain {
+			f := &d.Chain[k]
+			if f.Kind == ChainFileExtent {
+				extents = append(extents, f.SourcePath)
+				continue
+			}
+			text, err := c.ReadDescriptor(ctx, f.SourcePath)
+			if err != nil {
+				return fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
+			}
+			sum := sha256.Sum256([]byte(text))
+			if h := hex.EncodeToString(sum[:]); f.SHA256 != "" && f.SHA256 != h && d.GuestSHA256 != "" {
+				// The descriptor changed since the chain was flattened.
+				d.GuestSHA256, d.SourceSHA256 = "", ""
+			}
+			if err := durable.WriteFile(r.spec.chainLocalPath(i, *f), []byte(text)); err != nil {
+				if isNoSpace(err) {
+					return r.noSpace(fmt.Sprintf("copying the chain of disk %d", i), err)
+				}
+				return needsHuman("WorkDirUnusable", "cannot write "+r.spec.chainLocalPath(i, *f), "make work_dir writable, then run apply again", err)
+			}
+			f.Bytes, f.SHA256 = int64(len(text)), hex.EncodeToString(sum[:])
+		}
+		sizes, err := c.FileSizes(ctx, extents...)
+		if err != nil {
+			return fmt.Errorf("disk %d: sizing the snapshot chain's files: %w", i, err)
+		}
+		for k := range d.Chain {
+			f := &d.Chain[k]
+			if f.Kind != ChainFileExtent {
+				continue
+			}
+			n := sizes[f.SourcePath]
+			if n <= 0 || n%512 != 0 {
+				return permanent("ChainFileUnreadable", fmt.Sprintf("disk %d: the snapshot chain's file %s is %d bytes, not whole 512-byte sectors: it is not a VMDK extent ESXi wrote", i, f.SourcePath, n),
+					"check the file on the host (vmkfstools -x check on its descriptor); consolidate the snapshots in the host client if the chain is damaged, then run apply again", nil)
+			}
+			if f.Bytes != n {
+				f.SHA256 = ""
+			}
+			f.Bytes = n
+			jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: f.SourcePath, SizeBytes: n}, Dest: r.spec.chainLocalPath(i, *f)})
+			refs = append(refs, ref{i, k})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	results, err := transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
+		ChunkSize: r.chunkSize(),
+		Progress: func(p transfer.Progress) {
+			for n, j := range jobs {
+				if j.Dest == p.Dest {
+					r.emit(Event{Kind: EventProgress, Disk: refs[n].disk, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+						Message: fmt.Sprintf("disk %d: snapshot chain file %s: copied %d of %d bytes (%.1f%%)", refs[n].disk, p.Source, p.BytesDone, p.BytesTotal, p.Percent)})
+				}
+			}
+		},
+	})
+	for n, jr := range results {
+		if jr.Err == nil {
+			f := &rec.Disks[refs[n].disk].Chain[refs[n].file]
+			if f.SHA256 != "" && f.SHA256 != jr.Result.SHA256 {
+				rec.Disks[refs[n].disk].GuestSHA256 = ""
+			}
+			f.SHA256 = jr.Result.SHA256
+		}
+	}
+	if err != nil {
+		if isNoSpace(err) {
+			err = r.noSpace("copying the snapshot chains", err)
+		}
+		// Keep the evidence of the files that did finish.
+		if serr := r.save(context.WithoutCancel(ctx)); serr != nil {
+			return errors.Join(err, serr)
+		}
+		return err
+	}
+	for i := range rec.Disks {
+		if rec.Disks[i].onChain() {
+			rec.Disks[i].Acquired = true
+		}
+	}
+	return nil
+}
+
+// removeChainCopies deletes disk i's chain copies and flattened image
+// (all derived paths; missing files are fine).
+func (r *run) removeChainCopies(i int) error {
+	var errs []error
+	d := r.rec().Disks[i]
+	for _, f := range d.Chain {
+		p := r.spec.chainLocalPath(i, f)
+		if f.Kind == ChainFileExtent {
+			errs = append(errs, transfer.Remove(p))
+			continue
+		}
+		errs = append(errs, removeIfExists(p), removeIfExists(filepath.Join(r.spec.stagingDir(), chainDescriptorName(i, f.Link))))
+	}
+	if d.onChain() {
+		errs = append(errs, convert.Remove(r.spec.flattenedPath(i)), transfer.Remove(r.spec.stagedPath(i)))
+	}
+	return errors.Join(errs...)
+}
+
+func removeIfExists(p string) error {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// flattenChain makes disk i's staged raw copy from its copied chain, when
+// it runs on one and that was not done yet: the copied files are checked
+// against their recorded SHA-256 (a file that fails goes back to
+// Preparing), the chain is rebuilt and flattened with qemu-img, and the
+// flattened image is staged with the same journaled copy as any disk, so
+// that the per-disk conversion that follows finds a complete staged copy.
+// A crash anywhere redoes the flatten from the verified files.
+func (r *run) flattenChain(ctx context.Context, i int) error {
+	rec := r.rec()
+	d := &rec.Disks[i]
+	if !d.onChain() {
+		return nil
+	}
+	staged := r.spec.stagedPath(i)
+	disk := transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}
+	st, err := transfer.Inspect(disk, staged, r.chunkSize())
+	if err != nil {
+		return err
+	}
+	if st.State == transfer.StateComplete && d.GuestSHA256 != "" && st.Result.SHA256 == d.GuestSHA256 && d.SourceSHA256 == d.GuestSHA256 {
+		return nil
+	}
+	if d.ArtifactSHA256 != "" && d.GuestSHA256 != "" && r.spec.artifactPath(i) != staged {
+		if _, err := os.Stat(r.spec.artifactPath(i)); err == nil {
+			// Converted already; the staged copy is not needed again.
+			return nil
+		}
+	}
+	back := func(why string) error {
+		d.Acquired = false
+		return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the copied snapshot chain of disk %d: %s", i, why)}
+	}
+	links := map[int]*convert.ChainLink{}
+	var order []int
+	for _, f := range d.Chain {
+		local := r.spec.chainLocalPath(i, f)
+		if f.SHA256 == "" {
+			return back(f.SourcePath + " was not copied")
+		}
+		l := links[f.Link]
+		if l == nil {
+			l = &convert.ChainLink{DescriptorName: chainDescriptorName(i, f.Link)}
+			links[f.Link] = l
+			order = append(order, f.Link)
+		}
+		if f.Kind == ChainFileDescriptor {
+			b, err := os.ReadFile(local)
+			if err != nil {
+				return back(fmt.Sprintf("%s: %v", local, err))
+			}
+			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != f.SHA256 {
+				return back(local + " no longer matches its recorded SHA-256")
+			}
+			l.Descriptor = string(b)
+			continue
+		}
+		est, err := transfer.Inspect(transfer.Disk{Path: f.SourcePath, SizeBytes: f.Bytes}, local, r.chunkSize())
+		if err != nil {
+			return err
+		}
+		if est.State != transfer.StateComplete || est.Result.SHA256 != f.SHA256 {
+			return back(fmt.Sprintf("the copy of %s is %s", f.SourcePath, est.State))
+		}
+		l.ExtentNames = append(l.ExtentNames, filepath.Base(local))
+	}
+	if len(order) > vmdk.MaxChainDepth {
+		return permanent("ChainTooDeep", fmt.Sprintf("disk %d runs on %d links, more than %d", i, len(order), vmdk.MaxChainDepth), "consolidate the snapshots on the source, then run apply again", nil)
+	}
+	var chain []convert.ChainLink
+	for k := range order {
+		l := links[k]
+		if l == nil {
+			return back(fmt.Sprintf("link %d is missing from the recorded chain", k))
+		}
+		chain = append(chain, *l)
+	}
+	if err := transfer.Remove(staged); err != nil {
+		return err
+	}
+	flat := r.spec.flattenedPath(i)
+	ca, err := r.e.tool.FlattenChain(ctx, r.spec.stagingDir(), chain, flat, convert.Raw)
+	if isNoSpace(err) {
+		return r.noSpace(fmt.Sprintf("flattening the snapshot chain of disk %d", i), err)
+	}
+	if errors.Is(err, vmdk.ErrCIDMismatch) || errors.Is(err, vmdk.ErrParentMissing) {
+		return needsHuman("ChainInconsistent", fmt.Sprintf("disk %d: the copied snapshot chain cannot be read consistently: %v", i, err),
+			"check the chain on the host (a parent written after its snapshot was taken, or a missing parent); consolidate the snapshots in the host client, then run apply again", err)
+	}
+	if err != nil {
+		return fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
+	}
+	if ca.VirtualSize != d.SizeBytes {
+		return permanent("ChainSizeMismatch", fmt.Sprintf("disk %d: the flattened chain holds %d bytes, the disk %d", i, ca.VirtualSize, d.SizeBytes),
+			"report this as a bug with the disk's descriptors", nil)
+	}
+	res, err := transfer.Copy(ctx, localFile(flat), disk, staged, transfer.Options{ChunkSize: r.chunkSize()})
+	if isNoSpace(err) {
+		return r.noSpace(fmt.Sprintf("staging the flattened chain of disk %d", i), err)
+	}
+	if err != nil {
+		return err
+	}
+	if res.SHA256 != ca.GuestSHA256 {
+		_ = transfer.Remove(staged)
+		return transient("ChainStagingMismatch", fmt.Sprintf("disk %d: the staged image's SHA-256 %s differs from the flattened chain's %s", i, res.SHA256, ca.GuestSHA256), nil)
+	}
+	if err := convert.Remove(flat); err != nil {
+		return err
+	}
+	d.GuestSHA256, d.SourceSHA256, d.ZeroBytes = ca.GuestSHA256, ca.GuestSHA256, res.ZeroBytes
+	r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+		Message: fmt.Sprintf("disk %d: snapshot chain (%s) flattened (guest sha256 %s)", i, chainSummary(d.Chain), d.GuestSHA256)})
+	return r.save(ctx)
+}
+
+// localFile reads ranges of a file on this machine, for staging a local
+// image with the journaled copy.
+type localFile string
+
+func (l localFile) ReadRange(_ context.Context, _ string, offset, length int64, w io.Writer) (int64, error) {
+	f, err := os.Open(string(l))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n, err := io.Copy(w, io.NewSectionReader(f, offset, length))
+	if err == nil && n != length {
+		err = fmt.Errorf("%s: read %d bytes at offset %d, expected %d", l, n, offset, length)
+	}
+	return n, err
+}
+
+// chainSummary describes a disk's recorded chain for messages.
+func chainSummary(files []ChainFileEvidence) string {
+	var formats []string
+	for _, f := range files {
+		if f.Kind == ChainFileDescriptor {
+			formats = append(formats, f.Format)
+		}
+	}
+	return strings.Join(formats, " over ")
+}
