@@ -43,6 +43,23 @@ type diskModel struct {
 	Mode            types.String `tfsdk:"mode"`
 	Independent     types.Bool   `tfsdk:"independent"`
 	RDM             types.Bool   `tfsdk:"rdm"`
+	// SnapshotChain is the chain the disk runs on, top first (empty
+	// without snapshots).
+	SnapshotChain  []chainLinkModel `tfsdk:"snapshot_chain"`
+	ChainCopyBytes types.Int64      `tfsdk:"chain_copy_bytes"`
+	ChainProblems  []types.String   `tfsdk:"chain_problems"`
+}
+
+type chainLinkModel struct {
+	DescriptorPath types.String   `tfsdk:"descriptor_path"`
+	Format         types.String   `tfsdk:"format"`
+	CID            types.String   `tfsdk:"cid"`
+	ParentCID      types.String   `tfsdk:"parent_cid"`
+	ExtentPaths    []types.String `tfsdk:"extent_paths"`
+	CapacityBytes  types.Int64    `tfsdk:"capacity_bytes"`
+	ExtentBytes    types.Int64    `tfsdk:"extent_bytes"`
+	AllocatedBytes types.Int64    `tfsdk:"allocated_bytes"`
+	Thin           types.Bool     `tfsdk:"thin"`
 }
 
 type nicModel struct {
@@ -103,11 +120,29 @@ func vmAttributes() map[string]schema.Attribute {
 				"descriptor_path":   str("Path of the `.vmdk` descriptor the VM uses."),
 				"data_path":         str("Path of the data file (`-flat.vmdk`, or a snapshot delta)."),
 				"capacity_bytes":    num("Virtual size in bytes: what will be copied."),
-				"thin":              boolean("Whether the disk is thin-provisioned."),
-				"on_snapshot_delta": boolean("Whether the VM runs on a snapshot delta of this disk (copying the base alone would lose data)."),
+				"thin":              boolean("Whether the disk is thin-provisioned; for a disk on snapshots, whether its base disk is."),
+				"on_snapshot_delta": boolean("Whether the VM runs on a snapshot delta of this disk. A migration then copies every file of `snapshot_chain` and flattens the chain into one disk holding what the guest sees now; the snapshots stay on the source."),
 				"mode":              str("Disk mode, e.g. `persistent` or `independent-persistent`."),
 				"independent":       boolean("Whether the disk is independent (excluded from snapshots)."),
 				"rdm":               boolean("Whether the disk is a raw device mapping."),
+				"snapshot_chain": schema.ListNestedAttribute{
+					Computed: true,
+					MarkdownDescription: "The snapshot chain the disk runs on, from the descriptor the VM uses down to the base disk; empty without snapshots. " +
+						"Formats are `vmfsSparse` (`-delta.vmdk`), `seSparse` (`-sesparse.vmdk`) and `vmfs` (the base); a parent may live in another folder or datastore.",
+					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+						"descriptor_path": str("Path of the link's `.vmdk` descriptor."),
+						"format":          str("The descriptor's `createType`: `vmfsSparse`, `seSparse` or `vmfs`."),
+						"cid":             str("The descriptor's content ID (`CID`)."),
+						"parent_cid":      str("The `parentCID`, which must equal the parent's `CID` (`ffffffff` for the base)."),
+						"extent_paths":    strs("Paths of the link's data files: what is copied."),
+						"capacity_bytes":  num("The link's virtual size in bytes."),
+						"extent_bytes":    num("Length of the data files on the datastore, -1 when unknown."),
+						"allocated_bytes": num("Space the data files occupy: the capacity for a thick base, -1 when the host does not tell."),
+						"thin":            boolean("`ddb.thinProvisioned` of the link (meaningful for the base)."),
+					}},
+				},
+				"chain_copy_bytes": num("Bytes a migration copies for the snapshot chain (all its files), -1 when a size is unknown, 0 without snapshots."),
+				"chain_problems":   strs("Why the snapshot chain cannot be read consistently (a missing parent, a `parentCID` that is not the parent's `CID`); a non-empty list blocks a migration."),
 			}},
 		},
 		"nics": schema.ListNestedAttribute{
@@ -123,7 +158,7 @@ func vmAttributes() map[string]schema.Attribute {
 		},
 		"snapshots": schema.ListNestedAttribute{
 			Computed:            true,
-			MarkdownDescription: "Every snapshot, parents before children. A migration refuses a VM with snapshots.",
+			MarkdownDescription: "Every snapshot, parents before children. A migration copies the disks as the guest sees them now and leaves the snapshots on the source.",
 			NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 				"id":          num("Snapshot id (0 on hosts that do not print it)."),
 				"name":        str("Snapshot name."),
@@ -174,7 +209,25 @@ func newVMModel(vm esxi.VM) vmModel {
 			Mode:            types.StringValue(d.Mode),
 			Independent:     types.BoolValue(d.Independent),
 			RDM:             types.BoolValue(d.RDM),
+			SnapshotChain:   []chainLinkModel{},
+			ChainCopyBytes:  types.Int64Value(0),
+			ChainProblems:   []types.String{},
 		})
+		if ch := d.Chain; ch != nil {
+			dm := &m.Disks[len(m.Disks)-1]
+			dm.ChainCopyBytes = types.Int64Value(ch.CopyBytes)
+			for _, l := range ch.Links {
+				dm.SnapshotChain = append(dm.SnapshotChain, chainLinkModel{
+					DescriptorPath: types.StringValue(l.DescriptorPath), Format: types.StringValue(l.CreateType),
+					CID: types.StringValue(l.CID), ParentCID: types.StringValue(l.ParentCID), ExtentPaths: stringValues(l.ExtentPaths),
+					CapacityBytes: types.Int64Value(l.CapacityBytes), ExtentBytes: types.Int64Value(l.ExtentBytes),
+					AllocatedBytes: types.Int64Value(l.AllocatedBytes), Thin: types.BoolValue(l.Thin),
+				})
+			}
+			for _, p := range ch.Problems {
+				dm.ChainProblems = append(dm.ChainProblems, types.StringValue(p.String()))
+			}
+		}
 	}
 	for _, n := range vm.NICs {
 		m.NICs = append(m.NICs, nicModel{
