@@ -1,9 +1,12 @@
 package esxisim
 
+import "github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
+
 // DemoVMs are the VMs of the demo and of people trying the provider without
 // a host: a BIOS Linux VM that is running with VMware Tools, an EFI +
 // secure-boot Windows VM, a VM with two disks (the second in a subfolder),
-// a VM on a snapshot, which the pre-flight checks refuse, plus what a
+// a VM running on a three-level snapshot chain (a vmfsSparse delta over a
+// seSparse one over a thin base), migrated as its guest sees it, plus what a
 // vCenter-managed host carries next to them: a vCLS system VM (never
 // migrated) and an invalid VM whose files were deleted. Disks hold real
 // content between long zero runs, like thin disks of real guests.
@@ -44,7 +47,7 @@ func DemoVMs() []VMSpec {
 		},
 		{
 			Datastore: "datastore1", Name: "with-snapshot", GuestOS: "debian12-64", HardwareVersion: 20, CPUs: 1, MemoryMiB: 1024,
-			Disks:     []DiskSpec{{CapacityBytes: 64 * mib, Thin: true}},
+			Disks:     []DiskSpec{demoChainDisk("with-snapshot", 64*mib)},
 			Snapshots: true, Power: PoweredOff,
 		},
 		{
@@ -53,4 +56,13 @@ func DemoVMs() []VMSpec {
 		},
 		{Invalid: true, Datastore: "datastore1", Name: "deleted-vm"},
 	}
+}
+
+// demoChainDisk is a thin disk on the standard three-level snapshot chain.
+func demoChainDisk(name string, capacity int64) DiskSpec {
+	cs, err := SnapshotChainSpec("datastore1", name, name, capacity, vmdk.SESparse, vmdk.VMFSSparse, "")
+	if err != nil {
+		panic(err) // the demo's sizes are valid
+	}
+	return DiskSpec{CapacityBytes: capacity, Thin: true, Content: cs.Base, Deltas: cs.Deltas}
 }
