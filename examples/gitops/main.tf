@@ -56,6 +56,7 @@ resource "vmmigration_migration" "vm" {
   }
 
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   shutdown_timeout = var.shutdown_timeout
 
   transport = {

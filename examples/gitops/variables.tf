@@ -101,3 +101,9 @@ variable "shutdown_timeout" {
   type        = string
   default     = "10m"
 }
+
+variable "conversion" {
+  description = "How guests are made to boot on KubeVirt: \"virt-v2v\" (installs the virtio drivers) or \"none\" for guests that already have them."
+  type        = string
+  default     = "virt-v2v"
+}

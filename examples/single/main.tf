@@ -48,6 +48,7 @@ resource "vmmigration_migration" "vm" {
   # Ask the guest to shut down; power it off hard only after the timeout.
   # The power-off happens after the pre-flight checks pass, once.
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   shutdown_timeout = var.shutdown_timeout
 
   transport = {

@@ -62,6 +62,7 @@ data "vmmigration_preflight" "wave" {
   name             = each.key
   storage_class    = var.storage_class
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   network_map      = var.network_map
 }
 
@@ -87,6 +88,7 @@ resource "vmmigration_migration" "wave" {
   }
 
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   shutdown_timeout = var.shutdown_timeout
 
   transport = {

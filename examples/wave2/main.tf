@@ -66,6 +66,7 @@ data "vmmigration_preflight" "vm" {
   name             = split("/", each.key)[1]
   storage_class    = var.storage_class
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   network_map      = var.network_map
 }
 
@@ -99,6 +100,7 @@ resource "vmmigration_migration" "databases" {
   }
 
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   shutdown_timeout = var.shutdown_timeout
 
   transport = {
@@ -137,6 +139,7 @@ resource "vmmigration_migration" "apps" {
   }
 
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   shutdown_timeout = var.shutdown_timeout
 
   transport = {

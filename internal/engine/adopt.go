@@ -617,7 +617,8 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 func sourceInventoryOf(vm *esxi.VM) *SourceInventory {
 	inv := &SourceInventory{
 		VMID: vm.VMID, Name: vm.Name, VMXPath: vm.VMXPath, GuestOS: vm.GuestOS, HardwareVersion: vm.HardwareVersion,
-		Firmware: string(vm.Firmware), SecureBoot: vm.SecureBoot, CPUs: vm.CPUs, MemoryMiB: vm.MemoryMiB,
+		Firmware: string(vm.Firmware), SecureBoot: vm.SecureBoot, CPUs: vm.CPUs, CoresPerSocket: vm.CoresPerSocket,
+		VTPM: vm.VTPM, MemoryMiB: vm.MemoryMiB,
 		PowerState: string(vm.PowerState), ToolsRunning: vm.ToolsRunning,
 	}
 	for _, d := range vm.Disks {

@@ -14,6 +14,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
@@ -55,6 +56,10 @@ type Deps struct {
 	// QemuImg is the qemu-img binary (convert.DefaultBinary from PATH if
 	// empty).
 	QemuImg string
+	// VirtioWin is where guest conversions find the Windows virtio-win
+	// drivers (a folder or ISO); $VIRTIO_WIN, else
+	// convert.DefaultVirtioWin, when empty.
+	VirtioWin string
 	// LeaseDuration defaults to DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// PollInterval defaults to DefaultPollInterval.
@@ -103,6 +108,7 @@ type Engine struct {
 	identity string
 	limiter  *hostLimiter
 	tool     *convert.Tool
+	v2v      *v2vState
 	// inventories shares host inventory reads (see Inventory).
 	inventories inventoryCache
 }
@@ -136,6 +142,7 @@ func New(deps Deps) (*Engine, error) {
 		identity: id,
 		limiter:  newHostLimiter(deps.HostLimits),
 		tool:     &convert.Tool{Path: deps.QemuImg},
+		v2v:      &v2vState{tool: convert.V2V{VirtioWin: deps.VirtioWin, Accel: guestboot.ProbeAccel()}},
 	}, nil
 }
 

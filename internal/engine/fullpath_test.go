@@ -88,15 +88,20 @@ func TestFullPathBIOS(t *testing.T) {
 	if dom.Firmware == nil || dom.Firmware.Bootloader == nil || dom.Firmware.Bootloader.BIOS == nil || dom.Firmware.Bootloader.EFI != nil {
 		t.Errorf("firmware = %+v", dom.Firmware)
 	}
-	if dom.CPU == nil || dom.CPU.Cores != 2 || dom.Memory == nil || dom.Memory.Guest.Value() != 2048<<20 {
+	// Two vCPUs without cpuid.coresPerSocket: VMware's two sockets.
+	if dom.CPU == nil || dom.CPU.Sockets != 2 || dom.CPU.Cores != 1 || dom.CPU.Threads != 1 || dom.Memory == nil || dom.Memory.Guest.Value() != 2048<<20 {
 		t.Errorf("cpu/memory = %+v %+v", dom.CPU, dom.Memory)
 	}
-	if len(dom.Devices.Disks) != 1 || dom.Devices.Disks[0].Disk == nil || dom.Devices.Disks[0].Disk.Bus != "virtio" ||
+	if dom.Machine == nil || dom.Machine.Type != "q35" || dom.Clock == nil || dom.Clock.UTC == nil || dom.Features != nil || dom.Devices.TPM != nil {
+		t.Errorf("machine %+v clock %+v features %+v tpm %+v: want q35, a UTC clock, no Hyper-V and no TPM for a Linux guest", dom.Machine, dom.Clock, dom.Features, dom.Devices.TPM)
+	}
+	// Not converted: the devices an unconverted guest can usually drive.
+	if len(dom.Devices.Disks) != 1 || dom.Devices.Disks[0].Disk == nil || dom.Devices.Disks[0].Disk.Bus != "sata" ||
 		dom.Devices.Disks[0].BootOrder == nil || *dom.Devices.Disks[0].BootOrder != 1 {
 		t.Errorf("disks = %+v", dom.Devices.Disks)
 	}
 	if len(dom.Devices.Interfaces) != 1 || dom.Devices.Interfaces[0].MacAddress != "00:50:56:01:02:03" ||
-		dom.Devices.Interfaces[0].Masquerade == nil || dom.Devices.Interfaces[0].Model != "virtio" {
+		dom.Devices.Interfaces[0].Masquerade == nil || dom.Devices.Interfaces[0].Model != "e1000e" {
 		t.Errorf("interfaces = %+v", dom.Devices.Interfaces)
 	}
 	nets := vm.Spec.Template.Spec.Networks

@@ -130,6 +130,8 @@ func (e *env) spec(vmName, name string) engine.Spec {
 		Host: hostName, VMName: vmName, Namespace: e.ns, Name: name, StorageClass: storageClass,
 		NetworkMap:     map[string]string{"VM Network": "pod", "Storage": "default/storage-net"},
 		PowerOffPolicy: "graceful", ShutdownTimeout: 5 * time.Second,
+		// The simulated disks hold test data, not an OS to convert.
+		Conversion: engine.ConversionNone,
 		Transport: engine.Transport{Kind: engine.TransportCDIUpload, UploadProxyURL: e.sim.UploadProxyURL(),
 			UploadProxyCAPEM: string(e.sim.UploadProxyCACertPEM())},
 		Validation:    engine.Validation{GuestAgent: true, IPReported: true, Timeout: 10 * time.Second},

@@ -60,6 +60,10 @@ type VMObservation struct {
 	Labels map[string]string
 	// DiskBus is the bus of its first disk ("" when not set).
 	DiskBus string
+	// NICModel is the model of its first interface ("" when not set).
+	NICModel string
+	// Timezone is its clock's time zone ("" for a UTC clock or none).
+	Timezone string
 	// Networks are its networks in order, with the interface of each.
 	Networks []NetworkObservation
 }
@@ -166,6 +170,12 @@ func observeVM(vm *kubevirtv1.VirtualMachine, name string) VMObservation {
 	}
 	if ds := t.Spec.Domain.Devices.Disks; len(ds) > 0 && ds[0].Disk != nil {
 		o.DiskBus = string(ds[0].Disk.Bus)
+	}
+	if is := t.Spec.Domain.Devices.Interfaces; len(is) > 0 {
+		o.NICModel = is[0].Model
+	}
+	if c := t.Spec.Domain.Clock; c != nil && c.Timezone != nil {
+		o.Timezone = string(*c.Timezone)
 	}
 	for _, n := range t.Spec.Networks {
 		no := NetworkObservation{Name: n.Name, Pod: n.Pod != nil}

@@ -65,8 +65,8 @@ func checkRecordPaths(spec Spec, rec *Record) error {
 		if d.StagedPath != "" && d.StagedPath != spec.stagedPath(i) {
 			bad = append(bad, fmt.Sprintf("disks[%d].stagedPath is %q, but this migration stages disk %d at %q", i, d.StagedPath, i, spec.stagedPath(i)))
 		}
-		if d.ArtifactPath != "" && d.ArtifactPath != spec.artifactPath(i) {
-			bad = append(bad, fmt.Sprintf("disks[%d].artifactPath is %q, but this migration writes the image of disk %d at %q", i, d.ArtifactPath, i, spec.artifactPath(i)))
+		if d.ArtifactPath != "" && d.ArtifactPath != spec.artifactPath(i) && d.ArtifactPath != spec.imagePath(i) {
+			bad = append(bad, fmt.Sprintf("disks[%d].artifactPath is %q, but this migration writes the image of disk %d at %q", i, d.ArtifactPath, i, spec.imagePath(i)))
 		}
 	}
 	if len(bad) == 0 {

@@ -92,6 +92,7 @@ func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskE
 			fmt.Sprintf("the destination cluster could not be asked whether another migration claims the source of %s/%s", spec.Namespace, spec.Name), err)
 	}
 	res.Checks = append(res.Checks, cc)
+	res.Checks = append(res.Checks, e.conversionChecks(ctx, spec, vm)...)
 	disks := planDisks(spec, vm, prev)
 	if spec.WorkDir != "" {
 		res.Checks = append(res.Checks, spec.spaceCheck(disks))
@@ -113,7 +114,9 @@ func CheckField(id string) string {
 		return FieldStorageClass
 	case preflight.CheckPowerPolicy:
 		return FieldPowerOffPolicy
-	case preflight.CheckWorkDirSpace:
+	case CheckGuestConvertible, CheckGuestDrivers:
+		return FieldConversion
+	case preflight.CheckWorkDirSpace, CheckConversionTools:
 		// The provider's work_dir, not an attribute of the migration.
 		return ""
 	}

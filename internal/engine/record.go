@@ -117,6 +117,8 @@ type Record struct {
 	// first image is written.
 	StagingToken string      `json:"stagingToken,omitempty"`
 	VM           *VMEvidence `json:"vm,omitempty"`
+	// Conversion is the guest conversion's evidence, once it ran.
+	Conversion *ConversionEvidence `json:"conversion,omitempty"`
 	// Validation holds the Validating phase's check results.
 	Validation []CheckResult `json:"validation,omitempty"`
 	// Errors is the history of failed attempts, interruptions and human
@@ -232,6 +234,8 @@ type SourceInventory struct {
 	Firmware        string       `json:"firmware"`
 	SecureBoot      bool         `json:"secureBoot"`
 	CPUs            int          `json:"cpus"`
+	CoresPerSocket  int          `json:"coresPerSocket,omitempty"`
+	VTPM            bool         `json:"vtpm,omitempty"`
 	MemoryMiB       int          `json:"memoryMiB"`
 	PowerState      string       `json:"powerState"`
 	ToolsRunning    bool         `json:"toolsRunning"`
@@ -282,6 +286,10 @@ type DiskEvidence struct {
 	ArtifactFormat string `json:"artifactFormat,omitempty"`
 	ArtifactSHA256 string `json:"artifactSHA256,omitempty"`
 	ArtifactBytes  int64  `json:"artifactBytes,omitempty"`
+	// ConvertedSHA256 is the SHA-256 of the image after the guest
+	// conversion (then also ArtifactSHA256): what the destination must
+	// hold. Empty when the guest was not converted.
+	ConvertedSHA256 string `json:"convertedSHA256,omitempty"`
 	// ArtifactURL is where CDI imports it from (http transport).
 	ArtifactURL string `json:"artifactURL,omitempty"`
 

@@ -76,15 +76,46 @@ func (r *run) renderDataVolume(d DiskEvidence) *cdiv1beta1.DataVolume {
 	}
 }
 
-// nicModel maps a VMware adapter to the closest KubeVirt model.
-func nicModel(adapter string) string {
-	switch strings.ToLower(adapter) {
-	case "e1000":
-		return "e1000"
-	case "e1000e":
-		return "e1000e"
+// MachineType is the rendered VMs' machine type: KubeVirt's q35, the one
+// virt-v2v converts guests for.
+const MachineType = "q35"
+
+// hypervSpinlockRetries is the spinlock retry count given to Windows
+// guests (Hyper-V's recommended 8191, as virt-v2v's libvirt output sets).
+const hypervSpinlockRetries = 8191
+
+// isWindows reports whether the migrated guest is Windows: as virt-v2v
+// inspected it, else as the .vmx declares it.
+func (r *run) isWindows() bool {
+	if c := r.rec().Conversion; c != nil && c.OS.Type != "" {
+		return c.OS.Type == "windows"
 	}
-	return "virtio"
+	return r.rec().Source != nil && isWindowsGuest(r.rec().Source.GuestOS)
+}
+
+// cpuTopology is the VM's CPU layout from numvcpus and
+// cpuid.coresPerSocket: VMware gives each vCPU its own socket unless
+// coresPerSocket says otherwise.
+func cpuTopology(src *SourceInventory) *kubevirtv1.CPU {
+	cpus := max(src.CPUs, 1)
+	cores := src.CoresPerSocket
+	if cores <= 0 || cpus%cores != 0 {
+		cores = 1
+	}
+	return &kubevirtv1.CPU{Sockets: uint32(cpus / cores), Cores: uint32(cores), Threads: 1}
+}
+
+// windowsFeatures are the Hyper-V enlightenments KubeVirt gives Windows
+// guests so that they run well under KVM.
+func windowsFeatures() *kubevirtv1.FeatureHyperv {
+	t := true
+	on := &kubevirtv1.FeatureState{Enabled: &t}
+	retries := uint32(hypervSpinlockRetries)
+	return &kubevirtv1.FeatureHyperv{
+		Relaxed: on, VAPIC: on, VPIndex: on, SyNIC: on, Reset: on, Frequencies: on,
+		Spinlocks:  &kubevirtv1.FeatureSpinlocks{FeatureState: kubevirtv1.FeatureState{Enabled: &t}, Retries: &retries},
+		SyNICTimer: &kubevirtv1.SyNICTimer{FeatureState: kubevirtv1.FeatureState{Enabled: &t}},
+	}
 }
 
 // renderVM is the VirtualMachine for the recorded inventory and disks,
@@ -119,7 +150,7 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 			return nil, fmt.Errorf("NIC %s on network %q has no entry in the network map", n.Device, n.Network)
 		}
 		name := fmt.Sprintf("nic-%d", i)
-		iface := kubevirtv1.Interface{Name: name, MacAddress: strings.ToLower(n.MAC), Model: nicModel(n.Adapter)}
+		iface := kubevirtv1.Interface{Name: name, MacAddress: strings.ToLower(n.MAC), Model: s.NICModel}
 		net := kubevirtv1.Network{Name: name}
 		if target == preflight.PodNetwork {
 			if pod {
@@ -142,11 +173,24 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 
 	mem := resource.NewQuantity(int64(src.MemoryMiB)<<20, resource.BinarySI)
 	domain := kubevirtv1.DomainSpec{
-		CPU:    &kubevirtv1.CPU{Cores: uint32(max(src.CPUs, 1))},
-		Memory: &kubevirtv1.Memory{Guest: mem},
+		CPU:     cpuTopology(src),
+		Memory:  &kubevirtv1.Memory{Guest: mem},
+		Machine: &kubevirtv1.Machine{Type: MachineType},
 		Devices: kubevirtv1.Devices{
 			Disks: disks, Interfaces: ifaces,
 		},
+	}
+	if src.VTPM {
+		domain.Devices.TPM = &kubevirtv1.TPMDevice{}
+	}
+	// Linux keeps the hardware clock in UTC, Windows in local time.
+	domain.Clock = &kubevirtv1.Clock{ClockOffset: kubevirtv1.ClockOffset{UTC: &kubevirtv1.ClockOffsetUTC{}}}
+	var features kubevirtv1.Features
+	if r.isWindows() {
+		tz := kubevirtv1.ClockOffsetTimezone(s.Timezone)
+		domain.Clock = &kubevirtv1.Clock{ClockOffset: kubevirtv1.ClockOffset{Timezone: &tz},
+			Timer: &kubevirtv1.Timer{Hyperv: &kubevirtv1.HypervTimer{}}}
+		features.Hyperv = windowsFeatures()
 	}
 	if !pod {
 		// Without a pod NIC, KubeVirt would add one of its own.
@@ -157,10 +201,13 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 		// KubeVirt defaults secureBoot to true for EFI: say it always.
 		domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &sb}}}
 		if sb {
-			domain.Features = &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: &t}}
+			features.SMM = &kubevirtv1.FeatureState{Enabled: &t}
 		}
 	} else {
 		domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{BIOS: &kubevirtv1.BIOS{}}}
+	}
+	if features.SMM != nil || features.Hyperv != nil {
+		domain.Features = &features
 	}
 
 	labels := s.labels()
@@ -212,6 +259,7 @@ func applyVM(existing, desired *kubevirtv1.VirtualMachine, runStrategy bool) boo
 	maps.Copy(et.ObjectMeta.Labels, dt.ObjectMeta.Labels)
 	ed, dd := &et.Spec.Domain, &dt.Spec.Domain
 	ed.CPU, ed.Memory, ed.Firmware, ed.Features = dd.CPU, dd.Memory, dd.Firmware, dd.Features
+	ed.Machine, ed.Clock, ed.Devices.TPM = dd.Machine, dd.Clock, dd.Devices.TPM
 	ed.Devices.Disks, ed.Devices.Interfaces = dd.Devices.Disks, dd.Devices.Interfaces
 	ed.Devices.AutoattachPodInterface = dd.Devices.AutoattachPodInterface
 	et.Spec.Networks, et.Spec.Volumes = dt.Spec.Networks, dt.Spec.Volumes

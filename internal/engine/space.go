@@ -35,6 +35,11 @@ func (s Spec) workDirNeed(disks []DiskEvidence) int64 {
 				need += max(d.SizeBytes-allocated(art), 0)
 			}
 		}
+		if conv := s.convertedPath(i); s.Conversion == ConversionVirtV2V && s.Transport.Kind != TransportHTTP && d.ConvertedSHA256 == "" {
+			// The converted copy (at most the disk's size; less where it
+			// has holes).
+			need += max(d.SizeBytes-allocated(conv), 0)
+		}
 	}
 	return need
 }

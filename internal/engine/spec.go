@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	// Time zone names are checked the same way on every machine.
+	_ "time/tzdata"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -21,6 +23,8 @@ var (
 	AccessModes    = []string{"ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"}
 	VolumeModes    = []string{"Filesystem", "Block"}
 	DiskBuses      = []string{"virtio", "sata", "scsi"}
+	NICModels      = []string{"virtio", "e1000e", "e1000"}
+	Conversions    = []string{ConversionVirtV2V, ConversionNone}
 	RunStrategies  = []string{"Always", "Halted", "Manual", "RerunOnFailure"}
 	TargetFormats  = []string{"raw", "qcow2"}
 	TransportKinds = []string{TransportCDIUpload, TransportHTTP}
@@ -49,11 +53,32 @@ const (
 	TransportHTTP = "http"
 )
 
+// Guest conversions.
+const (
+	// ConversionVirtV2V converts the guest with virt-v2v so that it boots
+	// on KubeVirt's virtio devices (drivers, initramfs, fstab, bootloader,
+	// VMware Tools removed).
+	ConversionVirtV2V = "virt-v2v"
+	// ConversionNone imports the disks as copied; the VM then gets devices
+	// a guest without virtio drivers can usually drive (sata, e1000e).
+	ConversionNone = "none"
+)
+
+// Devices a guest is given by default: virtio after a conversion, else
+// what unconverted guests usually have drivers for.
+const (
+	ConvertedDiskBus    = "virtio"
+	ConvertedNICModel   = "virtio"
+	UnconvertedDiskBus  = "sata"
+	UnconvertedNICModel = "e1000e"
+)
+
 // Defaults applied by Spec.WithDefaults.
 const (
 	DefaultAccessMode        = "ReadWriteOnce"
 	DefaultVolumeMode        = "Filesystem"
-	DefaultDiskBus           = "virtio"
+	DefaultConversion        = ConversionVirtV2V
+	DefaultTimezone          = "UTC"
 	DefaultRunStrategy       = "Always"
 	DefaultTargetFormat      = "raw"
 	DefaultPowerOffPolicy    = preflight.PolicyGraceful
@@ -88,8 +113,18 @@ type Spec struct {
 	AccessMode string
 	// VolumeMode is Filesystem (default) or Block.
 	VolumeMode string
-	// DiskBus of every disk: virtio (default), sata or scsi.
+	// Conversion is ConversionVirtV2V (default) or ConversionNone.
+	Conversion string
+	// DiskBus of every disk: virtio, sata or scsi; by default
+	// DefaultDiskBus(Conversion).
 	DiskBus string
+	// NICModel of every network interface: virtio, e1000e or e1000; by
+	// default DefaultNICModel(Conversion).
+	NICModel string
+	// Timezone is the time zone of a Windows guest's clock, which Windows
+	// keeps in local time (DefaultTimezone when empty); Linux guests'
+	// clocks are UTC.
+	Timezone string
 	// NetworkMap maps each source network name to "pod" or a Multus
 	// network "<namespace>/<name>" (or "<name>").
 	NetworkMap map[string]string
@@ -173,11 +208,14 @@ func (s Spec) WithDefaults() Spec {
 	}
 	def(&s.AccessMode, DefaultAccessMode)
 	def(&s.VolumeMode, DefaultVolumeMode)
-	def(&s.DiskBus, DefaultDiskBus)
+	def(&s.Conversion, DefaultConversion)
+	def(&s.DiskBus, DefaultDiskBus(s.Conversion))
+	def(&s.NICModel, DefaultNICModel(s.Conversion))
 	def(&s.RunStrategy, DefaultRunStrategy)
 	def(&s.TargetFormat, DefaultTargetFormat)
 	def(&s.PowerOffPolicy, DefaultPowerOffPolicy)
 	def(&s.PodBinding, DefaultPodBinding)
+	def(&s.Timezone, DefaultTimezone)
 	dur := func(p *time.Duration, v time.Duration) {
 		if *p <= 0 {
 			*p = v
@@ -223,7 +261,12 @@ func (s Spec) Validate() error {
 	}
 	oneOf(FieldAccessMode, s.AccessMode, AccessModes)
 	oneOf(FieldVolumeMode, s.VolumeMode, VolumeModes)
+	oneOf(FieldConversion, s.Conversion, Conversions)
 	oneOf(FieldDiskBus, s.DiskBus, DiskBuses)
+	oneOf(FieldNICModel, s.NICModel, NICModels)
+	if _, err := time.LoadLocation(s.Timezone); err != nil || s.Timezone == "" || strings.EqualFold(s.Timezone, "local") {
+		bad(FieldTimezone, "destination.timezone %q is not a time zone name such as \"Europe/Berlin\" or \"UTC\"", s.Timezone)
+	}
 	oneOf(FieldRunStrategy, s.RunStrategy, RunStrategies)
 	oneOf(FieldTargetFormat, s.TargetFormat, TargetFormats)
 	oneOf(FieldPowerOffPolicy, s.PowerOffPolicy, PowerOffPolicies)
@@ -251,6 +294,24 @@ func (s Spec) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// DefaultDiskBus is the disk bus a migration with conversion gets when
+// the user names none: virtio for a converted guest, sata for one that is
+// not converted (its drivers are unknown; AHCI is what most have).
+func DefaultDiskBus(conversion string) string {
+	if conversion == ConversionNone {
+		return UnconvertedDiskBus
+	}
+	return ConvertedDiskBus
+}
+
+// DefaultNICModel is DefaultDiskBus's counterpart for network interfaces.
+func DefaultNICModel(conversion string) string {
+	if conversion == ConversionNone {
+		return UnconvertedNICModel
+	}
+	return ConvertedNICModel
 }
 
 // ValidateNetwork checks a destination.network_map value: "pod" for the
@@ -330,7 +391,8 @@ func (s Spec) stagedPath(n int) string {
 
 // artifactPath is where disk n's converted image is written.
 func (s Spec) artifactPath(n int) string {
-	if s.Transport.Kind == TransportHTTP {
+	if s.Transport.Kind == TransportHTTP && s.Conversion != ConversionVirtV2V {
+		// Served as it is; a converted guest's image is served instead.
 		return filepath.Join(s.httpFolder(), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
 	}
 	if s.TargetFormat == "raw" {
@@ -362,12 +424,12 @@ func (s Spec) stagingFolders() []string {
 }
 
 // artifactURL is where CDI fetches disk n with the http transport.
-func (s Spec) artifactURL(n int) string {
+func (s Spec) imageURL(n int) string {
 	u := strings.TrimRight(s.Transport.StagingURL, "/") + "/" + url.PathEscape(s.Namespace) + "/" + url.PathEscape(s.Name) + "/"
 	if s.stagingToken != "" {
 		u += s.stagingToken + "/"
 	}
-	return u + fmt.Sprintf("disk-%d.%s", n, s.TargetFormat)
+	return u + filepath.Base(s.imagePath(n))
 }
 
 // RecordName is the name of the ConfigMap holding a migration's record and

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -127,6 +130,7 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(r.spec.Validation.Timeout)
 	var results []CheckResult
+	var lastConsole time.Time
 	for {
 		results = r.checkGuest(ctx)
 		failed := ""
@@ -142,11 +146,15 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if time.Now().After(deadline) {
-			rec.Validation = results
-			rec.setCondition(r.now(), CondGuestReady, false, "ChecksFailed", "the VM runs but "+failed+" failed")
-			return needsHuman("ValidationFailed", fmt.Sprintf("the VM runs but %s failed within %s", failed, r.spec.Validation.Timeout),
-				"check the guest (for example with virtctl console "+r.spec.Name+" -n "+r.spec.Namespace+"), fix it, then run apply again to validate again", nil)
+		timedOut := time.Now().After(deadline)
+		if timedOut || time.Since(lastConsole) >= consoleReadInterval {
+			// The guest's console says why it does not come up, and a
+			// guest stuck in its initramfs never will: stop at once.
+			lastConsole = time.Now()
+			tail, bootFailed := r.guestConsole(ctx)
+			if timedOut || bootFailed != "" {
+				return r.guestNotReady(results, failed, tail, bootFailed)
+			}
 		}
 		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
 			return err
@@ -155,6 +163,63 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 	rec.Validation = results
 	rec.setCondition(r.now(), CondGuestReady, true, "ChecksPassed", fmt.Sprintf("%d check(s) passed", len(results)))
 	return nil
+}
+
+// consoleReadInterval is how often Validating reads a guest's console while
+// its checks fail.
+const consoleReadInterval = 5 * time.Second
+
+// consoleTailLines is how much of a guest's console is kept as evidence.
+const consoleTailLines = 15
+
+// guestConsole reads the end of the guest's serial console, where the
+// cluster logs it, and the first line of it that shows the guest cannot
+// boot (the initramfs shell, a kernel panic, no bootable disk).
+func (r *run) guestConsole(ctx context.Context) (tail, bootFailed string) {
+	text, err := r.e.deps.Kube.GuestConsoleTail(ctx, r.spec.Namespace, r.spec.Name, 200)
+	if err != nil {
+		return "", ""
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	for _, l := range lines {
+		if guestboot.BootFailure(l) {
+			bootFailed = strings.TrimSpace(l)
+			break
+		}
+	}
+	if len(lines) > consoleTailLines {
+		lines = lines[len(lines)-consoleTailLines:]
+	}
+	return strings.Join(lines, "\n"), bootFailed
+}
+
+// guestNotReady stops Validating: the checks did not pass in time, or the
+// console shows the guest cannot boot. The console's end is the evidence.
+func (r *run) guestNotReady(results []CheckResult, failed, tail, bootFailed string) error {
+	rec := r.rec()
+	now := r.now()
+	if tail != "" {
+		results = append(results, CheckResult{ID: "guest_console", Passed: bootFailed == "", Time: now,
+			Message: truncateMessage(tail, MaxErrorMessageBytes)})
+	}
+	rec.Validation = results
+	msg := fmt.Sprintf("the VM runs but %s failed within %s", failed, r.spec.Validation.Timeout)
+	action := "check the guest (for example with virtctl console " + r.spec.Name + " -n " + r.spec.Namespace + "), fix it, then run apply again to validate again"
+	if bootFailed != "" {
+		msg = fmt.Sprintf("the guest does not boot: its console shows %q", bootFailed)
+		if r.spec.Conversion == ConversionNone {
+			action = fmt.Sprintf("the guest has no drivers for the %s disks and %s network interfaces it was given: set conversion = %q (which migrates it again, "+
+				"installing the virtio drivers) or destination.disk_bus to a bus it can drive, then run apply again", r.spec.DiskBus, r.spec.NICModel, ConversionVirtV2V)
+		} else {
+			action = "the converted guest does not boot: check its console (virtctl console " + r.spec.Name + " -n " + r.spec.Namespace +
+				") and the conversion evidence, fix the guest or the source, then run apply again"
+		}
+	}
+	if tail != "" {
+		msg += "; the end of its console:\n" + tail
+	}
+	rec.setCondition(now, CondGuestReady, false, "ChecksFailed", truncateMessage(msg, MaxErrorMessageBytes))
+	return needsHuman("ValidationFailed", msg, action, nil)
 }
 
 // checkGuest runs every configured check once.
@@ -247,6 +312,12 @@ func (r *run) removeStaging() error {
 		}
 		if art != staged {
 			if err := convert.Remove(art); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		conv := r.spec.convertedPath(i)
+		for _, p := range []string{conv, conv + convert.TmpSuffix} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err.Error())
 			}
 		}

@@ -493,6 +493,10 @@ func (r *run) stepConvert(ctx context.Context) error {
 	if err := r.localPathsUsable(); err != nil {
 		return err
 	}
+	if r.spec.Conversion == ConversionVirtV2V && rec.Conversion != nil && r.convertedIntact() {
+		// Converted by an earlier run: the images CDI receives are ready.
+		return r.converted()
+	}
 	if err := r.ensureStagingToken(ctx); err != nil {
 		return err
 	}
@@ -547,11 +551,20 @@ func (r *run) stepConvert(ctx context.Context) error {
 			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(a.Format), a.SHA256, a.SizeBytes
 		}
 		if r.spec.Transport.Kind == TransportHTTP {
-			d.ArtifactURL = r.spec.artifactURL(i)
+			d.ArtifactURL = r.spec.imageURL(i)
 		}
 		r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
 			Message: fmt.Sprintf("disk %d: %s image ready (sha256 %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
 	}
+	if err := r.convertGuest(ctx); err != nil {
+		return err
+	}
+	return r.converted()
+}
+
+// converted records that the images CDI receives are ready.
+func (r *run) converted() error {
+	rec := r.rec()
 	now := r.now()
 	stamp(&rec.Timestamps.Converted, now)
 	rec.setCondition(now, CondDiskConverted, true, "Converted", fmt.Sprintf("%d %s image(s) ready", len(rec.Disks), r.spec.TargetFormat))
@@ -643,9 +656,9 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 			if r.spec.Transport.Kind == TransportHTTP {
 				// CDI fetches what the spec derives, never a URL read back
 				// from the record; the image is removed once imported.
-				d.ArtifactURL = r.spec.artifactURL(i)
-				if _, err := os.Stat(r.spec.artifactPath(i)); err != nil {
-					return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.artifactPath(i))}
+				d.ArtifactURL = r.spec.imageURL(i)
+				if _, err := os.Stat(r.spec.imagePath(i)); err != nil {
+					return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i))}
 				}
 			}
 			dv = r.renderDataVolume(*d)
@@ -688,7 +701,7 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 			if r.spec.Transport.Kind == TransportHTTP {
 				// Imported: the image need not stay where the HTTP server
 				// serves it.
-				if err := convert.Remove(r.spec.artifactPath(i)); err != nil {
+				if err := convert.Remove(r.spec.imagePath(i)); err != nil {
 					return transient("CleanupFailed", fmt.Sprintf("cannot remove the served image of disk %d", i), err)
 				}
 			}
@@ -761,7 +774,7 @@ func (r *run) waitGone(ctx context.Context, name string) error {
 
 func (r *run) upload(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
-	art := r.spec.artifactPath(i)
+	art := r.spec.imagePath(i)
 	fi, err := os.Stat(art)
 	if err != nil {
 		return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}

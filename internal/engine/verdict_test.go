@@ -3,6 +3,7 @@ package engine_test
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -44,7 +45,11 @@ func TestPlanAndApplyVerdictsAgree(t *testing.T) {
 		fails []string // checks that must fail
 		// setup changes the host before the case and returns its undo.
 		setup func() func()
+		deps  func(*engine.Deps)
 	}
+	// convert asks for the guest conversion (the other cases migrate test
+	// data, not an OS, without conversion: their plans warn about drivers).
+	convert := func(s *engine.Spec) { s.Conversion = engine.ConversionVirtV2V }
 	base := func(name string) esxisim.VMSpec { return smallVM(name, esxisim.PoweredOn) }
 	cases := []tc{
 		{name: "all pass", vm: base("ok-vm")},
@@ -74,6 +79,13 @@ func TestPlanAndApplyVerdictsAgree(t *testing.T) {
 				e.host.SetInventoryXML("<ConfigRoot>\n  <ConfigEntry id=\"0000\">")
 				return e.host.ClearInventoryXML
 			}},
+		// Guest conversion: judged from the .vmx and this machine before
+		// anything is powered off.
+		{name: "unconvertible guest", vm: func() esxisim.VMSpec { v := base("bsd-vm"); v.GuestOS = "freebsd13-64"; return v }(),
+			edit: convert, fails: []string{engine.CheckGuestConvertible}},
+		{name: "windows without virtio-win", vm: func() esxisim.VMSpec { v := base("win-vm"); v.GuestOS = "windows2019srvNext-64"; return v }(),
+			edit: convert, fails: []string{engine.CheckGuestConvertible},
+			deps: func(d *engine.Deps) { d.VirtioWin = filepath.Join(t.TempDir(), "virtio-win.iso") }},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -86,7 +98,14 @@ func TestPlanAndApplyVerdictsAgree(t *testing.T) {
 			if c.edit != nil {
 				c.edit(&spec)
 			}
-			en := e.engine()
+			var mods []func(*engine.Deps)
+			if c.deps != nil {
+				mods = append(mods, c.deps)
+			}
+			en := e.engine(mods...)
+			if spec.Conversion == engine.ConversionNone {
+				c.fails = append(c.fails, engine.CheckGuestDrivers)
+			}
 			plan, err := en.Preview(e.ctx(20*time.Second), spec, engine.PreviewOptions{InventoryMaxAge: engine.DefaultInventoryMaxAge, ResumeFromRecord: true})
 			if err != nil {
 				t.Fatalf("Preview: %v", err)
@@ -128,7 +147,7 @@ func TestPlanAndApplyVerdictsAgree(t *testing.T) {
 	}
 	for _, id := range []string{preflight.CheckGuestOS, preflight.CheckFirmware, preflight.CheckSnapshots, preflight.CheckNICsMapped,
 		preflight.CheckDestinationName, preflight.CheckDestinationFree, preflight.CheckStorageClass, preflight.CheckQuota,
-		preflight.CheckTools, preflight.CheckPowerPolicy, preflight.CheckInventory} {
+		preflight.CheckTools, preflight.CheckPowerPolicy, preflight.CheckInventory, engine.CheckGuestConvertible, engine.CheckGuestDrivers} {
 		if !covered[id] {
 			t.Errorf("no case fails check %s", id)
 		}

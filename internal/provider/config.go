@@ -19,7 +19,10 @@ import (
 // settings is the provider configuration after defaults and environment
 // fallbacks, in plain Go types.
 type settings struct {
-	WorkDir    string
+	WorkDir string
+	// VirtioWin is where guest conversions find the Windows virtio-win
+	// drivers ("" for $VIRTIO_WIN, else the Debian location).
+	VirtioWin  string
 	Hosts      []hostSettings
 	Kubernetes kubeSettings
 }
@@ -70,6 +73,8 @@ func (m providerModel) settings(env func(string) (string, bool), final bool) (se
 		}
 		s.WorkDir = filepath.Join(dir, "terraform-provider-vmmigration")
 	}
+
+	s.VirtioWin = m.VirtioWin.ValueString()
 
 	seen := map[string]int{}
 	for i, h := range m.ESXiHosts {

@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 )
 
 // Environment variables read when the matching attribute is not set. The
@@ -48,6 +50,7 @@ var (
 
 type providerModel struct {
 	WorkDir    types.String      `tfsdk:"work_dir"`
+	VirtioWin  types.String      `tfsdk:"virtio_win"`
 	ESXiHosts  []esxiHostModel   `tfsdk:"esxi_host"`
 	Kubernetes []kubernetesModel `tfsdk:"kubernetes"`
 }
@@ -92,6 +95,13 @@ func providerSchema() schema.Schema {
 					"staged while it is copied and converted. It needs free space for the largest disks " +
 					"being migrated at once. Defaults to `$" + envWorkDir + "`, else " +
 					"`<user cache dir>/terraform-provider-vmmigration`.",
+				Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"virtio_win": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "Where the virtio-win drivers are on the machine running Terraform (a folder or `virtio-win.iso`), " +
+					"for the conversion of Windows guests. Defaults to `$" + convert.EnvVirtioWin + "`, else `" + convert.DefaultVirtioWin + "`. " +
+					"A Windows migration is refused at plan time when they are missing.",
 				Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
 			},
 		},

@@ -43,6 +43,8 @@ func (e *migrationEnv) exampleVars(t *testing.T) map[string]any {
 		"work_dir":                    e.workDir,
 		"namespace":                   e.namespace,
 		"storage_class":               "standard",
+		// The simulated disks hold test data, not an OS to convert.
+		"conversion": "none",
 	}
 }
 

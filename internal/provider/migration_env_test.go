@@ -29,13 +29,24 @@ var nsSeq atomic.Int64
 
 func newMigrationEnv(t *testing.T) *migrationEnv {
 	t.Helper()
+	return newMigrationEnvWith(t)
+}
+
+// newMigrationEnvWith is newMigrationEnv with changes to the simulated
+// KubeVirt and CDI.
+func newMigrationEnvWith(t *testing.T, mods ...func(*kubesim.Options)) *migrationEnv {
+	t.Helper()
 	acctest.PreCheck(t)
 	c, kubeBlock := kubeconfig(t)
 	ns := fmt.Sprintf("mig-%d-%d", time.Now().UnixNano()%100000, nsSeq.Add(1))
 	c.CreateNamespace(t, ns)
 	c.EnsureStorageClass(t, "standard")
-	sim := c.StartSim(t, kubesim.Options{Namespaces: []string{ns}, Dir: t.TempDir(),
-		Step: 50 * time.Millisecond, AgentDelay: 100 * time.Millisecond})
+	opts := kubesim.Options{Namespaces: []string{ns}, Dir: t.TempDir(),
+		Step: 50 * time.Millisecond, AgentDelay: 100 * time.Millisecond}
+	for _, m := range mods {
+		m(&opts)
+	}
+	sim := c.StartSim(t, opts)
 	return &migrationEnv{
 		host:      acctest.NewESXi(t, esxisim.Options{ShutdownDelay: 300 * time.Millisecond}),
 		cluster:   c,
@@ -75,6 +86,8 @@ resource "vmmigration_migration" %q {
     upload_proxy_url            = %q
     upload_proxy_ca_certificate = %q
   }
+  # The simulated disks hold test data, not an OS to convert.
+  conversion = "none"
   retry = {
     attempts        = %d
     initial_backoff = "200ms"

@@ -61,7 +61,12 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 	ns := d.Namespace.ValueString()
 	d.StorageClass = types.StringValue("")
 	d.AccessMode, d.VolumeMode = types.StringValue(engine.DefaultAccessMode), types.StringValue(engine.DefaultVolumeMode)
-	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus), types.StringValue(engine.DefaultRunStrategy)
+	// An imported migration keeps the default conversion, so that a
+	// configuration leaving it out does not replace (migrate again) what
+	// was imported; the devices are read from the VM below.
+	m.Conversion = types.StringValue(engine.DefaultConversion)
+	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus(engine.DefaultConversion)), types.StringValue(engine.DefaultRunStrategy)
+	d.NICModel, d.Timezone = types.StringValue(engine.DefaultNICModel(engine.DefaultConversion)), types.StringValue(engine.DefaultTimezone)
 	if len(rec.Disks) > 0 {
 		for _, dv := range obs.DataVolumes {
 			if dv.Name != rec.Disks[0].DataVolume {
@@ -84,6 +89,12 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 		}
 		if vm.DiskBus != "" {
 			d.DiskBus = types.StringValue(vm.DiskBus)
+		}
+		if vm.NICModel != "" {
+			d.NICModel = types.StringValue(vm.NICModel)
+		}
+		if vm.Timezone != "" {
+			d.Timezone = types.StringValue(vm.Timezone)
 		}
 		if rec.Source != nil && len(vm.Networks) > 0 {
 			nm := map[string]types.String{}

@@ -58,6 +58,7 @@ resource "vmmigration_migration" %q {
     initial_backoff = "200ms"
     max_backoff     = "1s"
   }
+  conversion = "none"
 %s
 }
 

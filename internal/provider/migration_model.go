@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -22,6 +24,7 @@ type migrationModel struct {
 	PowerOffPolicy types.String    `tfsdk:"power_off_policy"`
 	ShutdownTO     types.String    `tfsdk:"shutdown_timeout"`
 	TargetFormat   types.String    `tfsdk:"target_format"`
+	Conversion     types.String    `tfsdk:"conversion"`
 	Transport      *transportModel `tfsdk:"transport"`
 	Validation     *validateModel  `tfsdk:"validation"`
 	Retry          *retryModel     `tfsdk:"retry"`
@@ -34,11 +37,14 @@ type migrationModel struct {
 	VMUID      types.String `tfsdk:"vm_uid"`
 	PowerOff   types.String `tfsdk:"power_off_action"`
 	Downtime   types.String `tfsdk:"downtime"`
-	Timestamps types.Map    `tfsdk:"timestamps"`
-	Disks      types.List   `tfsdk:"disks"`
-	Conditions types.List   `tfsdk:"conditions"`
-	Errors     types.List   `tfsdk:"errors"`
-	Drift      types.List   `tfsdk:"drift"`
+	GuestOS    types.String `tfsdk:"guest_os"`
+	// ConversionEvidence is what virt-v2v saw and did (empty before it ran).
+	ConversionEvidence types.Map  `tfsdk:"conversion_evidence"`
+	Timestamps         types.Map  `tfsdk:"timestamps"`
+	Disks              types.List `tfsdk:"disks"`
+	Conditions         types.List `tfsdk:"conditions"`
+	Errors             types.List `tfsdk:"errors"`
+	Drift              types.List `tfsdk:"drift"`
 }
 
 type sourceModel struct {
@@ -54,6 +60,8 @@ type destModel struct {
 	AccessMode   types.String            `tfsdk:"access_mode"`
 	VolumeMode   types.String            `tfsdk:"volume_mode"`
 	DiskBus      types.String            `tfsdk:"disk_bus"`
+	NICModel     types.String            `tfsdk:"nic_model"`
+	Timezone     types.String            `tfsdk:"timezone"`
 	RunStrategy  types.String            `tfsdk:"run_strategy"`
 	NetworkMap   map[string]types.String `tfsdk:"network_map"`
 	Labels       map[string]types.String `tfsdk:"labels"`
@@ -82,15 +90,16 @@ type retryModel struct {
 }
 
 type diskEvidenceModel struct {
-	Index          types.Int64  `tfsdk:"index"`
-	Device         types.String `tfsdk:"device"`
-	SourcePath     types.String `tfsdk:"source_path"`
-	SizeBytes      types.Int64  `tfsdk:"size_bytes"`
-	SourceSHA256   types.String `tfsdk:"source_sha256"`
-	ArtifactFormat types.String `tfsdk:"artifact_format"`
-	ArtifactSHA256 types.String `tfsdk:"artifact_sha256"`
-	DataVolume     types.String `tfsdk:"data_volume"`
-	DataVolumeUID  types.String `tfsdk:"data_volume_uid"`
+	Index           types.Int64  `tfsdk:"index"`
+	Device          types.String `tfsdk:"device"`
+	SourcePath      types.String `tfsdk:"source_path"`
+	SizeBytes       types.Int64  `tfsdk:"size_bytes"`
+	SourceSHA256    types.String `tfsdk:"source_sha256"`
+	ArtifactFormat  types.String `tfsdk:"artifact_format"`
+	ArtifactSHA256  types.String `tfsdk:"artifact_sha256"`
+	ConvertedSHA256 types.String `tfsdk:"converted_sha256"`
+	DataVolume      types.String `tfsdk:"data_volume"`
+	DataVolumeUID   types.String `tfsdk:"data_volume_uid"`
 }
 
 type conditionModel struct {
@@ -104,7 +113,7 @@ var (
 	diskEvidenceType = types.ObjectType{AttrTypes: map[string]attr.Type{
 		"index": types.Int64Type, "device": types.StringType, "source_path": types.StringType,
 		"size_bytes": types.Int64Type, "source_sha256": types.StringType, "artifact_format": types.StringType,
-		"artifact_sha256": types.StringType, "data_volume": types.StringType, "data_volume_uid": types.StringType,
+		"artifact_sha256": types.StringType, "converted_sha256": types.StringType, "data_volume": types.StringType, "data_volume_uid": types.StringType,
 	}}
 	conditionType = types.ObjectType{AttrTypes: map[string]attr.Type{
 		"type": types.StringType, "status": types.StringType, "reason": types.StringType, "message": types.StringType,
@@ -134,6 +143,9 @@ func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
 		AccessMode:      m.Destination.AccessMode.ValueString(),
 		VolumeMode:      m.Destination.VolumeMode.ValueString(),
 		DiskBus:         m.Destination.DiskBus.ValueString(),
+		NICModel:        m.Destination.NICModel.ValueString(),
+		Timezone:        m.Destination.Timezone.ValueString(),
+		Conversion:      m.Conversion.ValueString(),
 		RunStrategy:     m.Destination.RunStrategy.ValueString(),
 		NetworkMap:      stringMap(m.Destination.NetworkMap),
 		Labels:          stringMap(m.Destination.Labels),
@@ -193,6 +205,12 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 	if d := rec.Downtime(); d > 0 {
 		m.Downtime = types.StringValue(d.Round(100 * time.Millisecond).String())
 	}
+	m.GuestOS = types.StringValue("")
+	conv := map[string]string{}
+	if c := rec.Conversion; c != nil {
+		m.GuestOS = types.StringValue(c.OS.String())
+		conv = conversionEvidenceMap(c)
+	}
 	m.PowerOff = types.StringValue("")
 	if rec.PowerOff != nil {
 		m.PowerOff = types.StringValue(rec.PowerOff.Action)
@@ -204,15 +222,16 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 	var disks []diskEvidenceModel
 	for _, d := range rec.Disks {
 		disks = append(disks, diskEvidenceModel{
-			Index:          types.Int64Value(int64(d.Index)),
-			Device:         types.StringValue(d.Device),
-			SourcePath:     types.StringValue(d.SourcePath),
-			SizeBytes:      types.Int64Value(d.SizeBytes),
-			SourceSHA256:   types.StringValue(d.SourceSHA256),
-			ArtifactFormat: types.StringValue(d.ArtifactFormat),
-			ArtifactSHA256: types.StringValue(d.ArtifactSHA256),
-			DataVolume:     types.StringValue(d.DataVolume),
-			DataVolumeUID:  types.StringValue(d.DataVolumeUID),
+			Index:           types.Int64Value(int64(d.Index)),
+			Device:          types.StringValue(d.Device),
+			SourcePath:      types.StringValue(d.SourcePath),
+			SizeBytes:       types.Int64Value(d.SizeBytes),
+			SourceSHA256:    types.StringValue(d.SourceSHA256),
+			ArtifactFormat:  types.StringValue(d.ArtifactFormat),
+			ArtifactSHA256:  types.StringValue(d.ArtifactSHA256),
+			ConvertedSHA256: types.StringValue(d.ConvertedSHA256),
+			DataVolume:      types.StringValue(d.DataVolume),
+			DataVolumeUID:   types.StringValue(d.DataVolumeUID),
 		})
 	}
 	var conds []conditionModel
@@ -237,6 +256,8 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 	var d diag.Diagnostics
 	m.Timestamps, d = types.MapValueFrom(ctx, types.StringType, ts)
 	diags.Append(d...)
+	m.ConversionEvidence, d = types.MapValueFrom(ctx, types.StringType, conv)
+	diags.Append(d...)
 	m.Disks, d = types.ListValueFrom(ctx, diskEvidenceType, nonNil(disks))
 	diags.Append(d...)
 	m.Conditions, d = types.ListValueFrom(ctx, conditionType, nonNil(conds))
@@ -244,6 +265,21 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 	m.Errors, d = types.ListValueFrom(ctx, types.StringType, errs)
 	diags.Append(d...)
 	return diags
+}
+
+// ConversionEvidenceKeys are the keys of the conversion_evidence attribute.
+var ConversionEvidenceKeys = []string{"tool", "version", "accelerator", "os_type", "os_distro", "os_version", "osinfo", "firmware",
+	"converted", "drivers", "warnings", "seconds", "time"}
+
+// conversionEvidenceMap is the conversion_evidence attribute of a record's
+// conversion.
+func conversionEvidenceMap(c *engine.ConversionEvidence) map[string]string {
+	return map[string]string{
+		"tool": c.Tool, "version": c.Version, "accelerator": c.Accelerator,
+		"os_type": c.OS.Type, "os_distro": c.OS.Distro, "os_version": c.OS.Version, "osinfo": c.OS.OSInfo, "firmware": c.OS.Firmware,
+		"converted": c.Converted, "drivers": strings.Join(c.Drivers, "; "), "warnings": strings.Join(c.Warnings, "; "),
+		"seconds": strconv.FormatFloat(c.Seconds, 'f', 1, 64), "time": c.Time.UTC().Format(time.RFC3339),
+	}
 }
 
 func nonNil[T any](s []T) []T {
@@ -256,6 +292,7 @@ func nonNil[T any](s []T) []T {
 // copyComputed carries the computed attributes of state into a plan.
 func (m *migrationModel) copyComputed(state migrationModel) {
 	m.ID, m.Phase, m.SourceVMID, m.VMUID, m.PowerOff, m.Downtime = state.ID, state.Phase, state.SourceVMID, state.VMUID, state.PowerOff, state.Downtime
+	m.GuestOS, m.ConversionEvidence = state.GuestOS, state.ConversionEvidence
 	m.Timestamps, m.Disks, m.Conditions, m.Errors, m.Drift = state.Timestamps, state.Disks, state.Conditions, state.Errors, state.Drift
 }
 

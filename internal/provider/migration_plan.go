@@ -240,7 +240,8 @@ func identityChanges(state, plan *migrationModel) []string {
 		{"destination.namespace", s.Namespace, p.Namespace}, {"destination.name", s.Name, p.Name},
 		{"destination.storage_class", s.StorageClass, p.StorageClass}, {"destination.access_mode", s.AccessMode, p.AccessMode},
 		{"destination.volume_mode", s.VolumeMode, p.VolumeMode}, {"destination.disk_bus", s.DiskBus, p.DiskBus},
-		{"target_format", state.TargetFormat, plan.TargetFormat},
+		{"destination.nic_model", s.NICModel, p.NICModel}, {"destination.timezone", s.Timezone, p.Timezone},
+		{"target_format", state.TargetFormat, plan.TargetFormat}, {"conversion", state.Conversion, plan.Conversion},
 	} {
 		if !f.b.IsUnknown() && !f.a.Equal(f.b) {
 			out = append(out, f.name)

@@ -141,7 +141,7 @@ func TestAttributePath(t *testing.T) {
 		engine.FieldDiskBus, engine.FieldRunStrategy, engine.FieldNetworkMap, engine.FieldPowerOffPolicy, engine.FieldShutdownTimeout,
 		engine.FieldTargetFormat, engine.FieldTransport, engine.FieldUploadProxyURL, engine.FieldHTTPStagingDir, engine.FieldHTTPStagingURL,
 		engine.FieldValidationTCP, engine.FieldValidationHTTP, engine.FieldDeletePolicy, engine.FieldValidationTimeout,
-		engine.FieldRetryInitial, engine.FieldRetryMax} {
+		engine.FieldRetryInitial, engine.FieldRetryMax, engine.FieldConversion, engine.FieldNICModel, engine.FieldTimezone} {
 		if _, diags := sch.AttributeAtPath(t.Context(), attributePath(f)); diags.HasError() {
 			t.Errorf("engine field %q is not an attribute of vmmigration_migration: %v", f, diags)
 		}

@@ -19,8 +19,38 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 )
+
+// byConversion defaults an unset attribute from the planned conversion
+// (the engine's rule, so that plan and apply agree).
+type byConversion struct {
+	def func(conversion string) string
+}
+
+func (byConversion) Description(context.Context) string {
+	return "Defaults from the conversion."
+}
+
+func (b byConversion) MarkdownDescription(ctx context.Context) string { return b.Description(ctx) }
+
+func (b byConversion) PlanModifyString(ctx context.Context, req planmodifier.StringRequest, resp *planmodifier.StringResponse) {
+	if !req.ConfigValue.IsNull() {
+		return
+	}
+	var conv types.String
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("conversion"), &conv)...)
+	if conv.IsUnknown() {
+		resp.PlanValue = types.StringUnknown()
+		return
+	}
+	c := conv.ValueString()
+	if c == "" {
+		c = engine.DefaultConversion
+	}
+	resp.PlanValue = types.StringValue(b.def(c))
+}
 
 // Patterns shared by validators.
 var (
@@ -86,9 +116,19 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"volume_mode": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString(engine.DefaultVolumeMode),
 						MarkdownDescription: "Volume mode of the DataVolumes: " + backticked(engine.VolumeModes) + ".",
 						Validators:          []validator.String{stringvalidator.OneOf(engine.VolumeModes...)}},
-					"disk_bus": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString(engine.DefaultDiskBus),
-						MarkdownDescription: "Bus of the VM's disks: " + backticked(engine.DiskBuses) + ". Guests without virtio drivers (Windows before the drivers are installed) need `sata`.",
-						Validators:          []validator.String{stringvalidator.OneOf(engine.DiskBuses...)}},
+					"disk_bus": schema.StringAttribute{Optional: true, Computed: true,
+						PlanModifiers: []planmodifier.String{byConversion{engine.DefaultDiskBus}, stringplanmodifier.RequiresReplace()},
+						MarkdownDescription: "Bus of the VM's disks: " + backticked(engine.DiskBuses) + ". Defaults to `" + engine.ConvertedDiskBus + "` when the guest is converted, else `" +
+							engine.UnconvertedDiskBus + "` (AHCI, which most guests installed on VMware can drive; virtio needs drivers they usually lack).",
+						Validators: []validator.String{stringvalidator.OneOf(engine.DiskBuses...)}},
+					"nic_model": schema.StringAttribute{Optional: true, Computed: true,
+						PlanModifiers: []planmodifier.String{byConversion{engine.DefaultNICModel}, stringplanmodifier.RequiresReplace()},
+						MarkdownDescription: "Model of the VM's network interfaces: " + backticked(engine.NICModels) + ". Defaults to `" + engine.ConvertedNICModel + "` when the guest is converted, else `" +
+							engine.UnconvertedNICModel + "`.",
+						Validators: []validator.String{stringvalidator.OneOf(engine.NICModels...)}},
+					"timezone": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString(engine.DefaultTimezone),
+						MarkdownDescription: "Time zone of a Windows guest's hardware clock, which Windows keeps in local time (such as `Europe/Berlin`): set it to the zone the guest is set to. " +
+							"Linux guests' clocks are UTC whatever this says."},
 					"run_strategy": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultRunStrategy),
 						MarkdownDescription: "KubeVirt run strategy once migrated: " + backticked(engine.RunStrategies) + ". Changes in place.",
 						Validators:          []validator.String{stringvalidator.OneOf(engine.RunStrategies...)}},
@@ -115,6 +155,15 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultTargetFormat), PlanModifiers: replace,
 				MarkdownDescription: "Image format sent to CDI: " + backticked(engine.TargetFormats) + " (converted with qemu-img).",
 				Validators:          []validator.String{stringvalidator.OneOf(engine.TargetFormats...)},
+			},
+			"conversion": schema.StringAttribute{
+				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultConversion), PlanModifiers: replace,
+				MarkdownDescription: "How the guest is made to boot on KubeVirt: `" + engine.ConversionVirtV2V + "` runs virt-v2v-in-place on copies of the disks, on the machine running Terraform, " +
+					"after they are copied and before they are imported: it installs the virtio drivers (for Windows from the virtio-win drivers, see the provider's `virtio_win`), fixes fstab and the bootloader, and removes VMware Tools. " +
+					"The VM then gets virtio disks and network interfaces. `" + engine.ConversionNone + "` imports the disks as copied, for guests that already have the drivers they need; " +
+					"they get `" + engine.UnconvertedDiskBus + "` disks and `" + engine.UnconvertedNICModel + "` interfaces unless `destination.disk_bus` and `destination.nic_model` say otherwise, and the plan warns that the guest may not boot. " +
+					"Needs the Debian packages " + backticked(convert.V2VPackages) + ".",
+				Validators: []validator.String{stringvalidator.OneOf(engine.Conversions...)},
 			},
 			"transport": schema.SingleNestedAttribute{
 				Optional:            true,
@@ -160,21 +209,25 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			"vm_uid":      str("UID of the destination VirtualMachine."),
 			"downtime": str("How long the service was down: from the source powered off to the migrated VM started " +
 				"(`timestamps.sourcePoweredOff` to `timestamps.vmStarted`), as a duration such as `42s`. Empty until the VM has started."),
+			"guest_os": str("The guest operating system as virt-v2v inspected it, such as `debian 12.15 (debian12)`. Empty before the conversion ran, and with `conversion = \"none\"`."),
+			"conversion_evidence": schema.MapAttribute{Computed: true, ElementType: types.StringType,
+				MarkdownDescription: "What the guest conversion saw and did: " + backticked(ConversionEvidenceKeys) + ". Empty before it ran."},
 			"power_off_action": str("What powered the source off, recorded once: " + backticked(engine.PowerActions) + "."),
 			"timestamps":       schema.MapAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "RFC 3339 times of the checkpoints reached: " + backticked(engine.TimestampNames) + "."},
 			"disks": schema.ListNestedAttribute{
 				Computed:            true,
 				MarkdownDescription: "Evidence per disk.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"index":           schema.Int64Attribute{Computed: true, MarkdownDescription: "`n` in `<name>-disk-<n>`."},
-					"device":          str("Source controller and unit."),
-					"source_path":     str("Source data file."),
-					"size_bytes":      schema.Int64Attribute{Computed: true, MarkdownDescription: "Bytes copied."},
-					"source_sha256":   str("SHA-256 of the source data, computed while streaming."),
-					"artifact_format": str("Format of the imported image."),
-					"artifact_sha256": str("SHA-256 of the imported image."),
-					"data_volume":     str("DataVolume name."),
-					"data_volume_uid": str("DataVolume UID."),
+					"index":            schema.Int64Attribute{Computed: true, MarkdownDescription: "`n` in `<name>-disk-<n>`."},
+					"device":           str("Source controller and unit."),
+					"source_path":      str("Source data file."),
+					"size_bytes":       schema.Int64Attribute{Computed: true, MarkdownDescription: "Bytes copied."},
+					"source_sha256":    str("SHA-256 of the source data, computed while streaming."),
+					"artifact_format":  str("Format of the imported image."),
+					"artifact_sha256":  str("SHA-256 of the imported image."),
+					"converted_sha256": str("SHA-256 of the image after the guest conversion: what the DataVolume holds. Empty without conversion."),
+					"data_volume":      str("DataVolume name."),
+					"data_volume_uid":  str("DataVolume UID."),
 				}},
 			},
 			"conditions": schema.ListNestedAttribute{

@@ -37,6 +37,7 @@ type preflightModel struct {
 	StorageClass   types.String            `tfsdk:"storage_class"`
 	NetworkMap     map[string]types.String `tfsdk:"network_map"`
 	PowerOffPolicy types.String            `tfsdk:"power_off_policy"`
+	Conversion     types.String            `tfsdk:"conversion"`
 	Passed         types.Bool              `tfsdk:"passed"`
 	Checks         []checkModel            `tfsdk:"checks"`
 	Blockers       []types.String          `tfsdk:"blockers"`
@@ -114,6 +115,12 @@ func preflightSchema() schema.Schema {
 					". Defaults to `" + engine.DefaultPowerOffPolicy + "`.",
 				Validators: []validator.String{stringvalidator.OneOf(engine.PowerOffPolicies...)},
 			},
+			"conversion": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "The migration's `conversion`: " + backticked(engine.Conversions) + ". Defaults to `" + engine.DefaultConversion +
+					"`, whose checks need virt-v2v on this machine and, for Windows, the virtio-win drivers.",
+				Validators: []validator.String{stringvalidator.OneOf(engine.Conversions...)},
+			},
 			"passed": schema.BoolAttribute{Computed: true, MarkdownDescription: "False exactly when a blocker failed."},
 			"checks": schema.ListNestedAttribute{
 				Computed:            true,
@@ -172,7 +179,7 @@ func (d *preflightDataSource) Read(ctx context.Context, req datasource.ReadReque
 		Host: host, VMName: m.VMName.ValueString(), VMID: int(m.VMID.ValueInt64()),
 		Namespace: m.Namespace.ValueString(), Name: m.Name.ValueString(), StorageClass: m.StorageClass.ValueString(),
 		NetworkMap: stringMap(m.NetworkMap), PowerOffPolicy: m.PowerOffPolicy.ValueString(),
-		WorkDir: d.clients.settings.WorkDir,
+		Conversion: m.Conversion.ValueString(), WorkDir: d.clients.settings.WorkDir,
 	}
 	p, err := eng.Preview(ctx, spec, engine.PreviewOptions{InventoryMaxAge: engine.DefaultInventoryMaxAge})
 	switch {

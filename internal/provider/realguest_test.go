@@ -1,0 +1,171 @@
+package provider_test
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
+)
+
+// newGuestEnv is a migration environment whose simulated KubeVirt boots
+// the imported disks in QEMU, with a source VM installed the way VMware
+// guests are: the Debian 12 test guest (grub, an initramfs with only the
+// ata and pvscsi drivers, no virtio) on a pvscsi disk with a vmxnet3 NIC.
+func newGuestEnv(t *testing.T, vmName string) *migrationEnv {
+	t.Helper()
+	img := testguest.Image(t)
+	e := newMigrationEnvWith(t, func(o *kubesim.Options) { o.BootGuests = true })
+	size := fileSize(t, img)
+	_, files := e.host.AddVM(t, esxisim.VMSpec{Name: vmName, GuestOS: "debian12-64", CPUs: 2, MemoryMiB: 1024,
+		Disks: []esxisim.DiskSpec{{CapacityBytes: size, Thin: true, Controller: "scsi0:0", Content: []esxisim.Extent{}}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network", Adapter: "vmxnet3"}}})
+	if err := convert.CopySparse(img, files.Disks[0].LocalFlat); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// guestMigration is the configuration of the real guest's migration; the
+// guest must answer through its agent and report an IP.
+func (e *migrationEnv) guestMigration(label, vmName, extra string) string {
+	return acctest.ProviderConfig(e.providerBlock()) + fmt.Sprintf(`
+resource "vmmigration_migration" %q {
+  source = {
+    host    = "esxi-a"
+    vm_name = %q
+  }
+  destination = {
+    namespace     = %q
+    name          = %q
+    storage_class = "standard"
+    network_map   = { "VM Network" = "pod" }
+%s
+  }
+  transport = {
+    upload_proxy_url            = %q
+    upload_proxy_ca_certificate = %q
+  }
+  validation = {
+    guest_agent = true
+    ip_reported = true
+    timeout     = "12m"
+  }
+  retry = {
+    attempts        = 2
+    initial_backoff = "1s"
+    max_backoff     = "2s"
+  }
+  power_off_policy = "hard"
+  timeouts = {
+    create = "40m"
+  }
+}
+`, label, vmName, e.namespace, label, extra, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()))
+}
+
+// Without conversion, the guest installed on VMware does not boot on the
+// virtio disk it is given: its initramfs has no virtio driver and stops in
+// its shell. The migration is never Completed: it stops at Validating in
+// ManualInterventionRequired, as soon as the console shows it, with the
+// console as evidence and what to do.
+func TestAccRealGuestWithoutConversionDoesNotBoot(t *testing.T) {
+	e := newGuestEnv(t, "debian-raw")
+	cfg := e.guestMigration("raw", "debian-raw", `    disk_bus = "virtio"`) // an explicit bus the guest lacks drivers for
+	cfg = strings.Replace(cfg, `power_off_policy = "hard"`, "power_off_policy = \"hard\"\n  conversion       = \"none\"", 1)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ExpectError: regexp.MustCompile(`(?s)migration needs manual intervention in phase Validating: the guest does not boot: its console shows ` +
+				`".*Dropping to a shell.*".*set\s+conversion\s+=\s+"virt-v2v"`),
+		}},
+	})
+	rec := e.expectStopped(t, "raw", engine.PhaseManualInterventionRequired, engine.PhaseValidating, "ValidationFailed")
+	if !strings.Contains(rec.Message, "Dropping to a shell") {
+		t.Errorf("the stop message lacks the console: %q", rec.Message)
+	}
+	var console *engine.CheckResult
+	for i, c := range rec.Validation {
+		if c.ID == "guest_console" {
+			console = &rec.Validation[i]
+		}
+	}
+	if console == nil || console.Passed || !strings.Contains(console.Message, "Dropping to a shell") {
+		t.Errorf("validation evidence %+v: want a failed guest_console with the shell", rec.Validation)
+	}
+	if rec.Conversion != nil || rec.Disks[0].ConvertedSHA256 != "" {
+		t.Errorf("a migration without conversion recorded one: %+v", rec.Conversion)
+	}
+	if g := e.cluster.VMIGuest(t, e.namespace, "raw"); g.AgentConnected || g.OSID != "" || len(g.IPs) > 0 || g.DiskBus != "virtio" {
+		t.Errorf("the guest that did not boot reports %+v", g)
+	}
+}
+
+// With the default conversion, the same guest is converted by the real
+// virt-v2v on a copy of its disk, imported, and boots on the virtio disk
+// and NIC the provider renders: the console shows the guest's boot marker,
+// its agent answers with its OS and address, and the migration is
+// Completed with the inspected OS and the checksums of the copy and of the
+// converted image in state.
+func TestAccRealGuestConvertedBoots(t *testing.T) {
+	e := newGuestEnv(t, "debian-v2v")
+	addr := "vmmigration_migration.conv"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: e.guestMigration("conv", "debian-v2v", ""),
+			Check: resource.ComposeAggregateTestCheckFunc(
+				resource.TestCheckResourceAttr(addr, "phase", string(engine.PhaseCompleted)),
+				resource.TestCheckResourceAttr(addr, "conversion", engine.ConversionVirtV2V),
+				resource.TestCheckResourceAttr(addr, "destination.disk_bus", "virtio"),
+				resource.TestCheckResourceAttr(addr, "destination.nic_model", "virtio"),
+				resource.TestMatchResourceAttr(addr, "guest_os", regexp.MustCompile(`^12\.\d+ \(debian12\)$|^debian 12\.\d+ \(debian12\)$`)),
+				resource.TestCheckResourceAttr(addr, "conversion_evidence.tool", "virt-v2v-in-place"),
+				resource.TestCheckResourceAttr(addr, "conversion_evidence.os_distro", "debian"),
+				resource.TestMatchResourceAttr(addr, "conversion_evidence.version", regexp.MustCompile(`^2\.`)),
+				resource.TestMatchResourceAttr(addr, "conversion_evidence.converted", regexp.MustCompile(`to run on KVM$`)),
+				func(s *terraform.State) error {
+					d := s.RootModule().Resources[addr].Primary.Attributes
+					src, conv, art := d["disks.0.source_sha256"], d["disks.0.converted_sha256"], d["disks.0.artifact_sha256"]
+					if len(src) != 64 || len(conv) != 64 || conv == src || art != conv {
+						return fmt.Errorf("checksums: source %q converted %q artifact %q: want the converted image imported, differing from the copy", src, conv, art)
+					}
+					return nil
+				},
+			),
+		}},
+	})
+	g := e.cluster.VMIGuest(t, e.namespace, "conv")
+	if !g.AgentConnected || g.OSID != "debian" || g.OSVersion != "12" || len(g.IPs) == 0 || g.DiskBus != "virtio" || g.NICModel != "virtio" {
+		t.Errorf("the migrated guest reports %+v: want its agent connected, debian 12, an IP, on virtio", g)
+	}
+	if c := e.cluster.GuestConsole(t, e.namespace, "conv"); !strings.Contains(c, testguest.Marker) {
+		t.Errorf("the console lacks the boot marker %s:\n%s", testguest.Marker, c)
+	}
+	rec := e.record(t, "conv").Record
+	if rec.Conversion == nil || rec.Conversion.OS.Type != "linux" || rec.Conversion.Accelerator == "" || len(rec.Conversion.Drivers) == 0 {
+		t.Errorf("conversion evidence %+v", rec.Conversion)
+	}
+	t.Logf("converted in %.0f s on %s; downtime %s", rec.Conversion.Seconds, rec.Conversion.Accelerator, rec.Downtime().Round(time.Second))
+}
