@@ -186,10 +186,18 @@ func TestBootGuests(t *testing.T) {
 				vmi.Status.Interfaces[0].InterfaceName == "" || vmi.Status.Interfaces[0].MAC != testMAC {
 				t.Errorf("VMI status: phase %q guestOSInfo %+v interfaces %+v", vmi.Status.Phase, vmi.Status.GuestOSInfo, vmi.Status.Interfaces)
 			}
-			console, err := kc.GuestConsoleTail(ctx, ns, "converted", 40)
-			if err != nil || !strings.Contains(console, testguest.Marker) {
-				t.Errorf("console through pods/log: %v, want the boot marker in:\n%s", err, lastLines(console, 10))
-			}
+			// The guest prints its marker once multi-user.target is reached,
+			// a moment after its agent starts.
+			eventually(t, 2*time.Minute, "boot marker on the console through pods/log", func() string {
+				console, err := kc.GuestConsoleTail(ctx, ns, "converted", 40)
+				if err != nil {
+					return err.Error()
+				}
+				if !strings.Contains(console, testguest.Marker) {
+					return "console so far:\n" + lastLines(console, 10)
+				}
+				return ""
+			})
 
 			setRunStrategy(t, cl, ns, "converted", kubevirtv1.RunStrategyHalted)
 			eventually(t, time.Minute, "VM stopped: VMI, virt-launcher pod and QEMU gone", func() string {
