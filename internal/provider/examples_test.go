@@ -69,7 +69,7 @@ func TestAccExampleSingle(t *testing.T) {
 // them (name_regex matches them too: neither enters the wave, and neither
 // blocks the others, at plan or at apply), with
 // max_concurrent_migrations = 4 and -parallelism=20: the 20 are Completed
-// with the source's checksums, the snapshot VM is skipped by the pre-flight
+// with the source's checksums, the VM on a broken snapshot chain is skipped by the pre-flight
 // gate and listed with its blocker, the other VM is not touched, at most 4
 // migrations were in the host-reading phases at any instant, and more than
 // one was (so a limiter that serialised everything, or none at all, fails).
@@ -83,8 +83,9 @@ func TestAccExampleWave20(t *testing.T) {
 		_, f := e.addGuestVM(t, name, fmt.Sprintf("00:50:56:00:70:%02x", i), int64(1+i%2)*mib)
 		files[name], flats[name] = f, f.Disks[0].Flat
 	}
-	e.host.AddVM(t, esxisim.VMSpec{Name: "wave-snap", GuestOS: "rhel9-64", Snapshots: true,
+	_, snap := e.host.AddVM(t, esxisim.VMSpec{Name: "wave-snap", GuestOS: "rhel9-64", Snapshots: true,
 		Disks: []esxisim.DiskSpec{{CapacityBytes: mib}}, NICs: []esxisim.NICSpec{{Network: "VM Network", MAC: "00:50:56:00:70:fe"}}})
+	breakChain(t, snap)
 	otherID, _ := e.addGuestVM(t, "db-01", "00:50:56:00:70:ff", mib)
 	e.host.AddVM(t, esxisim.VMSpec{System: true, Name: "wave-vCLS-1", Power: esxisim.PoweredOn})
 	e.host.AddVM(t, esxisim.VMSpec{Invalid: true, Datastore: "datastore1", Name: "wave-gone"})
@@ -117,8 +118,8 @@ func TestAccExampleWave20(t *testing.T) {
 	if err := json.Unmarshal(outs["skipped"], &skipped); err != nil {
 		t.Fatal(err)
 	}
-	if len(skipped) != 1 || len(skipped["wave-snap"]) == 0 || !strings.Contains(strings.Join(skipped["wave-snap"], " "), "no_snapshots") {
-		t.Errorf("output skipped = %s, want wave-snap with its no_snapshots blocker", outs["skipped"])
+	if len(skipped) != 1 || len(skipped["wave-snap"]) == 0 || !strings.Contains(strings.Join(skipped["wave-snap"], " "), "snapshot_chain") {
+		t.Errorf("output skipped = %s, want wave-snap with its snapshot_chain blocker", outs["skipped"])
 	}
 	var migrated map[string]struct {
 		Phase string `json:"phase"`
@@ -231,7 +232,7 @@ func TestAccExampleImport(t *testing.T) {
 // TestAccExampleGitOps runs examples/gitops as its README's pipeline does:
 // a pull request's `plan -detailed-exitcode -out=plan.tfplan` (exit 2 with
 // the DataVolumes to create), `apply plan.tfplan` on merge, and the next
-// plan is empty (exit 0). A pull request that adds a VM with a snapshot fails
+// plan is empty (exit 0). A pull request that adds a VM on a broken snapshot chain fails
 // its plan (exit 1) with the pre-flight blocker as an error that names the
 // VM and the check; the errored plan file Terraform saves cannot be applied,
 // and nothing is touched: the other VM of that pull request is not migrated
@@ -241,9 +242,10 @@ func TestAccExampleGitOps(t *testing.T) {
 	e := newMigrationEnv(t)
 	_, web1 := e.addGuestVM(t, "web-01", "00:50:56:00:a0:01", mib)
 	_, web2 := e.addGuestVM(t, "web-02", "00:50:56:00:a0:02", mib)
-	snapID, _ := e.host.AddVM(t, esxisim.VMSpec{Name: "snap-01", GuestOS: "rhel9-64", Snapshots: true,
+	snapID, snap := e.host.AddVM(t, esxisim.VMSpec{Name: "snap-01", GuestOS: "rhel9-64", Snapshots: true,
 		Disks: []esxisim.DiskSpec{{CapacityBytes: mib}}, NICs: []esxisim.NICSpec{{Network: "VM Network", MAC: "00:50:56:00:a0:03"}},
 		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.13"}})
+	breakChain(t, snap)
 	vars := e.exampleVars(t)
 	pr := func(names ...string) {
 		m := map[string]any{}
@@ -268,13 +270,13 @@ func TestAccExampleGitOps(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Pull request 2: web-02 and snap-01, which has a snapshot.
+	// Pull request 2: web-02 and snap-01, whose snapshot chain lost its base.
 	pr("web-01", "web-02", "snap-01")
 	writeTFVars(t, w, vars)
 	res = tf(t, w, 1, "plan", "-detailed-exitcode", "-input=false", "-out=plan.tfplan")
-	if out := res.Stderr; !strings.Contains(out, "Migration blocked by pre-flight check no_snapshots") ||
+	if out := res.Stderr; !strings.Contains(out, "Migration blocked by pre-flight check snapshot_chain") ||
 		!strings.Contains(out, `vmmigration_migration.vm["snap-01"]`) || !strings.Contains(out, `VM "snap-01"`) {
-		t.Fatalf("the plan should fail with the no_snapshots blocker of snap-01:\n%s\n%s", res.Stdout, out)
+		t.Fatalf("the plan should fail with the snapshot_chain blocker of snap-01:\n%s\n%s", res.Stdout, out)
 	}
 	if strings.Contains(res.Stderr, `vmmigration_migration.vm["web-02"]`) {
 		t.Errorf("the plan reports an error for web-02, which has no blocker:\n%s", res.Stderr)

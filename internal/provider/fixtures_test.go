@@ -77,3 +77,13 @@ func rewriteVMX(t *testing.T, dir, name string, edit func(string) string) {
 		t.Fatal(err)
 	}
 }
+
+// breakChain removes the base descriptor of a snapshot VM's first disk, as
+// when a datastore holding it is gone: a chain that cannot be migrated.
+func breakChain(t *testing.T, files *esxisim.VMFiles) {
+	t.Helper()
+	links := files.Disks[0].Chain.Links
+	if err := os.Remove(links[len(links)-1].LocalDescriptor); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -193,7 +193,7 @@ func (m *migrationModel) planDisks(disks []engine.DiskEvidence) diag.Diagnostics
 			"size_bytes":      types.Int64Value(d.SizeBytes),
 			"source_sha256":   types.StringUnknown(),
 			"artifact_format": types.StringUnknown(),
-			"artifact_sha256": types.StringUnknown(),
+			"artifact_sha256": types.StringUnknown(), "converted_sha256": types.StringUnknown(),
 			"data_volume":     types.StringValue(d.DataVolume),
 			"data_volume_uid": types.StringUnknown(),
 		})

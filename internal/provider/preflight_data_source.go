@@ -126,7 +126,7 @@ func preflightSchema() schema.Schema {
 				Computed:            true,
 				MarkdownDescription: "Every check, passed or not.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"id":       str("Stable identifier, e.g. `no_snapshots`."),
+					"id":       str("Stable identifier, e.g. `snapshot_chain`."),
 					"severity": str("`blocker` (stops the migration) or `warning`."),
 					"passed":   schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the check passed."},
 					"message":  str("What was found and, for a failure, what to do."),

@@ -25,9 +25,10 @@ func TestAccPreflight(t *testing.T) {
 		Disks: []esxisim.DiskSpec{{CapacityBytes: 4 << 20}, {CapacityBytes: 2 << 20}},
 		NICs:  []esxisim.NICSpec{{Network: "VM Network"}, {Network: "DMZ"}},
 		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.5"}})
-	host.AddVM(t, esxisim.VMSpec{Name: "big", Snapshots: true,
+	_, big := host.AddVM(t, esxisim.VMSpec{Name: "big", Snapshots: true,
 		Disks: []esxisim.DiskSpec{{CapacityBytes: 200 << 20}}, NICs: []esxisim.NICSpec{{Network: "VM Network"}},
 		Power: esxisim.PoweredOn})
+	breakChain(t, big)
 
 	cfg := acctest.ProviderConfig(host.HostBlock("esxi-a")+kubeBlock) + `
 data "vmmigration_preflight" "ok" {
@@ -81,7 +82,7 @@ data "vmmigration_preflight" "blocked" {
 					"disks.0.capacity_bytes": "4194304",
 					"disks.1.data_volume":    "web-01-disk-1",
 					"disks.1.device":         "scsi0:1",
-					"checks.#":               "15",
+					"checks.#":               "17",
 					"checks.0.id":            "guest_os_supported",
 					"checks.0.passed":        "true",
 					"checks.10.id":           "destination_name_free",
@@ -91,8 +92,12 @@ data "vmmigration_preflight" "blocked" {
 					"checks.12.message":      "The disks need 6 MiB; the quota leaves 10 MiB.",
 					"checks.13.id":           "source_unclaimed",
 					"checks.13.passed":       "true",
-					"checks.14.id":           "work_dir_space",
+					"checks.14.id":           "conversion_tools",
 					"checks.14.passed":       "true",
+					"checks.15.id":           "guest_convertible",
+					"checks.15.passed":       "true",
+					"checks.16.id":           "work_dir_space",
+					"checks.16.passed":       "true",
 				}),
 				attrs(warn, map[string]string{
 					"passed":     "true",
@@ -103,7 +108,7 @@ data "vmmigration_preflight" "blocked" {
 				attrs(blocked, map[string]string{
 					"passed":     "false",
 					"blockers.#": "6",
-					"blockers.0": `no_snapshots: VM "big" has 1 snapshot(s) ("before-migration"). Copying the base disks would lose the data written since. Delete or consolidate the snapshots first (vim-cmd vmsvc/snapshot.removeall 11, or Delete All in the host client).`,
+					"blockers.0": `snapshot_chain: VM "big" runs on snapshot chains that cannot be read consistently: scsi0:0 (/vmfs/volumes/datastore1/big/big-000001.vmdk): /vmfs/volumes/datastore1/big/big.vmdk: parent of /vmfs/volumes/datastore1/big/big-000001.vmdk: descriptor could not be read or parsed. A missing parent must be restored to the path the child names (parentFileNameHint), or the VM re-registered where its files are; a CID mismatch means a parent disk was written after the snapshot was taken: restore the parent from a backup, or consolidate the snapshots in the host client (Snapshots > Consolidate) and apply again.`,
 					"blockers.1": `nics_mapped: NICs without a destination network: ethernet0 on "VM Network". Add each source network to network_map, as "pod" or a Multus network "<namespace>/<name>".`,
 					"blockers.2": `power_off_policy: VM "big" is poweredOn, power_off_policy is "graceful", but VMware Tools is not running, so the guest cannot be asked to shut down. Start Tools in the guest, shut it down yourself, or choose "graceful_then_hard" or "hard".`,
 					"blockers.3": `destination_name_free: Namespace "apps" already has VirtualMachine legacy, not created by this migration. The provider never overwrites what it does not own: choose another destination name, or remove or import the existing objects.`,

@@ -77,7 +77,7 @@ resource "vmmigration_migration" %q {
     max_backoff     = "2s"
   }
   power_off_policy = "hard"
-  timeouts = {
+  timeouts {
     create = "40m"
   }
 }
