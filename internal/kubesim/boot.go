@@ -243,8 +243,8 @@ func (s *Sim) followAgent(ctx context.Context, b *bootedGuest, g *guestboot.Gues
 	}
 }
 
-// stopGuest stops the VMI's QEMU (if any) and forgets its boot once its
-// virt-launcher pod is gone.
+// sweepGuests stops the QEMU of every VMI not in live (deleted, or its VM
+// stopped) and forgets its boot once its virt-launcher pod is deleted.
 func (s *Sim) sweepGuests(ctx context.Context, live map[types.UID]bool) error {
 	s.mu.Lock()
 	var gone []*bootedGuest

@@ -179,8 +179,9 @@ func podSuffix() string {
 }
 
 // serveContainerLogs is the kubelet's GET /containerLogs/{ns}/{pod}/{c}:
-// the guest's serial console for guest-console-log (tailLines and
-// limitBytes honoured), QEMU's start for compute.
+// the guest's serial console for guest-console-log (tailLines, limitBytes
+// and timestamps honoured; follow is not: the log so far is returned),
+// QEMU's start for compute.
 func (s *Sim) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
 	ns, podName, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
 	var b *bootedGuest
