@@ -3,6 +3,7 @@ package kubesim
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -286,6 +288,28 @@ func TestBootGuestSlotsAndFailures(t *testing.T) {
 	if first == nil || !slices.ContainsFunc(first.Args(), func(a string) bool { return a == "128" }) {
 		t.Fatalf("first guest: %v", first)
 	}
+	// The kubelet's container logs, through the API server: compute has
+	// QEMU's command line; limitBytes and tailLines are honoured; an
+	// unknown container is refused.
+	firstVMI, _ := getVMI(cl, ns, "first")
+	pod := launcherPod(t, cl, ns, firstVMI)
+	for _, tc := range []struct {
+		query string
+		code  int
+		check func(string) bool
+	}{
+		{"container=compute", http.StatusOK, func(b string) bool { return strings.Contains(b, "-machine q35") && strings.HasSuffix(b, "\n") }},
+		{"container=compute&limitBytes=10", http.StatusOK, func(b string) bool { return len(b) == 10 }},
+		{"container=compute&tailLines=0", http.StatusOK, func(b string) bool { return b == "" }},
+		{"container=guest-console-log&tailLines=0", http.StatusOK, func(b string) bool { return b == "" }},
+		{"container=nosuch", http.StatusBadRequest, func(string) bool { return true }},
+	} {
+		code, body := podLog(t, c.RESTConfig(), ns, pod.Name, tc.query)
+		if code != tc.code || !tc.check(body) {
+			t.Errorf("pods/log?%s: %d %q", tc.query, code, body)
+		}
+	}
+
 	blankVM("second", kubevirtv1.RunStrategyOnce)
 	eventually(t, 15*time.Second, "second Scheduled", func() string {
 		if p := phase("second"); p != kubevirtv1.Scheduled {
@@ -433,6 +457,26 @@ func TestGuestSpec(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
+}
+
+// podLog reads a pod's log through the API server with query.
+func podLog(t *testing.T, cfg *rest.Config, ns, pod, query string) (int, string) {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(cfg.Host + "/api/v1/namespaces/" + ns + "/pods/" + pod + "/log?" + query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // launcherPod returns the VMI's virt-launcher pod.
