@@ -104,6 +104,10 @@ func run(ctx context.Context, keep bool) error {
 		sources[spec.Name] = files
 		fmt.Printf("    Vmid %d  %-20s %d disk(s)\n", id, spec.Name, len(spec.Disks))
 	}
+	guestFlat, err := addRealGuest(ctx, root, esxi)
+	if err != nil {
+		return err
+	}
 	if err := esxi.Start("127.0.0.1:0"); err != nil {
 		return err
 	}
@@ -126,7 +130,11 @@ func run(ctx context.Context, keep bool) error {
 	fmt.Printf("    API server %s\n", cluster.Host())
 
 	step("starting simulated KubeVirt and CDI controllers (upload proxy, aggregated upload token API)")
-	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: cluster, Namespaces: []string{demoNamespace}, Dir: filepath.Join(work, "cdi")})
+	// The real guest's VM boots in QEMU, on the devices the provider
+	// renders; the other demo VMs' disks hold generated data, not an OS,
+	// and their guests are simulated.
+	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: cluster, Namespaces: []string{demoNamespace}, Dir: filepath.Join(work, "cdi"),
+		BootGuests: true, BootGuest: func(_, name string) bool { return name == realGuestName }})
 	if err != nil {
 		return err
 	}
@@ -193,7 +201,10 @@ func run(ctx context.Context, keep bool) error {
 	if err := printSummary(raw); err != nil {
 		return err
 	}
-	if err := verifyEndToEnd(ctx, cluster.AdminClient(), sim, sources); err != nil {
+	if err := verifyEndToEnd(ctx, cluster.AdminClient(), sim, sources, guestFlat); err != nil {
+		return err
+	}
+	if err := showRealGuest(ctx, cluster); err != nil {
 		return err
 	}
 	st := esxi.Stats()
@@ -246,11 +257,12 @@ func watchPhases(ctx context.Context, cl client.Client) {
 // verifyEndToEnd compares, for every migrated disk, the SHA-256 of the
 // source disk on the simulated host with what CDI received, and prints the
 // totals.
-func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sources map[string]*esxisim.VMFiles) error {
+func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sources map[string]*esxisim.VMFiles, guestFlat string) error {
 	var cms corev1.ConfigMapList
 	if err := cl.List(ctx, &cms, client.InNamespace(demoNamespace), client.HasLabels{kube.LabelMigration}); err != nil {
 		return err
 	}
+	var err error
 	var vms, disks int
 	var bytes, zero int64
 	for _, cm := range cms.Items {
@@ -259,19 +271,36 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 			return err
 		}
 		src := sources[rec.Identity.VMName]
-		if src == nil || rec.Phase != engine.PhaseCompleted {
+		if (src == nil && rec.Identity.VMName != realGuestName) || rec.Phase != engine.PhaseCompleted {
 			continue
 		}
 		vms++
 		for i, d := range rec.Disks {
-			want := src.Disks[i].SHA256()
+			var want string
+			if src != nil {
+				want = src.Disks[i].SHA256()
+			} else if want, err = fileSHA256(guestFlat); err != nil {
+				return err
+			}
 			got, ok := sim.ReceivedSHA256(demoNamespace, d.DataVolume)
-			if !ok || got != want || d.SourceSHA256 != want {
-				return fmt.Errorf("%s disk %d: source %s, copied %s, received %s: the checksums differ", rec.Identity.Name, i, want, d.SourceSHA256, got)
+			if d.SourceSHA256 != want {
+				return fmt.Errorf("%s disk %d: source %s, copied %s: the checksums differ", rec.Identity.Name, i, want, d.SourceSHA256)
 			}
 			disks++
 			bytes += d.SizeBytes
 			zero += d.ZeroBytes
+			if d.ConvertedSHA256 != "" {
+				// Converted: the DataVolume holds the converted image.
+				if !ok || got != d.ConvertedSHA256 {
+					return fmt.Errorf("%s disk %d: converted %s, received %s: the checksums differ", rec.Identity.Name, i, d.ConvertedSHA256, got)
+				}
+				fmt.Printf("    %-20s disk %d  %4d MiB  source = copy sha256 %s…, converted = DataVolume %s sha256 %s…\n",
+					rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume, got[:16])
+				continue
+			}
+			if !ok || got != want {
+				return fmt.Errorf("%s disk %d: source %s, received %s: the checksums differ", rec.Identity.Name, i, want, got)
+			}
 			fmt.Printf("    %-20s disk %d  %4d MiB  sha256 %s…  source = copy = DataVolume %s\n", rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume)
 		}
 		if dt := rec.Downtime(); dt > 0 {

@@ -53,6 +53,10 @@ locals {
     "LAN"        = "pod"
     "Backup"     = "migrated/backup"
   }
+  # debian-web is a real Debian 12 guest installed the VMware way: virt-v2v
+  # converts it so that it boots on virtio. The other demo VMs' disks hold
+  # generated data, not an operating system: they are imported as they are.
+  conversion = { for name, vm in local.vms : name => name == "debian-web" ? "virt-v2v" : "none" }
 }
 
 data "vmmigration_preflight" "wave" {
@@ -65,6 +69,7 @@ data "vmmigration_preflight" "wave" {
   storage_class    = "standard"
   power_off_policy = "graceful_then_hard"
   network_map      = local.network_map
+  conversion       = local.conversion[each.key]
 }
 
 resource "vmmigration_migration" "wave" {
@@ -82,6 +87,7 @@ resource "vmmigration_migration" "wave" {
   }
   power_off_policy = "graceful_then_hard"
   shutdown_timeout = "30s"
+  conversion       = local.conversion[each.key]
   transport = {
     upload_proxy_url            = var.upload_proxy_url
     upload_proxy_ca_certificate = var.upload_proxy_ca
@@ -103,6 +109,8 @@ output "migrated" {
       phase       = m.phase
       power_off   = m.power_off_action
       vm_uid      = m.vm_uid
+      guest_os    = m.guest_os
+      downtime    = m.downtime
       data_volume = [for d in m.disks : d.data_volume]
     }
   }

@@ -304,7 +304,7 @@ func (s *Sim) stepVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 	podScheduled := kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
 	synchronized := kubevirtv1.VirtualMachineInstanceSynchronized
 	setPhase := func(p kubevirtv1.VirtualMachineInstancePhase) { setVMIPhase(st, p) }
-	if s.opts.BootGuests && (st.Phase == kubevirtv1.Scheduled || st.Phase == kubevirtv1.Running) {
+	if s.bootsGuest(vmi) && (st.Phase == kubevirtv1.Scheduled || st.Phase == kubevirtv1.Running) {
 		return s.stepBootedVMI(ctx, vmi)
 	}
 	switch st.Phase {

@@ -28,6 +28,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
@@ -87,6 +88,9 @@ type Options struct {
 	// through the API server's pods/log. Off: guests are simulated
 	// (AgentDelay, AnnotationNoGuestAgent).
 	BootGuests bool
+	// BootGuest, when set, picks the VMIs (by namespace and name) that
+	// BootGuests boots; the others' guests are simulated.
+	BootGuest func(namespace, name string) bool
 	// MaxGuests is how many guests may run at once; more wait, Scheduled.
 	// Default 2.
 	MaxGuests int
@@ -392,4 +396,9 @@ func (ts *tlsServer) close() {
 		_ = ts.srv.Close()
 	}
 	<-ts.done
+}
+
+// bootsGuest reports whether the sim boots vmi's guest in QEMU.
+func (s *Sim) bootsGuest(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	return s.opts.BootGuests && (s.opts.BootGuest == nil || s.opts.BootGuest(vmi.Namespace, vmi.Name))
 }
