@@ -188,7 +188,8 @@ func TestQCOW2OverHTTP(t *testing.T) {
 		t.Errorf("disk = %+v", d)
 	}
 	got, ok := e.sim.ReceivedImage(e.ns, "q1-disk-0")
-	if !ok || got.Format != "qcow2" || got.SHA256 != d.ArtifactSHA256 || got.VirtualSize != d.SizeBytes {
+	// CDI fetched the qcow2 image and wrote the raw disk to the claim.
+	if !ok || got.SentFormat != "qcow2" || got.SentSHA256 != d.ArtifactSHA256 || got.SHA256 != d.SourceSHA256 || got.VirtualSize != d.SizeBytes {
 		t.Errorf("received = %+v", got)
 	}
 	if entries, _ := os.ReadDir(staging); len(entries) != 0 {

@@ -47,17 +47,28 @@ type transferResult struct {
 	message   string
 }
 
-// Received describes an image the sim received for a DataVolume.
+// Received describes an image the sim received for a DataVolume and what
+// it wrote to the claim. Like CDI, the sim converts a qcow2 arrival to raw
+// with qemu-img, so the claim holds the disk as the guest sees it, and
+// SHA256 is always the hash of that raw content, whatever format crossed
+// the wire.
 type Received struct {
-	// Path is the file holding the bytes as they arrived.
+	// Path is the claim's image file (raw).
 	Path string
-	// SHA256 is their hex SHA-256.
+	// SHA256 is the hex SHA-256 of the claim's content: the guest-visible
+	// disk.
 	SHA256 string
-	// Size is their length.
+	// Size is its length.
 	Size int64
-	// Format and VirtualSize are what qemu-img info said.
+	// Format is the format of the claim's image (raw); VirtualSize is the
+	// disk size qemu-img info reported for what arrived.
 	Format      string
 	VirtualSize int64
+	// SentFormat is the format that arrived (raw or qcow2), SentBytes and
+	// SentSHA256 the length and hex SHA-256 of the bytes as they arrived.
+	SentFormat string
+	SentBytes  int64
+	SentSHA256 string
 }
 
 // ReceivedImage returns what arrived, and passed validation, for the
@@ -69,8 +80,9 @@ func (s *Sim) ReceivedImage(namespace, name string) (Received, bool) {
 	return r, ok
 }
 
-// ReceivedSHA256 returns the hex SHA-256 of the image received for the
-// DataVolume namespace/name, if one arrived and passed validation.
+// ReceivedSHA256 returns the hex SHA-256 of the guest-visible (raw)
+// content the claim of the DataVolume namespace/name holds, if an image
+// arrived, passed validation and was written there.
 func (s *Sim) ReceivedSHA256(namespace, name string) (string, bool) {
 	r, ok := s.ReceivedImage(namespace, name)
 	return r.SHA256, ok

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -80,7 +82,17 @@ func TestUploadEndToEnd(t *testing.T) {
 			ns := namespace(t, cl)
 			s := startSim(t, fast(c, ns))
 			kc := kube.NewForRESTConfig(c.RESTConfig())
-			path, sum := image(t, format, "64M")
+			// The claim holds the guest-visible raw disk whatever format
+			// is sent: sum is that content's hash, sentSum the file's.
+			path, sum := image(t, "raw", "64M")
+			sentSum := sum
+			if format == "qcow2" {
+				qcow := filepath.Join(t.TempDir(), "disk.qcow2")
+				if out, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "qcow2", path, qcow).CombinedOutput(); err != nil {
+					t.Fatalf("qemu-img convert: %v: %s", err, out)
+				}
+				path, sentSum = qcow, fileSHA(t, qcow)
+			}
 
 			if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "disk-0", "100Mi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
 				t.Fatal(err)
@@ -138,8 +150,15 @@ func TestUploadEndToEnd(t *testing.T) {
 				t.Errorf("file at ReceivedPath differs from what was sent")
 			}
 			rec, _ := s.ReceivedImage(ns, "disk-0")
-			if rec.Format != format || rec.VirtualSize != 64<<20 {
-				t.Errorf("ReceivedImage = %+v, want format %s, virtual size 64MiB", rec, format)
+			if rec.Format != "raw" || rec.Size != 64<<20 || rec.VirtualSize != 64<<20 ||
+				rec.SentFormat != format || rec.SentBytes != st.Size() || rec.SentSHA256 != sentSum {
+				t.Errorf("ReceivedImage = %+v, want raw in the claim, 64MiB, %s sent (%d bytes, sha256 %s)", rec, format, st.Size(), sentSum)
+			}
+			if n := s.UploadProxyBytes(); n != st.Size() {
+				t.Errorf("UploadProxyBytes = %d, want %d", n, st.Size())
+			}
+			if _, err := os.Stat(s.ReceivedPath(ns, "disk-0") + ".scratch"); !os.IsNotExist(err) {
+				t.Errorf("scratch file left behind: %v", err)
 			}
 
 			// A second upload into a finished DataVolume is refused.

@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -165,8 +166,10 @@ type Sim struct {
 	tokenAPI *tlsServer
 	proxy    *tlsServer
 	proxyCA  []byte
-	handlers sync.WaitGroup
-	kubelet  *tlsServer
+	// proxyBytes counts the request body bytes the upload proxy received.
+	proxyBytes atomic.Int64
+	handlers   sync.WaitGroup
+	kubelet    *tlsServer
 
 	bootSlots chan struct{}
 

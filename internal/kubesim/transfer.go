@@ -33,14 +33,18 @@ func imagePath(dir, namespace, name string) string {
 	return filepath.Join(dir, namespace, name+".img")
 }
 
-// receive streams r to the DataVolume's image file, hashing as it goes, and
-// refuses more than limit bytes. count is called with the running total.
+// receive streams r to a scratch file beside the claim's image (as CDI's
+// upload server and importer keep what arrives in scratch space until
+// qemu-img has converted it), hashing as it goes, and refuses more than
+// limit bytes. count is called with the running total. The Received it
+// returns describes the bytes as they arrived; settle moves them into the
+// claim.
 func receive(r io.Reader, path string, limit int64, count func(int64)) (Received, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return Received{}, err
 	}
-	part := path + ".part"
-	f, err := os.Create(part)
+	scratch := path + scratchSuffix
+	f, err := os.Create(scratch)
 	if err != nil {
 		return Received{}, err
 	}
@@ -54,13 +58,64 @@ func receive(r io.Reader, path string, limit int64, count func(int64)) (Received
 		err = errTooLarge
 	}
 	if err != nil {
-		_ = os.Remove(part)
+		_ = os.Remove(scratch)
 		return Received{}, err
 	}
-	if err := os.Rename(part, path); err != nil {
-		return Received{}, err
+	return Received{Path: scratch, SentSHA256: hex.EncodeToString(h.Sum(nil)), SentBytes: n}, nil
+}
+
+// scratchSuffix names the scratch file of a claim's image.
+const scratchSuffix = ".scratch"
+
+// settle writes a validated arrival into the claim the way CDI does: a
+// qcow2 image is converted to raw with qemu-img (the claim holds the disk
+// as the guest sees it), a raw one is moved as it is. rec then describes
+// the claim's content: Path, Format raw, and SHA256 and Size of the raw
+// bytes, while the Sent fields keep what crossed the wire.
+func (s *Sim) settle(ctx context.Context, rec *Received, path string) error {
+	scratch := rec.Path
+	defer os.Remove(scratch)
+	switch rec.SentFormat {
+	case "raw":
+		if err := os.Rename(scratch, path); err != nil {
+			return err
+		}
+		rec.SHA256, rec.Size = rec.SentSHA256, rec.SentBytes
+	case "qcow2":
+		part := path + ".part"
+		out, err := exec.CommandContext(ctx, s.opts.QemuImg, "convert", "-f", "qcow2", "-O", "raw", scratch, part).CombinedOutput()
+		if err != nil {
+			_ = os.Remove(part)
+			return fmt.Errorf("qemu-img convert: %v: %s", err, out)
+		}
+		sum, n, err := hashFile(part)
+		if err != nil {
+			_ = os.Remove(part)
+			return err
+		}
+		if err := os.Rename(part, path); err != nil {
+			return err
+		}
+		rec.SHA256, rec.Size = sum, n
+	default:
+		return fmt.Errorf("cannot write a %s image to the claim", rec.SentFormat)
 	}
-	return Received{Path: path, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+	rec.Path, rec.Format = path, "raw"
+	return nil
+}
+
+func hashFile(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 var errTooLarge = errors.New("image is larger than the claim")
@@ -91,21 +146,42 @@ func (s *Sim) validate(ctx context.Context, rec *Received, available int64) *tra
 		Format          string `json:"format"`
 		VirtualSize     int64  `json:"virtual-size"`
 		BackingFilename string `json:"backing-filename"`
+		FormatSpecific  struct {
+			Data struct {
+				DataFile string `json:"data-file"`
+			} `json:"data"`
+		} `json:"format-specific"`
 	}
 	if err := json.Unmarshal(out, &info); err != nil {
 		return &transferResult{reason: ReasonError, message: "Unable to process data: qemu-img info output: " + err.Error()}
 	}
-	rec.Format, rec.VirtualSize = info.Format, info.VirtualSize
+	rec.SentFormat, rec.VirtualSize = info.Format, info.VirtualSize
 	switch {
 	case info.Format != "raw" && info.Format != "qcow2":
 		return &transferResult{reason: ReasonError, message: fmt.Sprintf("Unable to process data: Invalid format %s for image %s", info.Format, filepath.Base(rec.Path))}
 	case info.BackingFilename != "":
 		return &transferResult{reason: ReasonError, message: "Unable to process data: Image is invalid: backing file " + info.BackingFilename}
+	case info.FormatSpecific.Data.DataFile != "":
+		return &transferResult{reason: ReasonError, message: "Unable to process data: Image is invalid: external data file " + info.FormatSpecific.Data.DataFile}
 	case info.VirtualSize > available:
 		return &transferResult{reason: ReasonError, message: fmt.Sprintf(
 			"Virtual image size %d is larger than the reported available storage %d. A larger PVC is required.", info.VirtualSize, available)}
 	}
 	return &transferResult{ok: true}
+}
+
+// validateAndSettle validates an arrival and writes it into the claim at
+// path; a failure leaves nothing there.
+func (s *Sim) validateAndSettle(ctx context.Context, rec *Received, path string, available int64) *transferResult {
+	res := s.validate(ctx, rec, available)
+	if !res.ok {
+		_ = os.Remove(rec.Path)
+		return res
+	}
+	if err := s.settle(ctx, rec, path); err != nil {
+		return &transferResult{reason: ReasonError, message: "Unable to process data: " + err.Error()}
+	}
+	return res
 }
 
 // startUploadProxy serves CDI's upload proxy API on a free port.
@@ -131,6 +207,11 @@ func (s *Sim) startUploadProxy() error {
 // UploadProxyURL returns the upload proxy's base URL,
 // https://127.0.0.1:<port>.
 func (s *Sim) UploadProxyURL() string { return fmt.Sprintf("https://127.0.0.1:%d", s.proxy.port) }
+
+// UploadProxyBytes returns how many request body bytes the upload proxy
+// has received since the sim started, over all uploads and attempts: what
+// crossed the wire to it.
+func (s *Sim) UploadProxyBytes() int64 { return s.proxyBytes.Load() }
 
 // UploadProxyCACertPEM returns the CA certificate that signed the upload
 // proxy's serving certificate.
@@ -181,7 +262,9 @@ func (s *Sim) serveUpload(async bool) http.HandlerFunc {
 		}
 		_, available, _ := capacity(dv, s.opts.FilesystemOverhead)
 		requested, _, _ := capacity(dv, s.opts.FilesystemOverhead)
-		rec, err := receive(r.Body, imagePath(s.dir, dv.Namespace, dv.Name), requested+requested/10+1<<20, func(n int64) {
+		path := imagePath(s.dir, dv.Namespace, dv.Name)
+		rec, err := receive(r.Body, path, requested+requested/10+1<<20, func(n int64) {
+			s.proxyBytes.Add(n)
 			s.mu.Lock()
 			t.received += n
 			s.mu.Unlock()
@@ -205,7 +288,7 @@ func (s *Sim) serveUpload(async bool) http.HandlerFunc {
 				f.Flush()
 			}
 		}
-		res := s.validate(s.ctx, &rec, available)
+		res := s.validateAndSettle(s.ctx, &rec, path, available)
 		s.endUpload(t, res, &rec)
 		if async {
 			return
@@ -359,5 +442,5 @@ func (s *Sim) download(ctx context.Context, t *transfer, src, path string, limit
 	case err != nil:
 		return &transferResult{retryable: true, reason: ReasonError, message: "Unable to process data: " + err.Error()}, nil
 	}
-	return s.validate(ctx, &rec, available), &rec
+	return s.validateAndSettle(ctx, &rec, path, available), &rec
 }
