@@ -301,6 +301,14 @@ type DiskEvidence struct {
 	// Uploaded is true once the upload of the current DataVolume (UID)
 	// finished.
 	Uploaded bool `json:"uploaded,omitempty"`
+	// UploadFormat, UploadBytes and UploadSHA256 describe the file sent to
+	// CDI's upload proxy (cdi_upload transport), recorded before it is
+	// sent: a raw image goes as a qcow2 copy that carries its holes, so
+	// UploadBytes follows the data, not the disk size. CDI writes it to
+	// the claim as raw: the guest sees the same disk.
+	UploadFormat string `json:"uploadFormat,omitempty"`
+	UploadBytes  int64  `json:"uploadBytes,omitempty"`
+	UploadSHA256 string `json:"uploadSHA256,omitempty"`
 	// DestinationSHA256 is the SHA-256 the destination reported receiving,
 	// when it reports one.
 	DestinationSHA256 string `json:"destinationSHA256,omitempty"`

@@ -402,6 +402,12 @@ func (s Spec) artifactPath(n int) string {
 	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
 }
 
+// uploadPath is the qcow2 copy of disk n's raw image that is sent to CDI's
+// upload proxy (cdi_upload transport), beside the staged copy.
+func (s Spec) uploadPath(n int) string {
+	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d.upload.qcow2", n))
+}
+
 // httpFolder is the folder of this migration's images under the http
 // staging folder: <StagingDir>/<namespace>/<name>/<token> (without the
 // token for migrations that started before tokens existed).

@@ -775,15 +775,25 @@ func (r *run) waitGone(ctx context.Context, name string) error {
 func (r *run) upload(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
 	art := r.spec.imagePath(i)
-	fi, err := os.Stat(art)
-	if err != nil {
+	if _, err := os.Stat(art); err != nil {
 		return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
 	}
-	size := fi.Size()
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%d bytes) to DataVolume %s", i, art, size, d.DataVolume)})
+	send, err := r.uploadImage(ctx, i, art)
+	if err != nil {
+		return err
+	}
+	// The record says what is being sent before it leaves, and Uploaded
+	// once it has arrived; an interrupted upload is sent again.
+	d.UploadFormat, d.UploadBytes, d.UploadSHA256 = string(send.Format), send.SizeBytes, send.SHA256
+	if err := r.save(ctx); err != nil {
+		return err
+	}
+	size := send.SizeBytes
+	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%s, %d bytes for a %d-byte disk) to DataVolume %s",
+		i, send.Path, send.Format, size, d.SizeBytes, d.DataVolume)})
 	last := time.Time{}
-	return r.e.deps.Uploader.Upload(ctx, UploadRequest{
-		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: art, Size: size,
+	err = r.e.deps.Uploader.Upload(ctx, UploadRequest{
+		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: send.Path, Size: size,
 		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
 		Progress: func(sent int64) {
 			if time.Since(last) < time.Second && sent < size {
@@ -798,6 +808,52 @@ func (r *run) upload(ctx context.Context, i int) error {
 				Message: fmt.Sprintf("disk %d: uploaded %d of %d bytes (%.1f%%)", i, sent, size, pct)})
 		},
 	})
+	if err != nil {
+		return err
+	}
+	if send.Path != art {
+		// Sent: the qcow2 copy has done its job.
+		if err := convert.Remove(send.Path); err != nil {
+			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: cannot remove %s (removed with the staging folder): %v", i, send.Path, err)})
+		}
+	}
+	return nil
+}
+
+// uploadImage returns the file to send to CDI's upload proxy for disk i.
+// A raw image is sent as a qcow2 copy (qemu-img convert detects zero runs
+// and holes, so only data crosses the wire); CDI converts it back to raw
+// in the claim, so the disk the guest sees, and its checksum, are the raw
+// image's. The copy is made with convert.Tool.Convert: an interrupted
+// upload finds it intact (its sidecar) and sends it again without
+// converting. When the work folder has no room for it the raw image is
+// sent as it is.
+func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artifact, error) {
+	fi, err := os.Stat(art)
+	if err != nil {
+		return convert.Artifact{}, &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
+	}
+	asIs := convert.Artifact{Path: art, Format: convert.Format(r.spec.TargetFormat), SizeBytes: fi.Size()}
+	if d := r.rec().Disks[i]; art == r.spec.artifactPath(i) && d.ArtifactFormat != "" {
+		asIs.Format, asIs.SHA256 = convert.Format(d.ArtifactFormat), d.ArtifactSHA256
+	} else if d.ConvertedSHA256 != "" {
+		asIs.SHA256 = d.ConvertedSHA256
+	}
+	if asIs.Format != convert.Raw {
+		return asIs, nil
+	}
+	q := r.spec.uploadPath(i)
+	a, err := r.e.tool.Convert(ctx, art, convert.Raw, q, convert.QCOW2)
+	switch {
+	case isNoSpace(err):
+		_ = convert.Remove(q)
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: no room in %s for the qcow2 copy that keeps zero runs off the wire; uploading the raw image", i, filepath.Dir(q))})
+		return asIs, nil
+	case err != nil:
+		return convert.Artifact{}, err
+	}
+	_ = os.Chmod(q, 0o600)
+	return a, nil
 }
 
 // stepCreateVM makes the VirtualMachine exist, ours, matching the render.
