@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -88,12 +89,19 @@ func showRealGuest(ctx context.Context, c *testcluster.Cluster) error {
 	}
 	fmt.Printf("    %-20s booted on a %s disk; its guest agent reports %s, addresses %s\n", realGuestName, bus,
 		vmi.Status.GuestOSInfo.PrettyName, strings.Join(ips, ", "))
-	console, err := kube.NewForRESTConfig(c.RESTConfig()).GuestConsoleTail(ctx, demoNamespace, realGuestName, 400)
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(console, guestMarker) {
-		return fmt.Errorf("%s: the console does not show the boot marker %s", realGuestName, guestMarker)
+	// The marker follows the agent's start by a moment.
+	kc := kube.NewForRESTConfig(c.RESTConfig())
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
+		console, err := kc.GuestConsoleTail(ctx, demoNamespace, realGuestName, 60)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(console, guestMarker) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: the console does not show the boot marker %s:\n%s", realGuestName, guestMarker, console)
+		}
 	}
 	fmt.Printf("    %-20s console shows %s\n", realGuestName, guestMarker)
 	return nil

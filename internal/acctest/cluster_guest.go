@@ -54,7 +54,7 @@ func (c *Cluster) VMIGuest(t testing.TB, namespace, name string) Guest {
 func (c *Cluster) GuestConsole(t testing.TB, namespace, name string) string {
 	t.Helper()
 	kc := kube.NewForRESTConfig(c.tc.RESTConfig())
-	out, err := kc.GuestConsoleTail(t.Context(), namespace, name, 400)
+	out, err := kc.GuestConsoleTail(t.Context(), namespace, name, 60)
 	if err != nil {
 		t.Fatalf("console of %s/%s: %v", namespace, name, err)
 	}

@@ -169,14 +169,19 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 // its checks fail.
 const consoleReadInterval = 5 * time.Second
 
-// consoleTailLines is how much of a guest's console is kept as evidence.
-const consoleTailLines = 15
+// consoleTailLines is how much of a guest's console is kept as evidence;
+// consoleReadLines how much is read to look for a failed boot (the
+// cluster returns at most 16 KiB of it: about 200 lines).
+const (
+	consoleTailLines = 15
+	consoleReadLines = 100
+)
 
 // guestConsole reads the end of the guest's serial console, where the
 // cluster logs it, and the first line of it that shows the guest cannot
 // boot (the initramfs shell, a kernel panic, no bootable disk).
 func (r *run) guestConsole(ctx context.Context) (tail, bootFailed string) {
-	text, err := r.e.deps.Kube.GuestConsoleTail(ctx, r.spec.Namespace, r.spec.Name, 200)
+	text, err := r.e.deps.Kube.GuestConsoleTail(ctx, r.spec.Namespace, r.spec.Name, consoleReadLines)
 	if err != nil {
 		return "", ""
 	}

@@ -167,19 +167,34 @@ func TestAccRealGuestConvertedBoots(t *testing.T) {
 					}
 					return nil
 				},
+				// The guest itself, as KubeVirt reports it, while the
+				// migration's record is still there.
+				func(*terraform.State) error { return e.checkBootedGuest(t, "conv") },
 			),
 		}},
 	})
-	g := e.cluster.VMIGuest(t, e.namespace, "conv")
+}
+
+// checkBootedGuest checks that the migrated VM's guest booted: its agent
+// answers with its OS and an address, on virtio devices, the console shows
+// the guest's boot marker, and the record holds the conversion's evidence.
+func (e *migrationEnv) checkBootedGuest(t *testing.T, name string) error {
+	g := e.cluster.VMIGuest(t, e.namespace, name)
 	if !g.AgentConnected || g.OSID != "debian" || g.OSVersion != "12" || len(g.IPs) == 0 || g.DiskBus != "virtio" || g.NICModel != "virtio" {
-		t.Errorf("the migrated guest reports %+v: want its agent connected, debian 12, an IP, on virtio", g)
+		return fmt.Errorf("the migrated guest reports %+v: want its agent connected, debian 12, an IP, on virtio", g)
 	}
-	if c := e.cluster.GuestConsole(t, e.namespace, "conv"); !strings.Contains(c, testguest.Marker) {
-		t.Errorf("the console lacks the boot marker %s:\n%s", testguest.Marker, c)
+	// The marker follows the agent's start by a moment.
+	deadline := time.Now().Add(2 * time.Minute)
+	for c := e.cluster.GuestConsole(t, e.namespace, name); !strings.Contains(c, testguest.Marker); c = e.cluster.GuestConsole(t, e.namespace, name) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the console lacks the boot marker %s:\n%s", testguest.Marker, c)
+		}
+		time.Sleep(2 * time.Second)
 	}
-	rec := e.record(t, "conv").Record
+	rec := e.record(t, name).Record
 	if rec.Conversion == nil || rec.Conversion.OS.Type != "linux" || rec.Conversion.Accelerator == "" || len(rec.Conversion.Drivers) == 0 {
-		t.Errorf("conversion evidence %+v", rec.Conversion)
+		return fmt.Errorf("conversion evidence %+v", rec.Conversion)
 	}
 	t.Logf("converted in %.0f s on %s; downtime %s", rec.Conversion.Seconds, rec.Conversion.Accelerator, rec.Downtime().Round(time.Second))
+	return nil
 }
