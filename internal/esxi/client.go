@@ -51,6 +51,11 @@ type Client struct {
 	// not that SSH was never enabled.
 	lastAlive    time.Time
 	rebootWindow time.Duration
+
+	// streams are the clients of StreamClients; parent is the client a
+	// stream client belongs to.
+	streams []*Client
+	parent  *Client
 }
 
 // RebootWindow is how long after a host was last seen answering a refused
@@ -100,6 +105,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	c.closeStreams()
 	if c.conn != nil {
 		err := c.conn.Close()
 		c.conn = nil
@@ -139,6 +145,13 @@ func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
 		c.dialing = ch
 		algos := c.hostKeyAlgos
 		c.mu.Unlock()
+		if err := c.parentFatal(ctx); err != nil {
+			c.mu.Lock()
+			c.dialing = nil
+			close(ch)
+			c.mu.Unlock()
+			return nil, err
+		}
 
 		conn, learned, err := c.dial(ctx, algos)
 

@@ -143,6 +143,10 @@ func (se *session) serveChannel(ch ssh.Channel, reqs <-chan *ssh.Request) {
 		return
 	}
 	se.s.stats.execs.Add(1)
+	active := se.s.stats.active.Add(1)
+	defer se.s.stats.active.Add(-1)
+	for peak := se.s.stats.peak.Load(); active > peak && !se.s.stats.peak.CompareAndSwap(peak, active); peak = se.s.stats.peak.Load() {
+	}
 	se.s.mu.Lock()
 	se.s.cmdLog = append(se.s.cmdLog, LoggedCommand{Time: time.Now(), User: se.user, Command: cmd})
 	se.s.mu.Unlock()

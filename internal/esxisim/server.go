@@ -129,6 +129,9 @@ type Stats struct {
 	// RejectedRequests counts refused shell/pty/subsystem requests and
 	// refused non-session channels (such as direct-tcpip).
 	RejectedRequests int64
+	// PeakExecs is the most exec sessions that ran at once, over all
+	// connections.
+	PeakExecs int64
 }
 
 // LoggedCommand is one exec command line as the host's auth.log records it.
@@ -175,6 +178,8 @@ type Server struct {
 
 	stats struct {
 		conns, execs, commands, vimcmds, stdout, authFail, rejected, power atomic.Int64
+		// active exec sessions now, and the most at once.
+		active, peak atomic.Int64
 	}
 
 	ctx    context.Context
@@ -395,6 +400,7 @@ func (s *Server) Stats() Stats {
 		AuthFailures:     s.stats.authFail.Load(),
 		RejectedRequests: s.stats.rejected.Load(),
 		PowerCommands:    s.stats.power.Load(),
+		PeakExecs:        s.stats.peak.Load(),
 	}
 }
 
@@ -408,6 +414,7 @@ func (s *Server) ResetStats() {
 	s.stats.authFail.Store(0)
 	s.stats.rejected.Store(0)
 	s.stats.power.Store(0)
+	s.stats.peak.Store(s.stats.active.Load())
 	s.mu.Lock()
 	s.cmdLog = nil
 	s.mu.Unlock()

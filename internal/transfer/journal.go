@@ -38,6 +38,11 @@ type journal struct {
 	// SHA256State is the binary-marshaled state of the whole-file SHA-256
 	// after VerifiedChunks chunks (base64 in JSON).
 	SHA256State []byte `json:"sha256_state"`
+	// Ahead holds chunks after the first VerifiedChunks that parallel
+	// streams read and fsync-ed out of order, by index. Each is verified
+	// against its record before it is trusted, and moves to Chunks (and
+	// into the whole-file hash) once every chunk before it is there.
+	Ahead map[int]chunkRecord `json:"ahead,omitempty"`
 	// Complete is set, with Result, once the whole disk is verified.
 	Complete  bool      `json:"complete"`
 	Result    *Result   `json:"result,omitempty"`
@@ -92,6 +97,14 @@ func (j *journal) consistent() bool {
 		if !isSHA256Hex(c.SHA256) || c.ZeroBytes < 0 || c.ZeroBytes > j.ChunkSize {
 			return false
 		}
+	}
+	for i, c := range j.Ahead {
+		if i <= j.VerifiedChunks || i >= n || !isSHA256Hex(c.SHA256) || c.ZeroBytes < 0 || c.ZeroBytes > j.ChunkSize {
+			return false
+		}
+	}
+	if j.Complete && len(j.Ahead) > 0 {
+		return false
 	}
 	if _, err := restoreHash(j.SHA256State); err != nil {
 		return false

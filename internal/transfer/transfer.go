@@ -83,6 +83,17 @@ type Options struct {
 	// RetryDelay is the first backoff delay, doubled after each retry up
 	// to 30s (DefaultRetryDelay if 0).
 	RetryDelay time.Duration
+	// Streams is how many chunks of one disk are read at once (1 if < 1).
+	// With more than one, chunks land out of order: each is verified on
+	// its own (its SHA-256 as read, then again from the staging file when
+	// it joins the whole-file hash in order), and the journal records
+	// every verified chunk, so a resumed copy skips them all.
+	Streams int
+	// Sources, when set, are the readers of the streams: stream w reads
+	// through Sources[w%len(Sources)] (for example one SSH connection
+	// each, since a host's sshd encrypts a connection on one core). When
+	// empty every stream reads through Copy's src.
+	Sources []RangeReader
 }
 
 // Progress reports how far one disk's copy has come.
@@ -132,6 +143,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RetryDelay <= 0 {
 		o.RetryDelay = DefaultRetryDelay
+	}
+	if o.Streams < 1 {
+		o.Streams = 1
 	}
 	return o, nil
 }
@@ -240,6 +254,14 @@ func (c *copier) run(ctx context.Context) (Result, error) {
 	start, err := c.reconcile()
 	if err != nil {
 		return Result{}, err
+	}
+	skipped := start + len(c.j.Ahead)
+	if c.opts.Streams > 1 && c.chunks-start > 1 {
+		c.report(c.verifiedBytes(), start, true)
+		if err := c.runStreams(ctx, start); err != nil {
+			return Result{}, err
+		}
+		return c.finish(skipped)
 	}
 	c.buf = make([]byte, 0, writeBufferSize)
 	c.report(int64(start)*c.opts.ChunkSize, start, true)
@@ -355,7 +377,17 @@ func (c *copier) reconcile() (int, error) {
 		j.VerifiedChunks, j.Chunks, j.SHA256State = k, j.Chunks[:k], marshalHash(c.whole)
 	}
 	c.j = j
-	if err := c.resetFrom(k); err != nil {
+	if !trusted || c.opts.Streams <= 1 {
+		// Chunks read ahead are kept only when the copy resumes with
+		// streams and the journal's prefix held.
+		j.Ahead = nil
+	}
+	if len(j.Ahead) == 0 {
+		j.Ahead = nil
+		if err := c.resetFrom(k); err != nil {
+			return 0, err
+		}
+	} else if err := c.keepAhead(k, fi.Size()); err != nil {
 		return 0, err
 	}
 	if err := c.j.save(c.dest); err != nil {
@@ -439,7 +471,7 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 			return &localError{err}
 		}
 		w := newChunkWriter(c.f, off, n, whole, c.buf, func(got int64) { c.report(off+got, i, false) })
-		rerr := c.readChunk(ctx, off, n, w)
+		rerr := c.readChunk(ctx, c.src, off, n, w)
 		r, got, lerr := w.finish()
 		if lerr != nil {
 			return &localError{lerr}
@@ -472,14 +504,14 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 // readChunk reads [off, off+n) in at most two ranges: whole MiBs (so the
 // host's dd runs with 1 MiB blocks) and the sector-aligned tail of the
 // last chunk.
-func (c *copier) readChunk(ctx context.Context, off, n int64, w io.Writer) error {
+func (c *copier) readChunk(ctx context.Context, src RangeReader, off, n int64, w io.Writer) error {
 	main := n &^ (chunkAlign - 1)
 	for _, r := range [][2]int64{{off, main}, {off + main, n - main}} {
 		if r[1] == 0 {
 			continue
 		}
-		read := c.src.ReadRange
-		if z, ok := c.src.(ZeroSkippingReader); ok {
+		read := src.ReadRange
+		if z, ok := src.(ZeroSkippingReader); ok {
 			read = z.ReadRangeSkippingZeros
 		}
 		got, err := read(ctx, c.disk.Path, r[0], r[1], w)
@@ -494,7 +526,7 @@ func (c *copier) readChunk(ctx context.Context, off, n int64, w io.Writer) error
 }
 
 // finish checks the staging file and records the completed copy.
-func (c *copier) finish(start int) (Result, error) {
+func (c *copier) finish(skipped int) (Result, error) {
 	fi, err := c.f.Stat()
 	if err != nil {
 		return Result{}, fmt.Errorf("stat staging file: %w", err)
@@ -503,7 +535,7 @@ func (c *copier) finish(start int) (Result, error) {
 		return Result{}, fmt.Errorf("staging file is %d bytes, expected %d", fi.Size(), c.disk.SizeBytes)
 	}
 	res := Result{SHA256: fmt.Sprintf("%x", c.whole.Sum(nil)), Bytes: c.disk.SizeBytes,
-		ChunksCopied: c.chunks - start, ChunksSkipped: start}
+		ChunksCopied: c.chunks - skipped, ChunksSkipped: skipped}
 	for _, r := range c.j.Chunks {
 		res.ZeroBytes += r.ZeroBytes
 	}
@@ -610,7 +642,7 @@ func Inspect(disk Disk, dest string, chunkSize int64) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("stat staging file: %w", err)
 	}
-	verified := min(int64(j.VerifiedChunks)*chunkSize, disk.SizeBytes, fi.Size())
+	verified := min(int64(j.VerifiedChunks+len(j.Ahead))*chunkSize, disk.SizeBytes, fi.Size())
 	if j.Complete && fi.Size() == disk.SizeBytes {
 		r := *j.Result
 		return Status{State: StateComplete, VerifiedBytes: verified, Result: &r}, nil

@@ -30,6 +30,8 @@ var errWriterClosed = errors.New("transfer: write after the chunk attempt ended"
 // hashes every byte twice as it arrives (the chunk's own SHA-256 and the
 // whole-file SHA-256) and writes the data at the chunk's offset in the
 // staging file, skipping all-zero blocks (the region is a hole beforehand).
+// whole may be nil: a chunk read out of order is added to the whole-file
+// hash later, from the staging file.
 // It is safe against writes racing with close.
 type chunkWriter struct {
 	mu     sync.Mutex
@@ -66,7 +68,9 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 		w.mu.Unlock()
 		return 0, w.localErr
 	}
-	w.whole.Write(p)
+	if w.whole != nil {
+		w.whole.Write(p)
+	}
 	w.chunk.Write(p)
 	w.n += int64(len(p))
 	written := len(p)
@@ -138,4 +142,16 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 	}
 	w.closed = true
 	return chunkRecord{SHA256: fmt.Sprintf("%x", w.chunk.Sum(nil)), ZeroBytes: w.zero}, w.n, w.localErr
+}
+
+// zeroFill writes zeros over [off, off+n) of f.
+func zeroFill(f *os.File, off, n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(zeroBlock)))
+		if _, err := f.WriteAt(zeroBlock[:k], off); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
+	}
+	return nil
 }

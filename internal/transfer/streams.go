@@ -1,0 +1,234 @@
+package transfer
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// runStreams copies the chunks from start on that the journal does not
+// hold yet, c.opts.Streams at a time. Chunks are read and fsync-ed out of
+// order; the journal records each one as it lands (Ahead) and moves the
+// leading ones into Chunks and the whole-file hash in order. When a stream
+// fails the others are stopped, and what landed stays recorded.
+func (c *copier) runStreams(ctx context.Context, start int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var pending []int
+	for i := start; i < c.chunks; i++ {
+		if _, ok := c.j.Ahead[i]; !ok {
+			pending = append(pending, i)
+		}
+	}
+	streams := min(c.opts.Streams, max(len(pending), 1))
+	todo := make(chan int)
+	go func() {
+		defer close(todo)
+		for _, i := range pending {
+			select {
+			case todo <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	type landed struct {
+		i   int
+		rec chunkRecord
+		err error
+	}
+	results := make(chan landed, streams)
+	var wg sync.WaitGroup
+	for w := 0; w < streams; w++ {
+		src := c.src
+		if n := len(c.opts.Sources); n > 0 {
+			src = c.opts.Sources[w%n]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, writeBufferSize)
+			for i := range todo {
+				rec, err := c.readChunkAt(ctx, src, i, buf)
+				results <- landed{i, rec, err}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
+	var first error
+	for l := range results {
+		if l.err != nil {
+			if first == nil {
+				first = l.err
+			}
+			cancel()
+			continue
+		}
+		if err := c.land(l.i, l.rec); err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	if first != nil {
+		return first
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.j.VerifiedChunks != c.chunks {
+		return fmt.Errorf("%d of %d chunks verified after every stream ended", c.j.VerifiedChunks, c.chunks)
+	}
+	return nil
+}
+
+// readChunkAt reads chunk i through src into the staging file, retrying
+// transient errors (a failed attempt's bytes are punched out first), and
+// fsyncs it. The whole-file hash is not touched.
+func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, buf []byte) (chunkRecord, error) {
+	off := int64(i) * c.opts.ChunkSize
+	n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
+	var rec chunkRecord
+	first := true
+	err := c.retry(ctx, func() error {
+		if !first {
+			if err := punch(c.f, off, n); err != nil {
+				return &localError{fmt.Errorf("clear chunk %d of the staging file: %w", i, err)}
+			}
+		}
+		first = false
+		w := newChunkWriter(c.f, off, n, nil, buf, nil)
+		rerr := c.readChunk(ctx, src, off, n, w)
+		r, got, lerr := w.finish()
+		if lerr != nil {
+			return &localError{lerr}
+		}
+		if rerr != nil {
+			return rerr
+		}
+		if got != n {
+			return fmt.Errorf("read %d bytes of chunk %d at offset %d, expected %d", got, i, off, n)
+		}
+		rec = r
+		return nil
+	})
+	if err != nil {
+		return rec, fmt.Errorf("chunk %d at offset %d: %w", i, off, err)
+	}
+	if err := c.f.Sync(); err != nil {
+		return rec, &localError{fmt.Errorf("fsync staging file: %w", err)}
+	}
+	return rec, nil
+}
+
+// land records chunk i, read and fsync-ed, in the journal: ahead of the
+// verified prefix, then moves every leading chunk into the prefix,
+// re-hashing it from the staging file into the whole-file hash and
+// checking it against what was read.
+func (c *copier) land(i int, rec chunkRecord) error {
+	if c.j.Ahead == nil {
+		c.j.Ahead = map[int]chunkRecord{}
+	}
+	c.j.Ahead[i] = rec
+	var ferr error
+	for {
+		k := c.j.VerifiedChunks
+		r, ok := c.j.Ahead[k]
+		if !ok {
+			break
+		}
+		state := marshalHash(c.whole)
+		off := int64(k) * c.opts.ChunkSize
+		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
+		h := sha256.New()
+		got, err := io.Copy(io.MultiWriter(h, c.whole), io.NewSectionReader(c.f, off, n))
+		if err == nil && (got != n || fmt.Sprintf("%x", h.Sum(nil)) != r.SHA256) {
+			err = fmt.Errorf("chunk %d of the staging file does not hold what was read (sha256 %s)", k, r.SHA256)
+		}
+		if err != nil {
+			// Not trusted: drop it; the next copy reads it again.
+			delete(c.j.Ahead, k)
+			if c.whole, ferr = restoreHash(state); ferr != nil {
+				return ferr
+			}
+			ferr = &localError{fmt.Errorf("verify staging file: %w", err)}
+			break
+		}
+		c.j.Chunks = append(c.j.Chunks, r)
+		c.j.VerifiedChunks = k + 1
+		delete(c.j.Ahead, k)
+	}
+	if len(c.j.Ahead) == 0 {
+		c.j.Ahead = nil
+	}
+	c.j.SHA256State = marshalHash(c.whole)
+	if err := c.j.save(c.dest); err != nil {
+		return err
+	}
+	c.report(c.verifiedBytes(), c.j.VerifiedChunks, true)
+	if ferr != nil {
+		return ferr
+	}
+	return nil
+}
+
+// verifiedBytes is how much of the disk the journal holds.
+func (c *copier) verifiedBytes() int64 {
+	b := min(int64(c.j.VerifiedChunks)*c.opts.ChunkSize, c.disk.SizeBytes)
+	for i := range c.j.Ahead {
+		off := int64(i) * c.opts.ChunkSize
+		b += min(c.opts.ChunkSize, c.disk.SizeBytes-off)
+	}
+	return b
+}
+
+// keepAhead keeps, of the chunks recorded ahead of the first k, those the
+// staging file still holds, and makes every other byte from chunk k on a
+// hole in a file SizeBytes long.
+func (c *copier) keepAhead(k int, fileSize int64) error {
+	for i, r := range c.j.Ahead {
+		off := int64(i) * c.opts.ChunkSize
+		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
+		ok := false
+		if off+n <= fileSize {
+			h := sha256.New()
+			got, err := io.Copy(h, io.NewSectionReader(c.f, off, n))
+			if err != nil {
+				return fmt.Errorf("verify staging file: %w", err)
+			}
+			ok = got == n && fmt.Sprintf("%x", h.Sum(nil)) == r.SHA256
+		}
+		if !ok {
+			delete(c.j.Ahead, i)
+		}
+	}
+	if err := c.f.Truncate(c.disk.SizeBytes); err != nil {
+		return fmt.Errorf("allocate staging file: %w", err)
+	}
+	for i := k; i < c.chunks; i++ {
+		if _, ok := c.j.Ahead[i]; ok {
+			continue
+		}
+		off := int64(i) * c.opts.ChunkSize
+		if off >= fileSize {
+			break // beyond the old end: already a hole
+		}
+		if err := punch(c.f, off, min(c.opts.ChunkSize, c.disk.SizeBytes-off)); err != nil {
+			return fmt.Errorf("clear chunk %d of the staging file: %w", i, err)
+		}
+	}
+	if len(c.j.Ahead) == 0 {
+		c.j.Ahead = nil
+	}
+	if err := c.f.Sync(); err != nil {
+		return fmt.Errorf("fsync staging file: %w", err)
+	}
+	return nil
+}
