@@ -434,8 +434,17 @@ func (r *run) copyDisks(ctx context.Context) error {
 		jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)})
 		byDest[r.spec.stagedPath(i)] = i
 	}
+	// Streams per disk, each on its own connection (the host's setting,
+	// within its max_sessions).
+	var sources []transfer.RangeReader
+	streams := c.Config().StreamsPerDisk
+	for _, s := range c.StreamClients(streams) {
+		sources = append(sources, s)
+	}
 	results, err := transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
 		ChunkSize: r.chunkSize(),
+		Streams:   streams,
+		Sources:   sources,
 		Progress: func(p transfer.Progress) {
 			r.emit(Event{Kind: EventProgress, Disk: byDest[p.Dest], BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
 				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})

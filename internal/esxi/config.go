@@ -41,6 +41,10 @@ type HostConfig struct {
 	// MaxSessions bounds concurrent exec sessions on the one connection
 	// (default 4, at most 10, sshd's MaxSessions default).
 	MaxSessions int
+	// StreamsPerDisk is how many streams read one disk at once during a
+	// copy, each on its own SSH connection and all within MaxSessions
+	// (0 means 1; see Client.StreamClients).
+	StreamsPerDisk int
 	// KeepAliveInterval between keepalive@openssh.com requests (default 30s;
 	// ESXi drops silent clients after about 600s). Negative disables them.
 	KeepAliveInterval time.Duration
@@ -69,6 +73,9 @@ func (cfg HostConfig) withDefaults() HostConfig {
 	}
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.StreamsPerDisk == 0 {
+		cfg.StreamsPerDisk = 1
 	}
 	if cfg.KeepAliveInterval == 0 {
 		cfg.KeepAliveInterval = DefaultKeepAliveInterval
@@ -124,6 +131,9 @@ func (cfg HostConfig) validate() (ssh.Signer, error) {
 	}
 	if cfg.MaxSessions < 1 || cfg.MaxSessions > MaxMaxSessions {
 		return nil, bad("max_sessions %d is out of range 1-%d (ESXi's sshd allows %d sessions per connection)", cfg.MaxSessions, MaxMaxSessions, MaxMaxSessions)
+	}
+	if cfg.StreamsPerDisk < 1 || cfg.StreamsPerDisk > cfg.MaxSessions {
+		return nil, bad("streams_per_disk %d is out of range 1-%d: each stream is a session, and max_sessions is %d", cfg.StreamsPerDisk, cfg.MaxSessions, cfg.MaxSessions)
 	}
 	if cfg.DialTimeout < 0 {
 		return nil, bad("dial timeout must not be negative")

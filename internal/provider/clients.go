@@ -47,6 +47,7 @@ func newClients(s settings) (*clients, diag.Diagnostics) {
 			KnownHostsFile:        h.KnownHostsFile,
 			InsecureIgnoreHostKey: h.InsecureIgnoreHostKey,
 			MaxSessions:           h.MaxSessions,
+			StreamsPerDisk:        h.StreamsPerDisk,
 		})
 		if err != nil {
 			diags.AddError("Invalid ESXi host configuration",

@@ -38,6 +38,7 @@ type hostSettings struct {
 	KnownHostsFile          string
 	InsecureIgnoreHostKey   bool
 	MaxSessions             int
+	StreamsPerDisk          int
 	MaxConcurrentMigrations int
 }
 
@@ -116,11 +117,21 @@ func (h esxiHostModel) settings(index int, env func(string) (string, bool), fina
 		KnownHostsFile:          h.KnownHostsFile.ValueString(),
 		InsecureIgnoreHostKey:   h.InsecureIgnoreHostKey.ValueBool(),
 		MaxSessions:             int(int64Or(h.MaxSessions, defaultMaxSessions)),
+		StreamsPerDisk:          int(int64Or(h.StreamsPerDisk, defaultStreamsPerDisk)),
 		MaxConcurrentMigrations: int(int64Or(h.MaxConcurrentMigrations, defaultMaxConcurrentMigrations)),
 	}
 	label := hs.Name
 	if label == "" {
 		label = fmt.Sprintf("#%d", index+1)
+	}
+
+	// Every stream is a session: the default fits a smaller max_sessions.
+	if h.StreamsPerDisk.IsNull() || h.StreamsPerDisk.IsUnknown() {
+		hs.StreamsPerDisk = min(hs.StreamsPerDisk, hs.MaxSessions)
+	} else if !h.MaxSessions.IsUnknown() && hs.StreamsPerDisk > hs.MaxSessions {
+		diags.AddAttributeError(p.AtName("streams_per_disk"), "Too many streams per disk",
+			fmt.Sprintf("ESXi host %q: streams_per_disk is %d but max_sessions is %d. Every stream is an SSH "+
+				"session counted against max_sessions: lower streams_per_disk or raise max_sessions.", label, hs.StreamsPerDisk, hs.MaxSessions))
 	}
 
 	// Credentials. An unknown value (from another resource) counts as set.

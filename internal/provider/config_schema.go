@@ -40,6 +40,7 @@ const (
 	defaultESXiPort                = 22
 	defaultESXiUser                = "root"
 	defaultMaxSessions             = 4
+	defaultStreamsPerDisk          = 2
 	defaultMaxConcurrentMigrations = 2
 )
 
@@ -66,6 +67,7 @@ type esxiHostModel struct {
 	KnownHostsFile          types.String `tfsdk:"known_hosts_file"`
 	InsecureIgnoreHostKey   types.Bool   `tfsdk:"insecure_ignore_host_key"`
 	MaxSessions             types.Int64  `tfsdk:"max_sessions"`
+	StreamsPerDisk          types.Int64  `tfsdk:"streams_per_disk"`
 	MaxConcurrentMigrations types.Int64  `tfsdk:"max_concurrent_migrations"`
 }
 
@@ -187,6 +189,14 @@ func esxiHostAttributes() map[string]schema.Attribute {
 			MarkdownDescription: fmt.Sprintf("Most SSH exec sessions open at once on this host's single "+
 				"connection, shared by every resource and data source in a run. Defaults to `%d`; "+
 				"ESXi's sshd allows 10 by default.", defaultMaxSessions),
+			Validators: []validator.Int64{int64validator.Between(1, 10)},
+		},
+		"streams_per_disk": schema.Int64Attribute{
+			Optional: true,
+			MarkdownDescription: fmt.Sprintf("How many streams read one disk at once while it is copied, "+
+				"each on an SSH connection of its own (the host's sshd encrypts a connection on one core, "+
+				"about 1-2 Gbit/s). Every stream is a session, counted against `max_sessions` with every "+
+				"other command on the host, so it must not exceed it. Defaults to `%d`.", defaultStreamsPerDisk),
 			Validators: []validator.Int64{int64validator.Between(1, 10)},
 		},
 		"max_concurrent_migrations": schema.Int64Attribute{

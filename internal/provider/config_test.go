@@ -264,3 +264,33 @@ func checkPrefixes(t *testing.T, what string, got, want []string) {
 		}
 	}
 }
+
+func TestSettingsStreamsPerDisk(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		max, streams  types.Int64
+		want          int
+		wantErrSubstr string
+	}{
+		{"defaults", types.Int64Null(), types.Int64Null(), defaultStreamsPerDisk, ""},
+		{"default within a small max_sessions", types.Int64Value(1), types.Int64Null(), 1, ""},
+		{"explicit", types.Int64Value(8), types.Int64Value(6), 6, ""},
+		{"more than max_sessions", types.Int64Value(2), types.Int64Value(3), 3, "streams_per_disk is 3 but max_sessions is 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := goodHost()
+			h.MaxSessions, h.StreamsPerDisk = tc.max, tc.streams
+			s, d := providerModel{ESXiHosts: []esxiHostModel{h}, WorkDir: types.StringValue("/w")}.settings(envMap(nil), false)
+			errs, _ := summaries(d)
+			switch {
+			case tc.wantErrSubstr == "" && len(errs) > 0:
+				t.Fatalf("errors %v", errs)
+			case tc.wantErrSubstr != "" && (len(errs) != 1 || !strings.Contains(errs[0], tc.wantErrSubstr)):
+				t.Fatalf("errors %v, want one saying %q", errs, tc.wantErrSubstr)
+			}
+			if got := s.Hosts[0].StreamsPerDisk; got != tc.want {
+				t.Errorf("streams per disk %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
