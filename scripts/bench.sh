@@ -14,7 +14,12 @@
 # CPU seconds per GiB. Nothing asserts timings; each copy is checked
 # byte-for-byte against its source.
 #
+# It then runs the product's journaled copy (transfer.Copy) with one stream
+# and with several (BENCH_STREAMS, default "2 4"), each on its own SSH
+# connection, and prints their ratio to one stream.
+#
 # Needs root. BENCH_SMOKE=1 uses tiny files (well under a minute).
+# BENCH_RATE sets the link's rate (default 1gbit).
 # Everything it creates (namespace, links, sshd, files) is removed on exit,
 # also on failure.
 set -euo pipefail
@@ -38,6 +43,10 @@ else
 	run_len=$((8 * MiB)) # 64 runs of 8 MiB = 512 MiB of data
 fi
 runs=64
+# BENCH_RATE shapes the link (tc rate, default 1gbit); BENCH_STREAMS lists
+# the stream counts compared with one stream.
+rate=${BENCH_RATE:-1gbit}
+streams_list=${BENCH_STREAMS:-2 4}
 
 ns=vmmbench$$
 veth=vmmb$$
@@ -88,7 +97,7 @@ sync
 echo "== building the reader"
 (cd "$repo" && go build -o "$work/diskread" ./scripts/bench/diskread)
 
-echo "== network namespace $ns, veth $veth <-> $veth_peer, tbf 1 Gbit/s both ways"
+echo "== network namespace $ns, veth $veth <-> $veth_peer, tbf $rate both ways"
 ip netns add "$ns"
 ip link add "$veth" type veth peer name "$veth_peer" netns "$ns"
 ip addr add "$host_ip/30" dev "$veth"
@@ -96,8 +105,8 @@ ip link set "$veth" up
 ip netns exec "$ns" ip addr add "$esxi_ip/30" dev "$veth_peer"
 ip netns exec "$ns" ip link set "$veth_peer" up
 ip netns exec "$ns" ip link set lo up
-tc qdisc add dev "$veth" root tbf rate 1gbit burst 256kb latency 10ms
-ip netns exec "$ns" tc qdisc add dev "$veth_peer" root tbf rate 1gbit burst 256kb latency 10ms
+tc qdisc add dev "$veth" root tbf rate "$rate" burst 256kb latency 10ms
+ip netns exec "$ns" tc qdisc add dev "$veth_peer" root tbf rate "$rate" burst 256kb latency 10ms
 
 echo "== sshd on $esxi_ip:22 (chroot $root)"
 ssh-keygen -q -t ecdsa -b 256 -N '' -f "$work/sshd/host_key"
@@ -184,6 +193,14 @@ for disk in "$dense" "$thin"; do
 	measure sparse "$disk" "$size" "${diskread[@]}" -path "${disk#"$root"}" -size "$size" -mode sparse
 done
 
+echo "== the product's journaled copy (transfer.Copy, 64 MiB chunks): 1 stream against ${streams_list// /, } streams, each on its own connection"
+for disk in "$dense" "$thin"; do
+	size=$(stat -c %s "$disk")
+	for n in 1 $streams_list; do
+		measure "copy$n" "$disk" "$size" "${diskread[@]}" -path "${disk#"$root"}" -size "$size" -mode copy -streams "$n"
+	done
+done
+
 echo
 printf '%-6s %-7s %9s %8s %10s %11s %10s %13s\n' disk method MB/s x-cat wire-MiB client-s/GiB client-RSS host-cpu-s/GiB
 declare -A base
@@ -196,4 +213,16 @@ for r in "${results[@]}"; do
 		gib = size / 1073741824
 		printf "%-6s %-7s %9s %7.2fx %10.1f %11.2f %7.0f MiB %13.2f\n", disk, name, mbs, mbs / base,
 			w / 1048576, (u + s) / gib, m / 1024, h / clk / gib }'
+done
+
+echo
+echo "streams: MB/s of the journaled copy with N streams over one stream, same run, same link ($rate)"
+declare -A one
+for r in "${results[@]}"; do
+	read -r disk name size e _ <<<"$r"
+	[[ $name == copy* ]] || continue
+	mbs=$(awk -v b="$size" -v e="$e" 'BEGIN{printf "%.1f", b / e / 1e6}')
+	[[ $name == copy1 ]] && one[$disk]=$mbs
+	awk -v disk="$disk" -v name="$name" -v mbs="$mbs" -v one="${one[$disk]}" 'BEGIN{
+		printf "%-6s %-7s %9s MB/s %7.2fx one stream\n", disk, name, mbs, mbs / one }'
 done

@@ -3,8 +3,10 @@
 // reads it: -mode dd uses Client.ReadRange (dd on the host, zeros on the
 // wire), -mode sparse uses Client.ReadRangeSparse (the Python reader, zero
 // runs as holes). It writes the result to -out (zero runs left as holes) and
-// prints one line of figures. scripts/bench.sh runs it; it is not a product
-// command.
+// prints one line of figures. -mode copy runs the product's journaled,
+// verified copy (transfer.Copy) with -streams streams, each on its own SSH
+// connection, as a migration does. scripts/bench.sh runs it; it is not a
+// product command.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
 // fileSink writes data at its offset and leaves zero runs as holes (the
@@ -42,17 +45,25 @@ func (w *offsetWriter) Write(p []byte) (int, error) {
 
 func main() {
 	var (
-		addr  = flag.String("addr", "", "host address")
-		port  = flag.Int("port", 22, "SSH port")
-		key   = flag.String("key", "", "private key file")
-		known = flag.String("known-hosts", "", "known_hosts file")
-		path  = flag.String("path", "", "file on the host (/vmfs/volumes/...)")
-		size  = flag.Int64("size", 0, "bytes to read")
-		chunk = flag.Int64("chunk", 64<<20, "chunk size")
-		mode  = flag.String("mode", "sparse", "dd or sparse")
-		out   = flag.String("out", "", "output file")
+		addr    = flag.String("addr", "", "host address")
+		port    = flag.Int("port", 22, "SSH port")
+		key     = flag.String("key", "", "private key file")
+		known   = flag.String("known-hosts", "", "known_hosts file")
+		path    = flag.String("path", "", "file on the host (/vmfs/volumes/...)")
+		size    = flag.Int64("size", 0, "bytes to read")
+		chunk   = flag.Int64("chunk", 64<<20, "chunk size")
+		mode    = flag.String("mode", "sparse", "dd, sparse or copy")
+		out     = flag.String("out", "", "output file")
+		streams = flag.Int("streams", 1, "streams per disk (mode copy)")
 	)
 	flag.Parse()
+	if *mode == "copy" {
+		if err := runCopy(*addr, *port, *key, *known, *path, *size, *chunk, *streams, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "diskread:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*addr, *port, *key, *known, *path, *size, *chunk, *mode, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "diskread:", err)
 		os.Exit(1)
@@ -115,5 +126,36 @@ func run(addr string, port int, keyFile, known, path string, size, chunk int64, 
 	}
 	el := time.Since(start)
 	fmt.Printf("mode=%s bytes=%d payload_bytes=%d data_bytes=%d seconds=%.3f\n", mode, size, wire, data, el.Seconds())
+	return nil
+}
+
+// runCopy copies the disk with transfer.Copy and streams streams, then
+// removes the journal (the staging file is the copy).
+func runCopy(addr string, port int, keyFile, known, path string, size, chunk int64, streams int, out string) error {
+	pem, err := os.ReadFile(keyFile)
+	if err != nil {
+		return err
+	}
+	c, err := esxi.NewClient(esxi.HostConfig{Name: "bench", Address: addr, Port: port, User: "root",
+		PrivateKeyPEM: string(pem), KnownHostsFile: known, MaxSessions: max(streams, 4), StreamsPerDisk: streams}, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var srcs []transfer.RangeReader
+	for _, s := range c.StreamClients(streams) {
+		srcs = append(srcs, s)
+	}
+	start := time.Now()
+	res, err := transfer.Copy(context.Background(), c, transfer.Disk{Path: path, SizeBytes: size}, out,
+		transfer.Options{ChunkSize: chunk, Streams: streams, Sources: srcs})
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	if err := os.Remove(out + transfer.JournalSuffix); err != nil {
+		return err
+	}
+	fmt.Printf("mode=copy streams=%d bytes=%d zero_bytes=%d sha256=%s seconds=%.3f\n", streams, size, res.ZeroBytes, res.SHA256, el.Seconds())
 	return nil
 }
