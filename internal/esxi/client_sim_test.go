@@ -447,6 +447,8 @@ func TestHostConfigValidate(t *testing.T) {
 		"no name":      mod(func(c *HostConfig) { c.Name = "" }),
 		"bad port":     mod(func(c *HostConfig) { c.Port = 70000 }),
 		"sessions":     mod(func(c *HostConfig) { c.MaxSessions = 50 }),
+		"streams":      mod(func(c *HostConfig) { c.MaxSessions, c.StreamsPerDisk = 2, 3 }),
+		"no streams":   mod(func(c *HostConfig) { c.StreamsPerDisk = -1 }),
 		"bad key":      mod(func(c *HostConfig) { c.PrivateKeyPEM = "garbage" }),
 		"address":      mod(func(c *HostConfig) { c.Address = "a b" }),
 		"both sources": mod(func(c *HostConfig) { c.KnownHostsFile = "/x" }),
@@ -460,6 +462,9 @@ func TestHostConfigValidate(t *testing.T) {
 	}
 	if err := mod(func(c *HostConfig) { c.HostKeyFingerprint = "SHA256:" + strings.Repeat("A", 43) + "=" }).Validate(); err != nil {
 		t.Errorf("padded fingerprint: %v", err)
+	}
+	if err := mod(func(c *HostConfig) { c.MaxSessions, c.StreamsPerDisk = 4, 4 }).Validate(); err != nil {
+		t.Errorf("as many streams as sessions: %v", err)
 	}
 }
 
