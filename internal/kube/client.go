@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/go-logr/logr"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -13,7 +15,14 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// The client logs nothing through controller-runtime's global logger: the
+// provider reports through Terraform's logs and the engine's events.
+// Without a logger, controller-runtime prints a stack trace to stderr the
+// first time a client is made.
+func init() { ctrllog.SetLogger(logr.Discard()) }
 
 // NewScheme returns the types the provider reads and writes: core/v1,
 // storage/v1, coordination/v1, kubevirt.io/v1 and cdi.kubevirt.io/v1beta1.
