@@ -24,10 +24,13 @@ const (
 	OpGetGuest      OpKind = "get.guest"
 	OpGetSummary    OpKind = "get.summary"
 	OpSnapshotGet   OpKind = "snapshot.get"
-	OpCat           OpKind = "cat"
-	OpDD            OpKind = "dd"
-	OpStatSize      OpKind = "stat"
-	OpVersion       OpKind = "vmware -v"
+	// OpSnapshotCreate and OpSnapshotRemove are built in snapshot.go.
+	OpSnapshotCreate OpKind = "snapshot.create"
+	OpSnapshotRemove OpKind = "snapshot.remove"
+	OpCat            OpKind = "cat"
+	OpDD             OpKind = "dd"
+	OpStatSize       OpKind = "stat"
+	OpVersion        OpKind = "vmware -v"
 )
 
 // Command is one validated shell command. Build it with the constructor
@@ -40,6 +43,9 @@ type Command struct {
 	bs    int64
 	skip  int64
 	count int64
+	// args are the quoted words after the vmid (snapshot name and
+	// description, or a snapshot id).
+	args []string
 }
 
 // Kind reports which operation c performs.
@@ -140,6 +146,8 @@ func (c Command) String() string {
 		return "vim-cmd vmsvc/getallvms"
 	case OpPowerGetState, OpPowerShutdown, OpPowerOff, OpPowerOn, OpGetGuest, OpGetSummary, OpSnapshotGet:
 		return "vim-cmd vmsvc/" + string(c.kind) + " " + strconv.Itoa(c.vmid)
+	case OpSnapshotCreate, OpSnapshotRemove:
+		return "vim-cmd vmsvc/" + string(c.kind) + " " + strconv.Itoa(c.vmid) + " " + quoteAll(c.args)
 	case OpCat:
 		return "cat " + quoteAll(c.paths)
 	case OpStatSize:

@@ -276,7 +276,8 @@ func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 	case "vmsvc/getallvms":
 		return s.getAllVMs(stdout, stderr)
 	case "vmsvc/power.getstate", "vmsvc/power.on", "vmsvc/power.off", "vmsvc/power.shutdown",
-		"vmsvc/get.guest", "vmsvc/get.summary", "vmsvc/snapshot.get":
+		"vmsvc/get.guest", "vmsvc/get.summary", "vmsvc/snapshot.get",
+		"vmsvc/snapshot.create", "vmsvc/snapshot.remove":
 	default:
 		fmt.Fprintf(stderr, "Invalid command '%s'\n", strings.Join(args[1:], " "))
 		return 1
@@ -304,6 +305,10 @@ func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 		return s.powerOff(vmid, stdout)
 	case "vmsvc/power.shutdown":
 		return s.powerShutdown(vmid, stdout)
+	case "vmsvc/snapshot.create":
+		return s.snapshotCreate(vv, rest[1:], stdout)
+	case "vmsvc/snapshot.remove":
+		return s.snapshotRemove(vv, rest[1:], stdout)
 	case "vmsvc/get.guest":
 		fmt.Fprint(stdout, "Guest information:\n\n"+s.render(s.guestInfo(vv))+"\n")
 		return 0
