@@ -84,10 +84,10 @@ type Options struct {
 	// to 30s (DefaultRetryDelay if 0).
 	RetryDelay time.Duration
 	// Streams is how many chunks of one disk are read at once (1 if < 1).
-	// With more than one, chunks land out of order: each is verified on
-	// its own (its SHA-256 as read, then again from the staging file when
-	// it joins the whole-file hash in order), and the journal records
-	// every verified chunk, so a resumed copy skips them all.
+	// With more than one, chunks land out of order: each is hashed on its
+	// own as it arrives, joins the whole-file hash in order (read back from
+	// the staging file), and the journal records every chunk that landed,
+	// so a resumed copy checks them against their hashes and skips them.
 	Streams int
 	// Sources, when set, are the readers of the streams: stream w reads
 	// through Sources[w%len(Sources)] (for example one SSH connection
