@@ -471,6 +471,12 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 			}
 		}
 	}
+	// A warm migration's snapshots go whatever the policy: they only grow.
+	removed, err := e.forgetWarmSnapshots(ctx, rec)
+	if err != nil {
+		return res, err
+	}
+	res.Actions = append(res.Actions, removed...)
 	if policy == ForgetRollback && rec != nil {
 		a, err := e.powerSourceBackOn(ctx, rec)
 		if err != nil {

@@ -107,6 +107,8 @@ type Record struct {
 	Timestamps Timestamps  `json:"timestamps"`
 	// PowerOff is the one power-off decision, never re-decided.
 	PowerOff *PowerOff `json:"powerOff,omitempty"`
+	// Warm is a warm migration's snapshots and copies (see warm.go).
+	Warm *WarmEvidence `json:"warm,omitempty"`
 	// Source is the inventory snapshot taken in Discovering.
 	Source *SourceInventory `json:"source,omitempty"`
 	// Preflight holds the Validated phase's checks.

@@ -137,6 +137,13 @@ type Spec struct {
 	// Labels are added to the VirtualMachine and DataVolumes.
 	Labels map[string]string
 
+	// Mode is ModeCold (default: the source is powered off, then copied)
+	// or ModeWarm (copied while it runs, from migration snapshots, and
+	// powered off only for the last delta; see warm.go). PrecopyRounds is
+	// the number of snapshots a warm migration takes (default 1).
+	Mode          string
+	PrecopyRounds int
+
 	// PowerOffPolicy is one of preflight.PowerOffPolicies (default
 	// graceful); ShutdownTimeout bounds a graceful shutdown.
 	PowerOffPolicy  string
@@ -216,6 +223,10 @@ func (s Spec) WithDefaults() Spec {
 	def(&s.PowerOffPolicy, DefaultPowerOffPolicy)
 	def(&s.PodBinding, DefaultPodBinding)
 	def(&s.Timezone, DefaultTimezone)
+	def(&s.Mode, ModeCold)
+	if s.PrecopyRounds == 0 {
+		s.PrecopyRounds = DefaultPrecopyRounds
+	}
 	dur := func(p *time.Duration, v time.Duration) {
 		if *p <= 0 {
 			*p = v
@@ -277,7 +288,7 @@ func (s Spec) Validate() error {
 	if s.CopyChunkSize < 0 || s.CopyChunkSize%(1<<20) != 0 {
 		bad("", "copy chunk size must be a multiple of 1 MiB")
 	}
-	errs = append(errs, s.Transport.validate())
+	errs = append(errs, s.Transport.validate(), s.validateWarm())
 	for src, dst := range s.NetworkMap {
 		if err := ValidateNetwork(dst); err != nil {
 			bad(FieldNetworkMap, "destination.network_map[%q]: %v", src, err)

@@ -39,7 +39,7 @@ var steps = []step{
 	{PhaseCreatingVM, (*run).stepCreateVM},
 	{PhaseStarting, (*run).stepStart},
 	{PhaseValidating, (*run).stepValidateGuest},
-	{PhaseCompleted, (*run).stepComplete},
+	{PhaseCompleted, (*run).stepCompleteWarm},
 }
 
 func stepIndex(p Phase) int {
@@ -153,6 +153,9 @@ func (r *run) stepPrepare(ctx context.Context) error {
 	// only the rest), before the source is touched.
 	if c := r.spec.spaceCheck(r.rec().Disks); !c.Passed {
 		return needsHuman("WorkDirFull", c.Message, "free space on the file system of "+r.spec.WorkDir+", or set work_dir to a larger one, then run apply again", nil)
+	}
+	if r.spec.warm() {
+		return r.stepPrepareWarm(ctx, vm)
 	}
 	if err := r.ensurePoweredOff(ctx, vm); err != nil {
 		return err

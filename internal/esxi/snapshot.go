@@ -16,23 +16,32 @@ import (
 // delta into its parent. Names and descriptions pass through [Quote]; ids
 // are integers formatted by strconv.
 
-// MaxSnapshotNameLen bounds a snapshot name or description this package
-// sends (the vSphere client allows 80 characters for a name).
-const MaxSnapshotNameLen = 80
+// MaxSnapshotNameLen and MaxSnapshotDescriptionLen bound the snapshot
+// names and descriptions this package sends (the vSphere client allows 80
+// characters for a name).
+const (
+	MaxSnapshotNameLen        = 80
+	MaxSnapshotDescriptionLen = 1024
+)
 
 // ValidateSnapshotText checks a snapshot name or description: valid UTF-8,
 // no control characters (snapshot.get prints one attribute per line, so a
 // newline would forge another attribute), at most MaxSnapshotNameLen
-// characters. An empty description is allowed; an empty name is not.
+// characters for a name and MaxSnapshotDescriptionLen for a description.
+// An empty description is allowed; an empty name is not.
 func ValidateSnapshotText(what, s string, allowEmpty bool) error {
+	limit := MaxSnapshotNameLen
+	if allowEmpty {
+		limit = MaxSnapshotDescriptionLen
+	}
 	if s == "" && !allowEmpty {
 		return fmt.Errorf("empty snapshot %s", what)
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("snapshot %s %q is not valid UTF-8", what, s)
 	}
-	if n := utf8.RuneCountInString(s); n > MaxSnapshotNameLen {
-		return fmt.Errorf("snapshot %s of %d characters is longer than %d", what, n, MaxSnapshotNameLen)
+	if n := utf8.RuneCountInString(s); n > limit {
+		return fmt.Errorf("snapshot %s of %d characters is longer than %d", what, n, limit)
 	}
 	for _, r := range s {
 		if unicode.IsControl(r) {

@@ -1,0 +1,493 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+)
+
+// Warm migration copies most of a running VM before it is powered off:
+//
+//  1. Preparing takes a migration snapshot while the VM runs (disk only:
+//     no memory, no quiescing). The VM now writes into a new delta, and
+//     everything below it is read-only: those files are copied with the
+//     journaled copy while the guest keeps working.
+//  2. Each further precopy round (Spec.PrecopyRounds in all) takes one more
+//     snapshot and copies the delta the previous round left behind, which
+//     holds only what the guest wrote during the previous copy.
+//  3. At cutover the source is powered off through the usual power-off
+//     decision, and only the last delta is copied: the files copied before
+//     are complete in their journals and are not read again. Converting
+//     then flattens the chain as for a VM on snapshots.
+//  4. Once the migration has Completed, and when it is destroyed before
+//     (rollback or not), the migration's own snapshots are removed by their
+//     recorded ids, oldest first, which consolidates each delta into its
+//     parent; snapshots that were there before are never touched.
+//
+// Each snapshot is recorded as an intent (its deterministic name) before
+// vim-cmd runs, then with its id once observed; SnapshotCreate finds a
+// snapshot by name before taking it, so a create whose reply was lost, or a
+// crash in between, never makes a second snapshot of a round. Rounds never
+// start once the power-off decision exists.
+//
+// Files copied before cutover are written straight under the names the
+// final chain gives them (Converting reads the chain top first, and every
+// later snapshot adds one link on top), so the cutover's chain copy finds
+// them complete.
+
+// Migration modes.
+const (
+	ModeCold = "cold"
+	ModeWarm = "warm"
+)
+
+// Modes lists the migration modes, for validators and documentation.
+var Modes = []string{ModeCold, ModeWarm}
+
+// Bounds of Spec.PrecopyRounds.
+const (
+	DefaultPrecopyRounds = 1
+	// MaxPrecopyRounds keeps the migration's snapshots well under ESXi's
+	// 32 per VM, beside those the VM has already.
+	MaxPrecopyRounds = 8
+	// MaxSnapshotsPerVM is ESXi's limit of snapshots in one VM's chain.
+	MaxSnapshotsPerVM = 32
+)
+
+// FieldMode and FieldPrecopyRounds are the resource's attributes.
+const (
+	FieldMode          = "mode"
+	FieldPrecopyRounds = "precopy_rounds"
+)
+
+// WarmEvidence is what a warm migration did before and at cutover.
+type WarmEvidence struct {
+	// Rounds is the number of precopy rounds the migration takes.
+	Rounds int `json:"rounds"`
+	// Snapshots are the migration's own snapshots, by round.
+	Snapshots []WarmSnapshot `json:"snapshots,omitempty"`
+	// SkippedReason says why no snapshot was taken (the source was off).
+	SkippedReason string `json:"skippedReason,omitempty"`
+	// CutoverFiles and CutoverBytes are the chain files copied after the
+	// power-off and their total size: the copy part of the downtime.
+	CutoverFiles int   `json:"cutoverFiles,omitempty"`
+	CutoverBytes int64 `json:"cutoverBytes,omitempty"`
+	// CutoverStarted is when the source was found off for the cutover
+	// copy; CutoverCopied when that copy was complete.
+	CutoverStarted *time.Time `json:"cutoverStarted,omitempty"`
+	CutoverCopied  *time.Time `json:"cutoverCopied,omitempty"`
+}
+
+// WarmSnapshot is one snapshot a warm migration takes on the source.
+type WarmSnapshot struct {
+	// Round is the precopy round (1 first).
+	Round int `json:"round"`
+	// Name is the snapshot's name on the host, derived from the migration.
+	Name string `json:"name"`
+	// IntendedAt is when the snapshot was decided, before vim-cmd ran.
+	IntendedAt time.Time `json:"intendedAt"`
+	// ID is the host's snapshot id once observed; CreatedAt when.
+	ID        int        `json:"id,omitempty"`
+	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	// Copied is true once the files the snapshot froze were copied;
+	// CopiedFiles and CopiedBytes are that round's extent files and bytes
+	// read from the host.
+	Copied      bool  `json:"copied,omitempty"`
+	CopiedFiles int   `json:"copiedFiles,omitempty"`
+	CopiedBytes int64 `json:"copiedBytes,omitempty"`
+	// Removed is true once the snapshot is gone from the source.
+	Removed   bool       `json:"removed,omitempty"`
+	RemovedAt *time.Time `json:"removedAt,omitempty"`
+}
+
+// warm reports a warm migration.
+func (s Spec) warm() bool { return s.Mode == ModeWarm }
+
+// validateWarm checks Mode and PrecopyRounds of a defaulted spec.
+func (s Spec) validateWarm() error {
+	var errs []error
+	if !slices.Contains(Modes, s.Mode) {
+		errs = append(errs, onField(FieldMode, fmt.Errorf("mode %q is not one of %s, %s", s.Mode, ModeCold, ModeWarm)))
+	}
+	if s.PrecopyRounds < 1 || s.PrecopyRounds > MaxPrecopyRounds {
+		errs = append(errs, onField(FieldPrecopyRounds, fmt.Errorf("precopy_rounds %d is not between 1 and %d", s.PrecopyRounds, MaxPrecopyRounds)))
+	}
+	if s.Mode == ModeCold && s.PrecopyRounds != DefaultPrecopyRounds {
+		errs = append(errs, onField(FieldPrecopyRounds, fmt.Errorf("precopy_rounds applies to mode %q only", ModeWarm)))
+	}
+	return errors.Join(errs...)
+}
+
+// warmSnapshotName is the name of round k's snapshot: derived from the
+// destination, so that every process of this migration looks for the same
+// one.
+func (s Spec) warmSnapshotName(round int) string {
+	dest := s.Namespace + "/" + s.Name
+	if name := fmt.Sprintf("vmmigration %s round %d", dest, round); len(name) <= esxi.MaxSnapshotNameLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(dest))
+	return fmt.Sprintf("vmmigration %s round %d", hex.EncodeToString(sum[:6]), round)
+}
+
+func (s Spec) warmSnapshotDescription() string {
+	return fmt.Sprintf("Taken by the vmmigration provider for the warm migration to %s/%s; removed when it completes or is destroyed", s.Namespace, s.Name)
+}
+
+// warmSnapshot returns round k's record, or nil.
+func (w *WarmEvidence) snapshot(round int) *WarmSnapshot {
+	for i := range w.Snapshots {
+		if w.Snapshots[i].Round == round {
+			return &w.Snapshots[i]
+		}
+	}
+	return nil
+}
+
+// warmPrecopy takes the precopy rounds that are not done yet while the
+// source runs and returns the source as observed after them. Nothing is
+// done once the power-off has been decided: the cutover has begun.
+func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
+	rec := r.rec()
+	if rec.Warm == nil {
+		rec.Warm = &WarmEvidence{Rounds: r.spec.PrecopyRounds}
+		if err := r.save(ctx); err != nil {
+			return nil, err
+		}
+	}
+	w := rec.Warm
+	if rec.PowerOff != nil {
+		return vm, nil
+	}
+	c, err := r.esxiClient()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.localPathsUsable(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
+		return nil, needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
+	}
+	for k := 1; k <= w.Rounds; k++ {
+		s := w.snapshot(k)
+		if s != nil && s.Copied {
+			continue
+		}
+		if s == nil {
+			if vm.PowerState != esxi.PoweredOn {
+				// Nothing changes on a VM that does not run: the cutover
+				// copies what is left.
+				if len(w.Snapshots) == 0 {
+					w.SkippedReason = fmt.Sprintf("the source was %s when the precopy began: its disks are copied at cutover", vm.PowerState)
+				}
+				return vm, r.save(ctx)
+			}
+			if n := countSnapshots(vm.Snapshots); n+1 > MaxSnapshotsPerVM {
+				return nil, needsHuman("TooManySnapshots", fmt.Sprintf("source VM %q has %d snapshots; one more would pass ESXi's limit of %d", vm.Name, n, MaxSnapshotsPerVM),
+					"remove snapshots you no longer need in the host client, or use mode cold, then run apply again", nil)
+			}
+			w.Snapshots = append(w.Snapshots, WarmSnapshot{Round: k, Name: r.spec.warmSnapshotName(k), IntendedAt: r.now()})
+			s = &w.Snapshots[len(w.Snapshots)-1]
+			// Record the intent before acting on it.
+			if err := r.save(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if s.ID == 0 {
+			r.emit(Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: taking snapshot %q of the running source", k, w.Rounds, s.Name)})
+			snap, err := c.SnapshotCreate(ctx, vm.VMID, s.Name, r.spec.warmSnapshotDescription())
+			if err != nil {
+				return nil, fmt.Errorf("precopy round %d: taking snapshot %q: %w", k, s.Name, err)
+			}
+			t := r.now()
+			s.ID, s.CreatedAt = snap.ID, &t
+			if err := r.save(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if vm, err = r.observeSource(ctx); err != nil {
+			return nil, err
+		}
+		// Later rounds each add one link on top of this chain.
+		files, bytes, err := r.copyFrozenLinks(ctx, c, vm, w.Rounds-k)
+		if err != nil {
+			return nil, fmt.Errorf("precopy round %d: %w", k, err)
+		}
+		s.Copied, s.CopiedFiles, s.CopiedBytes = true, files, bytes
+		if err := r.save(ctx); err != nil {
+			return nil, err
+		}
+		r.emit(Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: copied %d bytes in %d file(s) while the source runs", k, w.Rounds, bytes, files)})
+	}
+	return vm, nil
+}
+
+// countSnapshots counts the nodes of a snapshot tree.
+func countSnapshots(tree []esxi.Snapshot) int {
+	return len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true }))
+}
+
+// copyFrozenLinks copies, for every disk, the chain files below the delta
+// the VM writes to now, under the local names they get in the final chain
+// (shift more links on top). It returns how many extent files it read from
+// the host and their bytes; files whose copy is complete are not read.
+func (r *run) copyFrozenLinks(ctx context.Context, c *esxi.Client, vm *esxi.VM, shift int) (int, int64, error) {
+	var jobs []transfer.Job
+	var paths []string
+	for i, d := range vm.Disks {
+		if i >= len(r.rec().Disks) {
+			break
+		}
+		for _, f := range chainPlan(d.Chain) {
+			if f.Link == 0 {
+				continue // the delta the VM writes to
+			}
+			f.Link += shift
+			local := r.spec.chainLocalPath(i, f)
+			if f.Kind == ChainFileDescriptor {
+				text, err := c.ReadDescriptor(ctx, f.SourcePath)
+				if err != nil {
+					return 0, 0, fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
+				}
+				if err := durable.WriteFile(local, []byte(text)); err != nil {
+					if isNoSpace(err) {
+						return 0, 0, r.noSpace(fmt.Sprintf("copying the chain of disk %d", i), err)
+					}
+					return 0, 0, needsHuman("WorkDirUnusable", "cannot write "+local, "make work_dir writable, then run apply again", err)
+				}
+				continue
+			}
+			jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: f.SourcePath}, Dest: local})
+			paths = append(paths, f.SourcePath)
+		}
+	}
+	if len(jobs) == 0 {
+		return 0, 0, nil
+	}
+	sizes, err := c.FileSizes(ctx, paths...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sizing the snapshot chain's files: %w", err)
+	}
+	var total int64
+	var todo []transfer.Job
+	for _, j := range jobs {
+		size := sizes[j.Disk.Path]
+		if size <= 0 || size%512 != 0 {
+			return 0, 0, permanent("ChainFileUnreadable", fmt.Sprintf("the snapshot chain's file %s is %d bytes, not whole 512-byte sectors: it is not a VMDK extent ESXi wrote", j.Disk.Path, size),
+				"check the file on the host (vmkfstools -x check on its descriptor), then run apply again", nil)
+		}
+		j.Disk.SizeBytes = size
+		if st, err := transfer.Inspect(j.Disk, j.Dest, r.chunkSize()); err == nil && st.State == transfer.StateComplete {
+			continue
+		}
+		todo = append(todo, j)
+		total += size
+	}
+	if len(todo) == 0 {
+		return 0, 0, nil
+	}
+	jobs = todo
+	_, err = transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
+		ChunkSize: r.chunkSize(),
+		Progress: func(p transfer.Progress) {
+			r.emit(Event{Kind: EventProgress, Disk: -1, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+				Message: fmt.Sprintf("precopy: snapshot chain file %s: copied %d of %d bytes (%.1f%%)", p.Source, p.BytesDone, p.BytesTotal, p.Percent)})
+		},
+	})
+	if isNoSpace(err) {
+		err = r.noSpace("copying the snapshot chains", err)
+	}
+	return len(jobs), total, err
+}
+
+// pendingExtents counts the extent files of the recorded chains whose copy
+// is not complete, and their bytes on the host.
+func (r *run) pendingExtents(ctx context.Context, c *esxi.Client) (int, int64, error) {
+	rec := r.rec()
+	var paths []string
+	for _, d := range rec.Disks {
+		for _, f := range d.Chain {
+			if f.Kind == ChainFileExtent {
+				paths = append(paths, f.SourcePath)
+			}
+		}
+	}
+	if len(paths) == 0 {
+		return 0, 0, nil
+	}
+	sizes, err := c.FileSizes(ctx, paths...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sizing the snapshot chain's files: %w", err)
+	}
+	files, bytes := 0, int64(0)
+	for i, d := range rec.Disks {
+		for _, f := range d.Chain {
+			if f.Kind != ChainFileExtent {
+				continue
+			}
+			disk := transfer.Disk{Path: f.SourcePath, SizeBytes: sizes[f.SourcePath]}
+			if st, err := transfer.Inspect(disk, r.spec.chainLocalPath(i, f), r.chunkSize()); err == nil && st.State == transfer.StateComplete {
+				continue
+			}
+			files++
+			bytes += disk.SizeBytes
+		}
+	}
+	return files, bytes, nil
+}
+
+// warmCutover copies what is left once the source is off: the chain as
+// observed now becomes each disk's recorded chain, whose files copied by
+// the precopy are complete and not read again.
+func (r *run) warmCutover(ctx context.Context) error {
+	rec := r.rec()
+	w := rec.Warm
+	vm, err := r.observeSource(ctx)
+	if err != nil {
+		return err
+	}
+	if vm.PowerState != esxi.PoweredOff {
+		return transient("SourceNotOff", fmt.Sprintf("source VM %q is %s at cutover", vm.Name, vm.PowerState), nil)
+	}
+	if w.CutoverStarted == nil {
+		t := r.now()
+		w.CutoverStarted = &t
+	}
+	for i := range rec.Disks {
+		if i >= len(vm.Disks) {
+			break
+		}
+		d := &rec.Disks[i]
+		if plan := chainPlan(vm.Disks[i].Chain); !sameChain(plan, d.Chain) {
+			// The precopied files are under these names already.
+			d.Chain, d.Acquired, d.SourceSHA256, d.GuestSHA256, d.ZeroBytes = plan, false, "", "", 0
+		}
+	}
+	c, err := r.esxiClient()
+	if err != nil {
+		return err
+	}
+	files, bytes, err := r.pendingExtents(ctx, c)
+	if err != nil {
+		return err
+	}
+	if w.CutoverCopied == nil {
+		w.CutoverFiles, w.CutoverBytes = files, bytes
+	}
+	if err := r.save(ctx); err != nil {
+		return err
+	}
+	r.emit(Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("cutover: copying the last %d bytes in %d file(s) with the source off", bytes, files)})
+	if err := r.copyDisks(ctx); err != nil {
+		return err
+	}
+	if w.CutoverCopied == nil {
+		t := r.now()
+		w.CutoverCopied = &t
+	}
+	return r.save(ctx)
+}
+
+// stepPrepareWarm is Preparing for a warm migration: the precopy while
+// the source runs, then the power-off decision, then the cutover copy.
+func (r *run) stepPrepareWarm(ctx context.Context, vm *esxi.VM) error {
+	vm, err := r.warmPrecopy(ctx, vm)
+	if err != nil {
+		return err
+	}
+	if err := r.ensurePoweredOff(ctx, vm); err != nil {
+		return err
+	}
+	return r.warmCutover(ctx)
+}
+
+// stepCompleteWarm removes the migration's snapshots before the usual
+// completion.
+func (r *run) stepCompleteWarm(ctx context.Context) error {
+	if w := r.rec().Warm; w != nil {
+		c, err := r.esxiClient()
+		if err != nil {
+			return err
+		}
+		if err := removeWarmSnapshots(ctx, c, r.rec(), func() error { return r.save(ctx) }); err != nil {
+			return err
+		}
+	}
+	return r.stepComplete(ctx)
+}
+
+// removeWarmSnapshots removes the snapshots the record says the migration
+// took, oldest first: by recorded id, or for an intent whose id was never
+// seen, by its name if the host has it. save is called after each
+// removal.
+func removeWarmSnapshots(ctx context.Context, c *esxi.Client, rec *Record, save func() error) error {
+	w := rec.Warm
+	if w == nil {
+		return nil
+	}
+	for i := range w.Snapshots {
+		s := &w.Snapshots[i]
+		if s.Removed {
+			continue
+		}
+		id := s.ID
+		if id == 0 {
+			found, err := c.SnapshotByName(ctx, rec.Identity.VMID, s.Name)
+			if err != nil {
+				return fmt.Errorf("looking for snapshot %q: %w", s.Name, err)
+			}
+			if found != nil {
+				id = found.ID
+			}
+		}
+		if id != 0 {
+			if err := c.SnapshotRemove(ctx, rec.Identity.VMID, id); err != nil {
+				return fmt.Errorf("removing the migration's snapshot %q (id %d): %w", s.Name, id, err)
+			}
+		}
+		t := time.Now().UTC()
+		s.Removed, s.RemovedAt = true, &t
+		if save != nil {
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// forgetWarmSnapshots removes a forgotten migration's snapshots from the
+// source and says what it did.
+func (e *Engine) forgetWarmSnapshots(ctx context.Context, rec *Record) ([]string, error) {
+	if rec == nil || rec.Warm == nil || len(rec.Warm.Snapshots) == 0 {
+		return nil, nil
+	}
+	c, err := e.deps.ESXi.Client(rec.Identity.Host)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	before := map[int]bool{}
+	for _, s := range rec.Warm.Snapshots {
+		before[s.Round] = s.Removed
+	}
+	if err := removeWarmSnapshots(ctx, c, rec, nil); err != nil {
+		return nil, err
+	}
+	for _, s := range rec.Warm.Snapshots {
+		if !before[s.Round] {
+			out = append(out, fmt.Sprintf("removed the migration's snapshot %q of source VM %q (vmid %d)", s.Name, rec.Identity.VMName, rec.Identity.VMID))
+		}
+	}
+	return out, nil
+}

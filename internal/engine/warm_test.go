@@ -1,0 +1,204 @@
+package engine_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+)
+
+// guestModel is what the guest of a simulated VM has written: its disk's
+// content, kept in step with esxisim.Server.GuestWrite.
+type guestModel struct {
+	mu      sync.Mutex
+	content []byte
+}
+
+func (m *guestModel) write(t *testing.T, h *esxiHost, vmid int, node string, off int64, n int, seed uint64) {
+	b := make([]byte, n)
+	esxisim.PatternBytes(b, seed, off)
+	if err := h.GuestWrite(vmid, node, off, b); err != nil {
+		t.Errorf("guest write: %v", err)
+		return
+	}
+	m.mu.Lock()
+	copy(m.content[off:], b)
+	m.mu.Unlock()
+}
+
+func (m *guestModel) sha() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := sha256.Sum256(m.content)
+	return hex.EncodeToString(s[:])
+}
+
+// A running VM migrates warm with two precopy rounds while its guest
+// keeps writing: before the first snapshot, during the first copy, between
+// the rounds and after the last. The DataVolume holds the guest's final
+// content; the base was copied while the VM ran and only the last delta
+// after the power-off; the migration's two snapshots are gone from the
+// source afterwards, which runs on its base again holding that same
+// content, with no delta file left.
+func TestWarmMigrationCopiesTheLastDeltaOffline(t *testing.T) {
+	e := newEnv(t)
+	const capacity = 24 << 20
+	id, files := e.host.AddVM(t, esxisim.VMSpec{
+		Name: "warm", GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: capacity, Thin: true}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.7"},
+	})
+	node := files.Disks[0].Controller
+	flat, err := os.ReadFile(files.Disks[0].LocalFlat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &guestModel{content: append(flat, make([]byte, capacity-len(flat))...)}
+
+	spec := e.spec("warm", "warm")
+	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 2
+	var (
+		mu                      sync.Mutex
+		wrote                         = map[string]bool{}
+		offBytes, lastDelta     int64 = -1, -1
+		poweredOffAt            int64 = -1
+		precopyProgressWhileRun bool
+		creates                 int
+	)
+	once := func(key string, f func()) {
+		mu.Lock()
+		done := wrote[key]
+		wrote[key] = true
+		mu.Unlock()
+		if !done {
+			f()
+		}
+	}
+	hook := func(ev engine.Event) {
+		switch {
+		case strings.Contains(ev.Message, "precopy round 1 of 2: taking snapshot"):
+			once("before", func() { m.write(t, e.host, id, node, 64<<10, 8<<10, 1) }) // lands in the base
+		case ev.Kind == engine.EventProgress && strings.HasPrefix(ev.Message, "precopy:"):
+			if st, _ := e.host.PowerState(id); st == esxisim.PoweredOn {
+				mu.Lock()
+				precopyProgressWhileRun = true
+				mu.Unlock()
+			}
+			once("during", func() { m.write(t, e.host, id, node, 3<<20, 64<<10, 2) }) // the first delta
+		case strings.Contains(ev.Message, "precopy round 1 of 2: copied"):
+			once("between", func() { m.write(t, e.host, id, node, 64<<10+4096, 4096, 3) })
+		case strings.Contains(ev.Message, "precopy round 2 of 2: copied"):
+			once("after", func() {
+				m.write(t, e.host, id, node, capacity-1000, 1000, 4) // the disk's last grain
+				m.write(t, e.host, id, node, 10<<20, 12<<10, 5)
+			})
+		case strings.HasPrefix(ev.Message, "powering off source VM"):
+			once("off", func() {
+				creates = len(e.commands("snapshot.create"))
+				e.host.ResetStats()
+				mu.Lock()
+				poweredOffAt = 0
+				mu.Unlock()
+			})
+		case strings.HasPrefix(ev.Message, "cutover:"):
+			once("cutover", func() {
+				ms, _ := filepath.Glob(filepath.Join(files.LocalDir, "warm-000002-*.vmdk"))
+				if len(ms) == 1 {
+					if fi, err := os.Stat(ms[0]); err == nil {
+						mu.Lock()
+						lastDelta = fi.Size()
+						mu.Unlock()
+					}
+				}
+			})
+		case ev.Phase == engine.PhaseConverting:
+			once("converting", func() {
+				mu.Lock()
+				offBytes = e.host.Stats().StdoutBytes
+				mu.Unlock()
+			})
+		}
+	}
+	e.onEvent.Store(&hook)
+	rec := e.mustComplete(e.engine(), spec)
+	e.onEvent.Store(nil)
+	for _, k := range []string{"before", "during", "between", "after", "off", "cutover", "converting"} {
+		if !wrote[k] {
+			t.Errorf("the migration never reached the point %q", k)
+		}
+	}
+	if !precopyProgressWhileRun || poweredOffAt != 0 {
+		t.Errorf("precopy while running %v, power-off seen %v", precopyProgressWhileRun, poweredOffAt == 0)
+	}
+
+	want := m.sha()
+	if got, ok := e.sim.ReceivedSHA256(e.ns, "warm-disk-0"); !ok || got != want {
+		t.Errorf("the DataVolume received %q (%v), the guest's final content is %s", got, ok, want)
+	}
+	if d := rec.Disks[0]; d.GuestSHA256 != want {
+		t.Errorf("guest sha %s, want %s", d.GuestSHA256, want)
+	}
+
+	w := rec.Warm
+	if w == nil || w.Rounds != 2 || len(w.Snapshots) != 2 {
+		t.Fatalf("warm evidence %+v", w)
+	}
+	for i, s := range w.Snapshots {
+		if s.Round != i+1 || s.ID <= 0 || s.CreatedAt == nil || !s.Copied || !s.Removed || !strings.HasPrefix(s.Name, "vmmigration ") {
+			t.Errorf("snapshot %+v", s)
+		}
+	}
+	if w.Snapshots[0].CopiedBytes != capacity {
+		t.Errorf("round 1 copied %d bytes, want the base's %d", w.Snapshots[0].CopiedBytes, capacity)
+	}
+	if b := w.Snapshots[1].CopiedBytes; b <= 0 || b > capacity/8 {
+		t.Errorf("round 2 copied %d bytes, want the first delta's few", b)
+	}
+	if lastDelta <= 0 || w.CutoverBytes != lastDelta || w.CutoverFiles != 1 {
+		t.Errorf("cutover copied %d bytes in %d files, the last delta is %d bytes", w.CutoverBytes, w.CutoverFiles, lastDelta)
+	}
+	// What crossed the wire with the source off: the last delta, plus
+	// descriptors and vim-cmd answers, never the disk.
+	if offBytes < lastDelta || offBytes > lastDelta+512<<10 {
+		t.Errorf("%d bytes read from the host after the power-off, the last delta is %d bytes (the disk %d)", offBytes, lastDelta, capacity)
+	}
+	t.Logf("precopy %d + %d bytes; cutover %d bytes (last delta %d), %d bytes from the host with the source off; downtime %s",
+		w.Snapshots[0].CopiedBytes, w.Snapshots[1].CopiedBytes, w.CutoverBytes, lastDelta, offBytes, rec.Downtime())
+	if rec.Downtime() <= 0 {
+		t.Errorf("downtime not recorded: %+v", rec.Timestamps)
+	}
+
+	// The source: no snapshot, the .vmx on its base, which holds the
+	// guest's content, and no delta left.
+	if n := creates + len(e.commands("snapshot.create")); n != 2 {
+		t.Errorf("%d snapshot.create commands, want 2", n)
+	}
+	c, err := e.reg.Client(hostName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := c.Snapshots(e.ctx(10e9), id)
+	if err != nil || len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true })) != 0 {
+		t.Errorf("snapshots left on the source: %+v, %v", tree, err)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(files.LocalDir, "warm-00000*")); len(ms) != 0 {
+		t.Errorf("delta files left on the source: %v", ms)
+	}
+	vmx, _ := os.ReadFile(filepath.Join(files.LocalDir, "warm.vmx"))
+	if !strings.Contains(string(vmx), `fileName = "warm.vmdk"`) {
+		t.Errorf("the .vmx does not run on the base again:\n%s", vmx)
+	}
+	base, _ := os.ReadFile(files.Disks[0].LocalFlat)
+	base = append(base, make([]byte, capacity-len(base))...)
+	if s := sha256.Sum256(base); hex.EncodeToString(s[:]) != want {
+		t.Error("the source's base does not hold the guest's content after the snapshots were removed")
+	}
+}
