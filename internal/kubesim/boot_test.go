@@ -212,6 +212,10 @@ func TestBootGuests(t *testing.T) {
 				if p := qemuPIDs(t, g); p != nil {
 					return fmt.Sprintf("QEMU still running: pids %v", p)
 				}
+				// The process is reaped a moment after it is gone.
+				if !g.Exited() {
+					return "QEMU gone but not yet reaped"
+				}
 				return ""
 			})
 			if !g.Exited() || s.Guest(ns, "converted") != nil {
