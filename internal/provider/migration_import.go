@@ -124,6 +124,10 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 	if len(rec.Disks) > 0 && rec.Disks[0].ArtifactFormat != "" {
 		m.TargetFormat = types.StringValue(rec.Disks[0].ArtifactFormat)
 	}
+	m.Mode, m.PrecopyRounds = types.StringValue(engine.ModeCold), types.Int64Value(engine.DefaultPrecopyRounds)
+	if rec.Warm != nil {
+		m.Mode, m.PrecopyRounds = types.StringValue(engine.ModeWarm), types.Int64Value(int64(rec.Warm.Rounds))
+	}
 	m.PowerOffPolicy = types.StringValue(engine.DefaultPowerOffPolicy)
 	if rec.PowerOff != nil && rec.PowerOff.Policy != "" {
 		m.PowerOffPolicy = types.StringValue(rec.PowerOff.Policy)

@@ -21,6 +21,8 @@ type migrationModel struct {
 	ID             types.String    `tfsdk:"id"`
 	Source         *sourceModel    `tfsdk:"source"`
 	Destination    *destModel      `tfsdk:"destination"`
+	Mode           types.String    `tfsdk:"mode"`
+	PrecopyRounds  types.Int64     `tfsdk:"precopy_rounds"`
 	PowerOffPolicy types.String    `tfsdk:"power_off_policy"`
 	ShutdownTO     types.String    `tfsdk:"shutdown_timeout"`
 	TargetFormat   types.String    `tfsdk:"target_format"`
@@ -149,6 +151,8 @@ func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
 		RunStrategy:     m.Destination.RunStrategy.ValueString(),
 		NetworkMap:      stringMap(m.Destination.NetworkMap),
 		Labels:          stringMap(m.Destination.Labels),
+		Mode:            m.Mode.ValueString(),
+		PrecopyRounds:   int(m.PrecopyRounds.ValueInt64()),
 		PowerOffPolicy:  m.PowerOffPolicy.ValueString(),
 		ShutdownTimeout: dur(path.Root("shutdown_timeout"), m.ShutdownTO),
 		TargetFormat:    m.TargetFormat.ValueString(),

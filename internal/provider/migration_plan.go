@@ -247,6 +247,12 @@ func identityChanges(state, plan *migrationModel) []string {
 			out = append(out, f.name)
 		}
 	}
+	if !plan.Mode.IsUnknown() && !state.Mode.IsNull() && !state.Mode.Equal(plan.Mode) {
+		out = append(out, "mode")
+	}
+	if !plan.PrecopyRounds.IsUnknown() && !state.PrecopyRounds.IsNull() && !state.PrecopyRounds.Equal(plan.PrecopyRounds) {
+		out = append(out, "precopy_rounds")
+	}
 	return out
 }
 

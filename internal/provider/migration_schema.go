@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
@@ -138,6 +140,30 @@ func migrationSchema(ctx context.Context) schema.Schema {
 						MarkdownDescription: "Extra labels of the VirtualMachine."},
 				},
 			},
+			"mode": schema.StringAttribute{
+				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.ModeCold),
+				// State written before mode existed holds null: that migration
+				// was cold, not a different one.
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplaceIf(replaceUnlessNewAttribute,
+					"Replaces the migration unless the state predates the attribute.", "Replaces the migration unless the state predates the attribute.")},
+				MarkdownDescription: "How the disks are copied: " + backticked(engine.Modes) + ". `" + engine.ModeCold + "` powers the source off (per `power_off_policy`), then copies its disks. " +
+					"`" + engine.ModeWarm + "` copies them while the source runs: it takes a disk-only snapshot of the source (`vim-cmd vmsvc/snapshot.create`, no memory, no quiescing: crash-consistent), " +
+					"copies the files the snapshot froze, takes `precopy_rounds` snapshots in all, each copying the delta the previous round left, and powers the source off only to copy the last delta, " +
+					"so the downtime covers what the guest wrote during the last round. The migration's snapshots are named `vmmigration <namespace>/<name> round <n>` and recorded with their ids; " +
+					"they are removed from the source (consolidating their deltas, leaving the VM as it was) once the migration completes, or when the resource is destroyed before, whatever the `delete_policy`. " +
+					"Snapshots the VM had before are never touched. Changing it replaces the migration.",
+				Validators: []validator.String{stringvalidator.OneOf(engine.Modes...)},
+			},
+			"precopy_rounds": schema.Int64Attribute{
+				Optional: true, Computed: true, Default: int64default.StaticInt64(engine.DefaultPrecopyRounds),
+				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplaceIf(func(_ context.Context, req planmodifier.Int64Request, resp *int64planmodifier.RequiresReplaceIfFuncResponse) {
+					resp.RequiresReplace = !req.StateValue.IsNull()
+				}, "Replaces the migration unless the state predates the attribute.", "Replaces the migration unless the state predates the attribute.")},
+				MarkdownDescription: fmt.Sprintf("Number of precopy rounds (snapshots) of a `%s` migration, 1 to %d; `%s` migrations take none and leave it at %d. "+
+					"More rounds shrink the last delta when the guest writes a lot during the first copy. Changing it replaces the migration.",
+					engine.ModeWarm, engine.MaxPrecopyRounds, engine.ModeCold, engine.DefaultPrecopyRounds),
+				Validators: []validator.Int64{int64validator.Between(1, engine.MaxPrecopyRounds)},
+			},
 			"power_off_policy": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultPowerOffPolicy),
 				MarkdownDescription: "How the running source VM is powered off before its disks are copied: " +
@@ -200,7 +226,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				Optional: true, Computed: true, Default: stringdefault.StaticString(string(engine.DefaultDeletePolicy)),
 				MarkdownDescription: "What `terraform destroy` (or a replacement) does: `keep` removes only the checkpoint record and leaves the migrated VM and its disks running; " +
 					"`delete_destination` also deletes the VM and DataVolumes this migration created; `rollback` deletes them and powers the source VM on again, and refuses if the destination VM ever started " +
-					"(two servers with one identity on the network). The source disk is never touched.",
+					"(two servers with one identity on the network). The source's disks are never touched, except that the snapshots a `warm` migration took are removed whatever the policy.",
 				Validators: []validator.String{stringvalidator.OneOf(engine.DeletePolicies...)},
 			},
 
@@ -269,4 +295,10 @@ func durationString(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// replaceUnlessNewAttribute replaces the migration when a string attribute
+// changes, except from null: a state written before the attribute existed.
+func replaceUnlessNewAttribute(_ context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
+	resp.RequiresReplace = !req.StateValue.IsNull()
 }
