@@ -40,6 +40,51 @@ func (m *guestModel) sha() string {
 	return hex.EncodeToString(s[:])
 }
 
+const warmCapacity = 24 << 20
+
+// addWarmVM adds a running VM with one thin disk and returns the model of
+// its guest's content.
+func addWarmVM(t *testing.T, e *env, name string) (int, *esxisim.VMFiles, *guestModel) {
+	t.Helper()
+	id, files := e.host.AddVM(t, esxisim.VMSpec{
+		Name: name, GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: warmCapacity, Thin: true}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.7"},
+	})
+	flat, err := os.ReadFile(files.Disks[0].LocalFlat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, files, &guestModel{content: append(flat, make([]byte, warmCapacity-len(flat))...)}
+}
+
+// sourceClean checks that the source VM has no snapshot left, runs on its
+// base again with no delta file, and that the base holds want.
+func sourceClean(t *testing.T, e *env, id int, files *esxisim.VMFiles, name, want string) {
+	t.Helper()
+	c, err := e.reg.Client(hostName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := c.Snapshots(e.ctx(10e9), id)
+	if err != nil || len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true })) != 0 {
+		t.Errorf("snapshots left on the source: %+v, %v", tree, err)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(files.LocalDir, name+"-00000*")); len(ms) != 0 {
+		t.Errorf("delta files left on the source: %v", ms)
+	}
+	vmx, _ := os.ReadFile(filepath.Join(files.LocalDir, name+".vmx"))
+	if !strings.Contains(string(vmx), `fileName = "`+name+`.vmdk"`) {
+		t.Errorf("the .vmx does not run on the base again:\n%s", vmx)
+	}
+	base, _ := os.ReadFile(files.Disks[0].LocalFlat)
+	base = append(base, make([]byte, warmCapacity-len(base))...)
+	if s := sha256.Sum256(base); hex.EncodeToString(s[:]) != want {
+		t.Error("the source's base does not hold the guest's content after the snapshots were removed")
+	}
+}
+
 // A running VM migrates warm with two precopy rounds while its guest
 // keeps writing: before the first snapshot, during the first copy, between
 // the rounds and after the last. The DataVolume holds the guest's final
@@ -49,19 +94,9 @@ func (m *guestModel) sha() string {
 // content, with no delta file left.
 func TestWarmMigrationCopiesTheLastDeltaOffline(t *testing.T) {
 	e := newEnv(t)
-	const capacity = 24 << 20
-	id, files := e.host.AddVM(t, esxisim.VMSpec{
-		Name: "warm", GuestOS: "rhel9-64",
-		Disks: []esxisim.DiskSpec{{CapacityBytes: capacity, Thin: true}},
-		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
-		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.7"},
-	})
+	const capacity = warmCapacity
+	id, files, m := addWarmVM(t, e, "warm")
 	node := files.Disks[0].Controller
-	flat, err := os.ReadFile(files.Disks[0].LocalFlat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &guestModel{content: append(flat, make([]byte, capacity-len(flat))...)}
 
 	spec := e.spec("warm", "warm")
 	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 2
@@ -181,24 +216,5 @@ func TestWarmMigrationCopiesTheLastDeltaOffline(t *testing.T) {
 	if n := creates + len(e.commands("snapshot.create")); n != 2 {
 		t.Errorf("%d snapshot.create commands, want 2", n)
 	}
-	c, err := e.reg.Client(hostName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, err := c.Snapshots(e.ctx(10e9), id)
-	if err != nil || len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true })) != 0 {
-		t.Errorf("snapshots left on the source: %+v, %v", tree, err)
-	}
-	if ms, _ := filepath.Glob(filepath.Join(files.LocalDir, "warm-00000*")); len(ms) != 0 {
-		t.Errorf("delta files left on the source: %v", ms)
-	}
-	vmx, _ := os.ReadFile(filepath.Join(files.LocalDir, "warm.vmx"))
-	if !strings.Contains(string(vmx), `fileName = "warm.vmdk"`) {
-		t.Errorf("the .vmx does not run on the base again:\n%s", vmx)
-	}
-	base, _ := os.ReadFile(files.Disks[0].LocalFlat)
-	base = append(base, make([]byte, capacity-len(base))...)
-	if s := sha256.Sum256(base); hex.EncodeToString(s[:]) != want {
-		t.Error("the source's base does not hold the guest's content after the snapshots were removed")
-	}
+	sourceClean(t, e, id, files, "warm", want)
 }
