@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
@@ -85,6 +87,9 @@ type WarmEvidence struct {
 	// copy; CutoverCopied when that copy was complete.
 	CutoverStarted *time.Time `json:"cutoverStarted,omitempty"`
 	CutoverCopied  *time.Time `json:"cutoverCopied,omitempty"`
+	// Frozen are the descriptors of the links the precopy copied, with
+	// their CIDs then.
+	Frozen []WarmFrozenLink `json:"frozen,omitempty"`
 }
 
 // WarmSnapshot is one snapshot a warm migration takes on the source.
@@ -232,6 +237,16 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 	return vm, nil
 }
 
+// freeze records a precopied descriptor's CID (the first one seen).
+func (w *WarmEvidence) freeze(disk int, descriptor, cid string) {
+	for _, f := range w.Frozen {
+		if f.Disk == disk && f.Descriptor == descriptor {
+			return
+		}
+	}
+	w.Frozen = append(w.Frozen, WarmFrozenLink{Disk: disk, Descriptor: descriptor, CID: cid})
+}
+
 // countSnapshots counts the nodes of a snapshot tree.
 func countSnapshots(tree []esxi.Snapshot) int {
 	return len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true }))
@@ -255,6 +270,7 @@ func (r *run) copyFrozenLinks(ctx context.Context, c *esxi.Client, vm *esxi.VM, 
 			f.Link += shift
 			local := r.spec.chainLocalPath(i, f)
 			if f.Kind == ChainFileDescriptor {
+				r.rec().Warm.freeze(i, f.SourcePath, f.CID)
 				text, err := c.ReadDescriptor(ctx, f.SourcePath)
 				if err != nil {
 					return 0, 0, fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
@@ -373,6 +389,9 @@ func (r *run) warmCutover(ctx context.Context) error {
 			d.Chain, d.Acquired, d.SourceSHA256, d.GuestSHA256, d.ZeroBytes = plan, false, "", "", 0
 		}
 	}
+	if err := r.recheckFrozen(vm); err != nil {
+		return err
+	}
 	c, err := r.esxiClient()
 	if err != nil {
 		return err
@@ -490,4 +509,89 @@ func (e *Engine) forgetWarmSnapshots(ctx context.Context, rec *Record) ([]string
 		}
 	}
 	return out, nil
+}
+
+// Pre-flight checks of a warm migration.
+const (
+	// CheckWarmSnapshots fails when the migration's snapshots would take
+	// the VM past ESXi's limit of snapshots.
+	CheckWarmSnapshots = "warm_snapshots"
+	// CheckWarmDisks fails for disks a snapshot leaves out or cannot take:
+	// independent disks (the guest keeps writing them through the
+	// snapshot) and physical-mode RDMs.
+	CheckWarmDisks = "warm_disks"
+)
+
+// warmChecks are the pre-flight checks of a warm migration (none for a
+// cold one). The migration's own snapshots, from an earlier attempt, are
+// not counted against it.
+func (s Spec) warmChecks(vm *esxi.VM) []preflight.Check {
+	if !s.warm() {
+		return nil
+	}
+	own := map[string]bool{}
+	for k := 1; k <= s.PrecopyRounds; k++ {
+		own[s.warmSnapshotName(k)] = true
+	}
+	others := len(esxi.FindSnapshots(vm.Snapshots, func(sn esxi.Snapshot) bool { return !own[sn.Name] }))
+	snaps := preflight.Check{ID: CheckWarmSnapshots, Severity: preflight.Blocker, Passed: true,
+		Message: fmt.Sprintf("VM %q has %d snapshot(s); the warm migration adds %d and removes them when it completes (ESXi allows %d).", vm.Name, others, s.PrecopyRounds, MaxSnapshotsPerVM)}
+	if others+s.PrecopyRounds > MaxSnapshotsPerVM {
+		snaps.Passed = false
+		snaps.Message = fmt.Sprintf("VM %q has %d snapshot(s): %d more for the warm migration would pass ESXi's limit of %d. Remove snapshots you no longer need, lower precopy_rounds, or use mode %q.",
+			vm.Name, others, s.PrecopyRounds, MaxSnapshotsPerVM, ModeCold)
+	}
+	var bad []string
+	for _, d := range vm.Disks {
+		switch {
+		case d.RDMPassthrough:
+			bad = append(bad, d.Device+" is a physical-mode RDM, which a snapshot cannot take")
+		case d.Independent:
+			bad = append(bad, d.Device+" is independent ("+d.Mode+"): a snapshot leaves it out and the guest keeps writing it")
+		}
+	}
+	disks := preflight.Check{ID: CheckWarmDisks, Severity: preflight.Blocker, Passed: len(bad) == 0,
+		Message: fmt.Sprintf("Every disk of VM %q is taken by a snapshot.", vm.Name)}
+	if len(bad) > 0 {
+		disks.Message = fmt.Sprintf("VM %q cannot be copied while it runs: %s. Use mode %q.", vm.Name, strings.Join(bad, "; "), ModeCold)
+	}
+	return []preflight.Check{snaps, disks}
+}
+
+// WarmFrozenLink records the CID of each descriptor whose link the precopy
+// copied, so that the cutover notices a link changed since (someone
+// consolidated or reverted snapshots) and copies it again.
+type WarmFrozenLink struct {
+	Disk       int    `json:"disk"`
+	Descriptor string `json:"descriptor"`
+	CID        string `json:"cid"`
+}
+
+// recheckFrozen drops the copies of links whose descriptor's CID is not
+// the one the precopy saw: their content changed, and a journal that
+// matches by path and size would not notice.
+func (r *run) recheckFrozen(vm *esxi.VM) error {
+	w := r.rec().Warm
+	seen := map[string]string{}
+	for _, f := range w.Frozen {
+		seen[fmt.Sprintf("%d %s", f.Disk, f.Descriptor)] = f.CID
+	}
+	var errs []error
+	for i, d := range r.rec().Disks {
+		if i >= len(vm.Disks) || vm.Disks[i].Chain == nil {
+			continue
+		}
+		for k, l := range vm.Disks[i].Chain.Links {
+			cid, ok := seen[fmt.Sprintf("%d %s", i, l.DescriptorPath)]
+			if !ok || cid == l.CID {
+				continue
+			}
+			for _, f := range d.Chain {
+				if f.Link == k && f.Kind == ChainFileExtent {
+					errs = append(errs, transfer.Remove(r.spec.chainLocalPath(i, f)))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
