@@ -472,7 +472,7 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		}
 	}
 	// A warm migration's snapshots go whatever the policy: they only grow.
-	removed, err := e.forgetWarmSnapshots(ctx, rec)
+	removed, err := e.forgetWarmSnapshots(ctx, rec, policy == ForgetRollback)
 	if err != nil {
 		return res, err
 	}

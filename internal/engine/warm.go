@@ -486,27 +486,34 @@ func removeWarmSnapshots(ctx context.Context, c *esxi.Client, rec *Record, save 
 }
 
 // forgetWarmSnapshots removes a forgotten migration's snapshots from the
-// source and says what it did.
-func (e *Engine) forgetWarmSnapshots(ctx context.Context, rec *Record) ([]string, error) {
+// source and says what it did. With strict (a rollback, which must leave
+// the source as it was) a failure is an error; otherwise it is reported
+// with what to remove by hand, so that an unreachable host does not keep
+// the resource from being destroyed.
+func (e *Engine) forgetWarmSnapshots(ctx context.Context, rec *Record, strict bool) ([]string, error) {
 	if rec == nil || rec.Warm == nil || len(rec.Warm.Snapshots) == 0 {
 		return nil, nil
 	}
-	c, err := e.deps.ESXi.Client(rec.Identity.Host)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
+	label := fmt.Sprintf("source VM %q (vmid %d) on host %s", rec.Identity.VMName, rec.Identity.VMID, rec.Identity.Host)
 	before := map[int]bool{}
 	for _, s := range rec.Warm.Snapshots {
 		before[s.Round] = s.Removed
 	}
-	if err := removeWarmSnapshots(ctx, c, rec, nil); err != nil {
-		return nil, err
+	c, err := e.deps.ESXi.Client(rec.Identity.Host)
+	if err == nil {
+		err = removeWarmSnapshots(ctx, c, rec, nil)
 	}
+	var out []string
 	for _, s := range rec.Warm.Snapshots {
-		if !before[s.Round] {
-			out = append(out, fmt.Sprintf("removed the migration's snapshot %q of source VM %q (vmid %d)", s.Name, rec.Identity.VMName, rec.Identity.VMID))
+		switch {
+		case s.Removed && !before[s.Round]:
+			out = append(out, fmt.Sprintf("removed the migration's snapshot %q of %s", s.Name, label))
+		case !s.Removed && err != nil && !strict:
+			out = append(out, fmt.Sprintf("could not remove the migration's snapshot %q (id %d) of %s: remove it in the host client (%v)", s.Name, s.ID, label, err))
 		}
+	}
+	if err != nil && strict {
+		return out, err
 	}
 	return out, nil
 }

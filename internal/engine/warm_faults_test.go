@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,16 @@ func TestWarmRollbackRemovesSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.write(t, e.host, id, node, 5<<20, 4<<10, 10)
+	// A rollback must leave the source as it was: a host that cannot
+	// remove the snapshot stops it, and the record stays for a retry.
+	e.host.FailVimCmd(100, esxisim.VimLoginReset)
+	if _, err := en.Forget(t.Context(), e.ns, "rollwarm", engine.ForgetRollback, engine.ForgetOptions{WorkDir: spec.WorkDir}); err == nil {
+		t.Fatal("the rollback succeeded although the snapshot could not be removed")
+	}
+	e.host.FailVimCmd(0, esxisim.VimLoginReset)
+	if _, err := en.Load(t.Context(), e.ns, "rollwarm"); err != nil {
+		t.Fatalf("the record is gone after a failed rollback: %v", err)
+	}
 	res, err := en.Forget(t.Context(), e.ns, "rollwarm", engine.ForgetRollback, engine.ForgetOptions{WorkDir: spec.WorkDir})
 	if err != nil {
 		t.Fatal(err)
@@ -151,4 +162,41 @@ func TestWarmRollbackRemovesSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	sourceClean(t, e, id, files, "rollwarm", m.sha())
+}
+
+// Destroyed with delete_policy keep while the host cannot remove the
+// migration's snapshot, the resource still goes, and the actions say which
+// snapshot to remove by hand.
+func TestWarmForgetKeepReportsSnapshotLeft(t *testing.T) {
+	e := newEnv(t)
+	addWarmVM(t, e, "keepwarm")
+	spec := e.spec("keepwarm", "keepwarm")
+	spec.Mode = engine.ModeWarm
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hook := func(ev engine.Event) {
+		if strings.Contains(ev.Message, "precopy round 1 of 1: copied") {
+			cancel()
+		}
+	}
+	e.onEvent.Store(&hook)
+	en := e.engine()
+	rec, _ := en.Run(ctx, spec)
+	e.onEvent.Store(nil)
+	if rec.Warm == nil || len(rec.Warm.Snapshots) != 1 || rec.Warm.Snapshots[0].ID <= 0 {
+		t.Fatalf("warm evidence %+v", rec.Warm)
+	}
+	e.host.FailVimCmd(100, esxisim.VimLoginReset)
+	res, err := en.Forget(t.Context(), e.ns, "keepwarm", engine.ForgetKeep, engine.ForgetOptions{WorkDir: spec.WorkDir})
+	e.host.FailVimCmd(0, esxisim.VimLoginReset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("could not remove the migration's snapshot %q (id %d)", rec.Warm.Snapshots[0].Name, rec.Warm.Snapshots[0].ID)
+	if !strings.Contains(strings.Join(res.Actions, "\n"), want) {
+		t.Errorf("actions %q do not say %q", res.Actions, want)
+	}
+	if _, err := en.Load(t.Context(), e.ns, "keepwarm"); !errors.Is(err, engine.ErrNoRecord) {
+		t.Errorf("the record is still there: %v", err)
+	}
 }
