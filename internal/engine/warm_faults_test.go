@@ -10,14 +10,25 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
 // The host takes the migration snapshot but the answer is lost: the retry
 // finds the snapshot by name instead of taking a second one, and the
-// migration completes with one snapshot, removed at the end.
+// migration completes with one snapshot, removed at the end. The host
+// takes seSparse snapshots, as on VMFS 6.
 func TestWarmSnapshotCreateReplyLost(t *testing.T) {
 	e := newEnv(t)
+	e.host.SetSnapshotFormat(vmdk.SESparse)
 	id, files, m := addWarmVM(t, e, "lostsnap")
+	node := files.Disks[0].Controller
+	hook := func(ev engine.Event) {
+		if strings.Contains(ev.Message, "precopy round 1 of 1: copied") {
+			m.write(t, e.host, id, node, 6<<20, 12<<10, 11)
+		}
+	}
+	e.onEvent.Store(&hook)
+	defer e.onEvent.Store(nil)
 	spec := e.spec("lostsnap", "lostsnap")
 	spec.Mode = engine.ModeWarm
 	e.host.DropAfterRunning("snapshot.create", 1)
@@ -30,6 +41,9 @@ func TestWarmSnapshotCreateReplyLost(t *testing.T) {
 	}
 	if w := rec.Warm; w == nil || len(w.Snapshots) != 1 || w.Snapshots[0].ID <= 0 || !w.Snapshots[0].Removed {
 		t.Fatalf("warm evidence %+v", rec.Warm)
+	}
+	if f := rec.Disks[0].Chain; len(f) == 0 || f[0].Format != string(vmdk.SESparse) {
+		t.Errorf("the chain copied at cutover is %+v, want a seSparse top", f)
 	}
 	if got, _ := e.sim.ReceivedSHA256(e.ns, "lostsnap-disk-0"); got != m.sha() {
 		t.Errorf("received %s, want %s", got, m.sha())
