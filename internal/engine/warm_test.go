@@ -12,6 +12,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
 // guestModel is what the guest of a simulated VM has written: its disk's
@@ -217,4 +218,68 @@ func TestWarmMigrationCopiesTheLastDeltaOffline(t *testing.T) {
 		t.Errorf("%d snapshot.create commands, want 2", n)
 	}
 	sourceClean(t, e, id, files, "warm", want)
+}
+
+// A VM that already runs on its owner's snapshots (a three-level chain)
+// migrates warm: the migration's snapshot goes on top of the owner's
+// chain, the destination gets the guest's content including what it wrote
+// during the precopy, and afterwards the VM runs on the owner's chain
+// again, the owner's snapshot kept.
+func TestWarmOnOwnersSnapshots(t *testing.T) {
+	e := newEnv(t)
+	ch := addChainVM(t, e, "ownchain", vmdk.VMFSSparse, vmdk.SESparse)
+	var id int
+	for _, vm := range e.host.VMs() {
+		if strings.HasSuffix(vm.VMXPath, "/ownchain.vmx") {
+			id = vm.Vmid
+		}
+	}
+	content := make([]byte, 24<<20)
+	// <root>/datastore1/ownchain/ownchain-000002.vmdk
+	root := filepath.Dir(filepath.Dir(filepath.Dir(ch.Links[0].LocalDescriptor)))
+	c, err := vmdk.OpenChain(ch.Links[0].LocalDescriptor, esxisim.HostResolver(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadAt(content, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	m := &guestModel{content: content}
+	spec := e.spec("ownchain", "ownchain")
+	spec.Mode = engine.ModeWarm
+	hook := func(ev engine.Event) {
+		if strings.Contains(ev.Message, "precopy round 1 of 1: copied") {
+			m.write(t, e.host, id, "scsi0:0", 9<<20, 8<<10, 21)
+		}
+	}
+	e.onEvent.Store(&hook)
+	rec := e.mustComplete(e.engine(), spec)
+	e.onEvent.Store(nil)
+	if got, _ := e.sim.ReceivedSHA256(e.ns, "ownchain-disk-0"); got != m.sha() {
+		t.Errorf("received %s, want the guest's %s", got, m.sha())
+	}
+	if n := len(rec.Disks[0].Chain); n != 8 {
+		t.Errorf("the chain copied has %d files, want 4 links", n)
+	}
+	cl, err := e.reg.Client(hostName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := cl.Snapshots(e.ctx(10e9), id)
+	if all := esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true }); err != nil || len(all) != 1 || all[0].Name != "before-migration" {
+		t.Errorf("snapshots after the migration: %+v, %v; want the owner's only", all, err)
+	}
+	vmx, _ := os.ReadFile(filepath.Join(filepath.Dir(ch.Links[0].LocalDescriptor), "ownchain.vmx"))
+	if !strings.Contains(string(vmx), filepath.Base(ch.Links[0].Descriptor)) {
+		t.Errorf("the VM does not run on its own top again:\n%s", vmx)
+	}
+	c, err = vmdk.OpenChain(ch.Links[0].LocalDescriptor, esxisim.HostResolver(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if sum, err := c.SHA256(); err != nil || sum != m.sha() {
+		t.Errorf("the source chain reads %s (%v), want the guest's %s", sum, err, m.sha())
+	}
 }

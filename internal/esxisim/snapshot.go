@@ -75,6 +75,7 @@ func (s *Server) local(hostPath string) (string, error) {
 // vmsdSnap is one snapshot of a .vmsd.
 type vmsdSnap struct {
 	uid, parent, name, desc, typ string
+	file                         string // the .vmsn
 	createHigh, createLow        string
 	disks                        []vmsdDisk
 }
@@ -99,7 +100,7 @@ func readVMSD(b []byte) *vmsdFile {
 			}
 			continue
 		}
-		sn := &vmsdSnap{uid: v.get(p + "uid"), parent: v.get(p + "parent"), name: v.get(p + "displayName"),
+		sn := &vmsdSnap{uid: v.get(p + "uid"), parent: v.get(p + "parent"), file: v.get(p + "filename"), name: v.get(p + "displayName"),
 			desc: v.get(p + "description"), typ: v.get(p + "type"), createHigh: v.get(p + "createTimeHigh"), createLow: v.get(p + "createTimeLow")}
 		n, _ := strconv.Atoi(v.get(p + "numDisks"))
 		for d := 0; d < n && d < 64; d++ {
@@ -121,7 +122,7 @@ func (f *vmsdFile) text() string {
 	for i, sn := range f.snaps {
 		p := fmt.Sprintf("snapshot%d.", i)
 		kv(p+"uid", sn.uid)
-		kv(p+"filename", "")
+		kv(p+"filename", sn.file)
 		if sn.parent != "" {
 			kv(p+"parent", sn.parent)
 		}
@@ -290,7 +291,8 @@ func (s *Server) createSnapshotLocked(vmxPath, name, desc string, running bool, 
 		taken[n] = true
 	}
 	f.lastUID++
-	sn := &vmsdSnap{uid: strconv.Itoa(f.lastUID), name: name, desc: desc}
+	sn := &vmsdSnap{uid: strconv.Itoa(f.lastUID), name: name, desc: desc,
+		file: strings.TrimSuffix(path.Base(vmxPath), path.Ext(vmxPath)) + "-Snapshot" + strconv.Itoa(f.lastUID) + ".vmsn"}
 	if f.current > 0 {
 		sn.parent = strconv.Itoa(f.current)
 	}
