@@ -1,5 +1,5 @@
-// Package engine is the checkpoint engine that cold-migrates one VM from a
-// VMware ESXi host to KubeVirt.
+// Package engine is the checkpoint engine that migrates one VM from a
+// VMware ESXi host to KubeVirt, cold or warm (warm.go).
 //
 // A migration is a sequence of reconciliation checkpoints, not a script.
 // The phases are data (see the step table in steps.go): Pending,
@@ -22,7 +22,8 @@
 // The source is only ever read, except for the one irreversible action, the
 // power-off, which happens only after the Validated checkpoint, only as the
 // power-off policy allows, and is recorded once so that it is never decided
-// again.
+// again; and, in warm mode, the migration's own snapshots, each recorded
+// before it is taken and removed by its recorded id.
 //
 // One source VM has one migration: the Validated checkpoint claims the
 // source (a ConfigMap in DefaultClaimNamespace named from the host's

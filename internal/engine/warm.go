@@ -148,7 +148,7 @@ func (s Spec) warmSnapshotDescription() string {
 	return fmt.Sprintf("Taken by the vmmigration provider for the warm migration to %s/%s; removed when it completes or is destroyed", s.Namespace, s.Name)
 }
 
-// warmSnapshot returns round k's record, or nil.
+// snapshot returns round k's record, or nil.
 func (w *WarmEvidence) snapshot(round int) *WarmSnapshot {
 	for i := range w.Snapshots {
 		if w.Snapshots[i].Round == round {
