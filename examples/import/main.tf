@@ -65,6 +65,7 @@ resource "vmmigration_migration" "adopted" {
   }
 
   power_off_policy = "graceful_then_hard"
+  conversion       = var.conversion
   shutdown_timeout = var.shutdown_timeout
 
   transport = {

@@ -94,3 +94,9 @@ variable "shutdown_timeout" {
   type        = string
   default     = "10m"
 }
+
+variable "conversion" {
+  description = "The conversion the VMs were migrated with: \"virt-v2v\" (the default) or \"none\". It must match, or the plan would migrate them again."
+  type        = string
+  default     = "virt-v2v"
+}

@@ -228,6 +228,10 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 		return *r.rec(), stop
 	}
 	r.spec.stagingToken = r.rec().StagingToken
+	if r.rec().ConversionMode == "" {
+		// Saved with the next checkpoint, for imports to read back.
+		r.rec().ConversionMode = r.spec.Conversion
+	}
 	return r.loop(runCtx)
 }
 

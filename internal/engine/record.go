@@ -119,6 +119,10 @@ type Record struct {
 	// first image is written.
 	StagingToken string      `json:"stagingToken,omitempty"`
 	VM           *VMEvidence `json:"vm,omitempty"`
+	// ConversionMode is the conversion the migration was asked for
+	// (Spec.Conversion), so that an import reads it back; empty in
+	// records from before conversions existed.
+	ConversionMode string `json:"conversionMode,omitempty"`
 	// Conversion is the guest conversion's evidence, once it ran.
 	Conversion *ConversionEvidence `json:"conversion,omitempty"`
 	// Validation holds the Validating phase's check results.

@@ -155,11 +155,13 @@ data "vmmigration_esxi_vms" "exact" {
 	// Each Terraform command starts the provider anew and opens one
 	// connection; in it, the four data sources share one inventory read of
 	// three sequential rounds, each split over at most max_sessions (4)
-	// parallel execs: at most 1+4+4 execs, not one read per data source
-	// (4 reads would need at least 12) or per VM.
+	// parallel execs, plus the snapshot chain of VM "snap" (its parent
+	// descriptor and its extents' sizes: one round of at most 2 execs):
+	// at most 1+4+4+2 execs, not one read per data source (4 reads would
+	// need at least 12) or per VM.
 	st := host.Stats()
-	if st.Conns == 0 || st.Execs/st.Conns > 9 {
-		t.Errorf("%d execs over %d connections: want at most 9 per provider run (one shared, batched inventory read)", st.Execs, st.Conns)
+	if st.Conns == 0 || st.Execs/st.Conns > 11 {
+		t.Errorf("%d execs over %d connections: want at most 11 per provider run (one shared, batched inventory read)", st.Execs, st.Conns)
 	}
 }
 

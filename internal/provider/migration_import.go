@@ -64,9 +64,13 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 	// An imported migration keeps the default conversion, so that a
 	// configuration leaving it out does not replace (migrate again) what
 	// was imported; the devices are read from the VM below.
-	m.Conversion = types.StringValue(engine.DefaultConversion)
-	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus(engine.DefaultConversion)), types.StringValue(engine.DefaultRunStrategy)
-	d.NICModel, d.Timezone = types.StringValue(engine.DefaultNICModel(engine.DefaultConversion)), types.StringValue(engine.DefaultTimezone)
+	conv := engine.DefaultConversion
+	if rec.ConversionMode != "" {
+		conv = rec.ConversionMode
+	}
+	m.Conversion = types.StringValue(conv)
+	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus(conv)), types.StringValue(engine.DefaultRunStrategy)
+	d.NICModel, d.Timezone = types.StringValue(engine.DefaultNICModel(conv)), types.StringValue(engine.DefaultTimezone)
 	if len(rec.Disks) > 0 {
 		for _, dv := range obs.DataVolumes {
 			if dv.Name != rec.Disks[0].DataVolume {

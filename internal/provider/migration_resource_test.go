@@ -105,8 +105,10 @@ func checkRenderedVMs(t *testing.T, e *migrationEnv) error {
 		return fmt.Errorf("efi: interfaces %+v, want the source MAC kept", ifs)
 	}
 	two := e.cluster.VM(t, e.namespace, "two")
-	if disks := two.Disks; len(disks) != 2 || disks[0].BootOrder != 1 || disks[0].Bus != "virtio" {
-		return fmt.Errorf("two: disks %+v, want two virtio disks, the first with boot order 1", disks)
+	// Not converted (the disks hold test data): sata, as unconverted
+	// guests usually drive.
+	if disks := two.Disks; len(disks) != 2 || disks[0].BootOrder != 1 || disks[0].Bus != "sata" || disks[1].Bus != "sata" {
+		return fmt.Errorf("two: disks %+v, want two sata disks, the first with boot order 1", disks)
 	}
 	if !slices.Equal(two.DataVolumes, []string{"two-disk-0", "two-disk-1"}) {
 		return fmt.Errorf("two: DataVolume volumes %v", two.DataVolumes)
