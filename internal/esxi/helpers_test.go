@@ -55,7 +55,7 @@ func allCommandsForTest(t testing.TB) []Command {
 	for _, f := range []func(int) (Command, error){PowerGetState, PowerShutdown, PowerOff, PowerOn, GetGuest, GetSummary, SnapshotGet} {
 		must(f(12))
 	}
-	must(SnapshotCreateCommand(12, "vmmigration it's; rm -rf /", "$(reboot)"))
+	must(SnapshotCreateCommand(12, "vmmigration it's && rm -rf /", "$(reboot)"))
 	must(SnapshotRemoveCommand(12, 3))
 	must(Cat("/vmfs/volumes/ds1/vm/vm.vmx", InventoryXMLPath))
 	must(StatSize("/vmfs/volumes/ds1/vm/vm-flat.vmdk"))

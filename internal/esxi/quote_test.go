@@ -179,7 +179,7 @@ func TestCommandStrings(t *testing.T) {
 		"vim-cmd vmsvc/get.guest 12",
 		"vim-cmd vmsvc/get.summary 12",
 		"vim-cmd vmsvc/snapshot.get 12",
-		`vim-cmd vmsvc/snapshot.create 12 'vmmigration it'\''s; rm -rf /' '$(reboot)' '0' '0'`,
+		`vim-cmd vmsvc/snapshot.create 12 'vmmigration it'\''s && rm -rf /' '$(reboot)' '0' '0'`,
 		"vim-cmd vmsvc/snapshot.remove 12 '3'",
 		"cat '/vmfs/volumes/ds1/vm/vm.vmx' '/etc/vmware/hostd/vmInventory.xml'",
 		"stat -c '%s %n' '/vmfs/volumes/ds1/vm/vm-flat.vmdk'",
