@@ -1,6 +1,8 @@
 package kubesim
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"runtime"
@@ -171,8 +173,14 @@ func TestSurvivesAPIServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDVPhase(t, cl, ns, "disk", cdiv1.Succeeded)
-	if got, _ := s.ReceivedSHA256(ns, "disk"); got != sum {
-		t.Errorf("ReceivedSHA256 %q, want %q", got, sum)
+	// As CDI does, the claim holds the qcow2's content as raw: an empty
+	// 64 MiB disk.
+	zeros := sha256.Sum256(make([]byte, 64<<20))
+	if got, _ := s.ReceivedSHA256(ns, "disk"); got != hex.EncodeToString(zeros[:]) {
+		t.Errorf("ReceivedSHA256 %q, want %x (64 MiB of zeros)", got, zeros)
+	}
+	if rec, _ := s.ReceivedImage(ns, "disk"); rec.SentSHA256 != sum || rec.SentFormat != "qcow2" {
+		t.Errorf("received %+v, want the qcow2 with sha256 %s as sent", rec, sum)
 	}
 	if err := s.LastError(); err != nil {
 		t.Logf("last reconcile error (retried): %v", err)
