@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -279,7 +280,7 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 			var want string
 			if src != nil {
 				want = src.Disks[i].SHA256()
-			} else if want, err = fileSHA256(guestFlat); err != nil {
+			} else if want, err = convert.FileSHA256(guestFlat); err != nil {
 				return err
 			}
 			got, ok := sim.ReceivedSHA256(demoNamespace, d.DataVolume)

@@ -144,6 +144,12 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// FileSHA256 is the hex SHA-256 of a file's content.
+func FileSHA256(path string) (string, error) {
+	sum, _, err := hashFile(path)
+	return sum, err
+}
+
 // CheckVirtioWin fails, wrapping ErrNoVirtioWin, unless the virtio-win
 // drivers a Windows guest's conversion needs are where VirtioWinPath says.
 func (v *V2V) CheckVirtioWin() error { return v.checkVirtioWin() }

@@ -2,10 +2,7 @@ package engine_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,24 +84,11 @@ func TestConversionIsACheckpoint(t *testing.T) {
 		t.Errorf("conversion copies left behind: %v", left)
 	}
 	// The source disk is only read.
-	if sum, err := fileSHA256(files.Disks[0].LocalFlat); err != nil || sum != sourceSHA {
+	if sum, err := convert.FileSHA256(files.Disks[0].LocalFlat); err != nil || sum != sourceSHA {
 		t.Errorf("the source disk changed: %s, %v (copied %s)", sum, err, sourceSHA)
 	}
 	// Completed: applying again converts nothing.
 	if rec, err = e.engine().Run(e.ctx(time.Minute), spec); err != nil || rec.Phase != engine.PhaseCompleted || starts.Load() != 2 {
 		t.Errorf("third Run = %v in %s after %d conversions", err, rec.Phase, starts.Load())
 	}
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
