@@ -265,6 +265,7 @@ func (s *Server) snapshotCreate(vv vmView, args []string, stdout io.Writer) int 
 		fmt.Fprint(stdout, s.fault("vim.fault.GenericVmConfigFault", "An error occurred while taking a snapshot: "+err.Error()))
 		return 1
 	}
+	s.logSnapshot(SnapshotEvent{Op: "create", VMID: vv.id, Name: name})
 	fmt.Fprintln(stdout, "Create Snapshot:")
 	return 0
 }
@@ -368,6 +369,7 @@ func (s *Server) snapshotRemove(vv vmView, args []string, stdout io.Writer) int 
 		fmt.Fprint(stdout, s.fault("vim.fault.GenericVmConfigFault", "An error occurred while consolidating disks: "+err.Error()))
 		return 1
 	}
+	s.logSnapshot(SnapshotEvent{Op: "remove", VMID: vv.id, ID: args[0]})
 	vv2, _ := s.view(vv.id)
 	fmt.Fprint(stdout, "Remove Snapshot:\n"+s.snapshotTree(vv2))
 	return 0
