@@ -159,6 +159,8 @@ func (c Command) String() string {
 			" count=" + strconv.FormatInt(c.count, 10)
 	case OpVersion:
 		return "vmware -v"
+	case OpDatastoreList:
+		return "vim-cmd hostsvc/datastore/listsummary"
 	}
 	// Unreachable for values built by the constructors; produce a command
 	// that fails loudly rather than an empty string that would succeed.

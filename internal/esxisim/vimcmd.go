@@ -275,6 +275,8 @@ func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 	switch op {
 	case "vmsvc/getallvms":
 		return s.getAllVMs(stdout, stderr)
+	case "hostsvc/datastore/listsummary":
+		return s.datastoreListSummary(stdout, stderr)
 	case "vmsvc/power.getstate", "vmsvc/power.on", "vmsvc/power.off", "vmsvc/power.shutdown",
 		"vmsvc/get.guest", "vmsvc/get.summary", "vmsvc/snapshot.get",
 		"vmsvc/snapshot.create", "vmsvc/snapshot.remove":
