@@ -94,6 +94,7 @@ func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskE
 	res.Checks = append(res.Checks, cc)
 	res.Checks = append(res.Checks, e.conversionChecks(ctx, spec, vm)...)
 	res.Checks = append(res.Checks, spec.warmChecks(vm)...)
+	res.Checks = append(res.Checks, e.warmSpaceCheck(ctx, spec, vm)...)
 	disks := planDisks(spec, vm, prev)
 	if spec.WorkDir != "" {
 		res.Checks = append(res.Checks, spec.spaceCheck(disks))
@@ -117,7 +118,7 @@ func CheckField(id string) string {
 		return FieldPowerOffPolicy
 	case CheckGuestConvertible, CheckGuestDrivers:
 		return FieldConversion
-	case CheckWarmSnapshots, CheckWarmDisks:
+	case CheckWarmSnapshots, CheckWarmDisks, CheckWarmDatastoreSpace:
 		return FieldMode
 	case preflight.CheckWorkDirSpace, CheckConversionTools:
 		// The provider's work_dir, not an attribute of the migration.
