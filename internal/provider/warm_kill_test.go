@@ -23,8 +23,9 @@ import (
 // provider together) once the record shows the point reached.
 type warmKillCase struct {
 	name string
-	// reached reports the kill point from the record's warm evidence.
-	reached func(rec engine.Record) bool
+	// reached reports the kill point from the record's warm evidence (and
+	// the snapshots the host took).
+	reached func(e *migrationEnv, rec engine.Record) bool
 	// writeWhen, if set, has the guest write while the first apply runs,
 	// once the record satisfies it (into the delta of a later round).
 	writeWhen func(rec engine.Record) bool
@@ -34,9 +35,10 @@ type warmKillCase struct {
 }
 
 // TestAccMigrationWarmSurvivesSIGKILL kills a warm migration through the
-// real Terraform CLI during the precopy (round 1's snapshot taken, its
-// files not all copied) and during the cutover (the source found off for
-// the cutover copy), then applies again. Each run completes with exactly
+// real Terraform CLI during the precopy (round 1's snapshot taken on the
+// host but its id not recorded yet; round 1's snapshot recorded, its files
+// not all copied) and during the cutover (the source found off for the
+// cutover copy), then applies again. Each run completes with exactly
 // one snapshot taken per recorded round (no second snapshot of a round),
 // all of them removed and the source back on its base disk, one power-off
 // command run on the host, one DataVolume and one VM, and the DataVolume
@@ -46,8 +48,16 @@ func TestAccMigrationWarmSurvivesSIGKILL(t *testing.T) {
 	acctest.PreCheck(t)
 	cases := []warmKillCase{
 		{
+			name: "snapshot",
+			reached: func(e *migrationEnv, rec engine.Record) bool {
+				w := rec.Warm
+				return w != nil && len(w.Snapshots) == 1 && w.Snapshots[0].ID == 0 && len(e.host.SnapshotEvents()) == 1
+			},
+			writeAfterKill: true,
+		},
+		{
 			name: "precopy",
-			reached: func(rec engine.Record) bool {
+			reached: func(_ *migrationEnv, rec engine.Record) bool {
 				w := rec.Warm
 				return w != nil && len(w.Snapshots) > 0 && w.Snapshots[0].ID != 0 && !w.Snapshots[0].Copied
 			},
@@ -59,7 +69,9 @@ func TestAccMigrationWarmSurvivesSIGKILL(t *testing.T) {
 				w := rec.Warm
 				return w != nil && len(w.Snapshots) > 1 && w.Snapshots[1].ID != 0
 			},
-			reached: func(rec engine.Record) bool { return rec.Warm != nil && rec.Warm.CutoverStarted != nil },
+			reached: func(_ *migrationEnv, rec engine.Record) bool {
+				return rec.Warm != nil && rec.Warm.CutoverStarted != nil
+			},
 		},
 	}
 	for _, c := range cases {
@@ -124,7 +136,7 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 				t.Logf("the guest wrote after the power-off was decided (the host still took the writes)")
 			}
 		}
-		if ok && wrote && c.reached(rec) {
+		if ok && wrote && c.reached(e, rec) {
 			break
 		}
 		select {
@@ -147,7 +159,7 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 	if atKill.Phase == engine.PhaseCompleted {
 		t.Fatalf("the migration completed before the kill; the test proves nothing")
 	}
-	if !c.reached(atKill) {
+	if !c.reached(e, atKill) {
 		t.Fatalf("the record at the kill no longer shows the kill point: %+v", atKill.Warm)
 	}
 	e.host.SetCommandDelay(0)
