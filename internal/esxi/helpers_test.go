@@ -51,7 +51,7 @@ func allCommandsForTest(t testing.TB) []Command {
 		}
 		out = append(out, c)
 	}
-	out = append(out, GetAllVMs(), VMwareVersion())
+	out = append(out, GetAllVMs(), VMwareVersion(), DatastoreListSummary())
 	for _, f := range []func(int) (Command, error){PowerGetState, PowerShutdown, PowerOff, PowerOn, GetGuest, GetSummary, SnapshotGet} {
 		must(f(12))
 	}

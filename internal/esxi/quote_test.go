@@ -172,6 +172,7 @@ func TestCommandStrings(t *testing.T) {
 	want := []string{
 		"vim-cmd vmsvc/getallvms",
 		"vmware -v",
+		"vim-cmd hostsvc/datastore/listsummary",
 		"vim-cmd vmsvc/power.getstate 12",
 		"vim-cmd vmsvc/power.shutdown 12",
 		"vim-cmd vmsvc/power.off 12",
