@@ -39,3 +39,33 @@ func TestModeChanges(t *testing.T) {
 		t.Errorf("spec mode %q rounds %d (%v)", s.Mode, s.PrecopyRounds, diags)
 	}
 }
+
+// Changing the conversion or the guest's devices replaces a migration; a
+// state written before conversion, nic_model and timezone existed (null)
+// gains them without migrating the VM again.
+func TestConversionChanges(t *testing.T) {
+	null := types.StringNull()
+	v := types.StringValue
+	for _, tc := range []struct {
+		name            string
+		stateConv, conv types.String
+		stateNIC, nic   types.String
+		stateTZ, tz     types.String
+		want            []string
+	}{
+		{"old state", null, v(engine.ConversionVirtV2V), null, v("virtio"), null, v("UTC"), nil},
+		{"unchanged", v("none"), v("none"), v("e1000e"), v("e1000e"), v("UTC"), v("UTC"), nil},
+		{"conversion", v("none"), v(engine.ConversionVirtV2V), v("virtio"), v("virtio"), v("UTC"), v("UTC"), []string{"conversion"}},
+		{"nic and zone", v("none"), v("none"), v("e1000e"), v("virtio"), v("UTC"), v("Europe/Berlin"), []string{"destination.nic_model", "destination.timezone"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, plan := planModel("esxi-a", "web", 0, "apps", "web"), planModel("esxi-a", "web", 0, "apps", "web")
+			state.Conversion, plan.Conversion = tc.stateConv, tc.conv
+			state.Destination.NICModel, plan.Destination.NICModel = tc.stateNIC, tc.nic
+			state.Destination.Timezone, plan.Destination.Timezone = tc.stateTZ, tc.tz
+			if got := identityChanges(state, plan); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("identityChanges = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

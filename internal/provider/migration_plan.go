@@ -243,7 +243,9 @@ func identityChanges(state, plan *migrationModel) []string {
 		{"destination.nic_model", s.NICModel, p.NICModel}, {"destination.timezone", s.Timezone, p.Timezone},
 		{"target_format", state.TargetFormat, plan.TargetFormat}, {"conversion", state.Conversion, plan.Conversion},
 	} {
-		if !f.b.IsUnknown() && !f.a.Equal(f.b) {
+		// A null state value is an attribute the state predates: gaining
+		// it replaces nothing.
+		if !f.b.IsUnknown() && !f.a.IsNull() && !f.a.Equal(f.b) {
 			out = append(out, f.name)
 		}
 	}

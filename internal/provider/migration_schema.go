@@ -124,11 +124,11 @@ func migrationSchema(ctx context.Context) schema.Schema {
 							engine.UnconvertedDiskBus + "` (AHCI, which most guests installed on VMware can drive; virtio needs drivers they usually lack).",
 						Validators: []validator.String{stringvalidator.OneOf(engine.DiskBuses...)}},
 					"nic_model": schema.StringAttribute{Optional: true, Computed: true,
-						PlanModifiers: []planmodifier.String{byConversion{engine.DefaultNICModel}, stringplanmodifier.RequiresReplace()},
+						PlanModifiers: []planmodifier.String{byConversion{engine.DefaultNICModel}, replaceUnlessNew},
 						MarkdownDescription: "Model of the VM's network interfaces: " + backticked(engine.NICModels) + ". Defaults to `" + engine.ConvertedNICModel + "` when the guest is converted, else `" +
 							engine.UnconvertedNICModel + "`.",
 						Validators: []validator.String{stringvalidator.OneOf(engine.NICModels...)}},
-					"timezone": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: replace, Default: stringdefault.StaticString(engine.DefaultTimezone),
+					"timezone": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: []planmodifier.String{replaceUnlessNew}, Default: stringdefault.StaticString(engine.DefaultTimezone),
 						MarkdownDescription: "Time zone of a Windows guest's hardware clock, which Windows keeps in local time (such as `Europe/Berlin`): set it to the zone the guest is set to. " +
 							"Linux guests' clocks are UTC whatever this says."},
 					"run_strategy": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultRunStrategy),
@@ -183,7 +183,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				Validators:          []validator.String{stringvalidator.OneOf(engine.TargetFormats...)},
 			},
 			"conversion": schema.StringAttribute{
-				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultConversion), PlanModifiers: replace,
+				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultConversion), PlanModifiers: []planmodifier.String{replaceUnlessNew},
 				MarkdownDescription: "How the guest is made to boot on KubeVirt: `" + engine.ConversionVirtV2V + "` runs virt-v2v-in-place on copies of the disks, on the machine running Terraform, " +
 					"after they are copied and before they are imported: it installs the virtio drivers (for Windows from the virtio-win drivers, see the provider's `virtio_win`), fixes fstab and the bootloader, and removes VMware Tools. " +
 					"The VM then gets virtio disks and network interfaces. `" + engine.ConversionNone + "` imports the disks as copied, for guests that already have the drivers they need; " +
@@ -299,6 +299,12 @@ func durationString(d time.Duration) string {
 
 // replaceUnlessNewAttribute replaces the migration when a string attribute
 // changes, except from null: a state written before the attribute existed.
+// replaceUnlessNew is RequiresReplace for an attribute that states written
+// by earlier versions of the provider do not have: gaining it on upgrade
+// does not migrate the VM again.
+var replaceUnlessNew = stringplanmodifier.RequiresReplaceIf(replaceUnlessNewAttribute,
+	"Replaces the migration unless the state predates the attribute.", "Replaces the migration unless the state predates the attribute.")
+
 func replaceUnlessNewAttribute(_ context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
 	resp.RequiresReplace = !req.StateValue.IsNull()
 }
