@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -146,23 +145,7 @@ func runFaultCase(t *testing.T, c faultCase) string {
 			order := engine.Phases()
 			return slices.Index(order, phase) >= slices.Index(order, c.killAt)
 		}
-		deadline := time.Now().Add(3 * time.Minute)
-		for !reached() {
-			select {
-			case err := <-exited:
-				t.Fatalf("the first apply ended (%v) before the fault point; the row proves nothing:\n%s", err, out.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				t.Fatalf("the fault point was not reached within 3 minutes:\n%s", out.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		firstErr = <-exited
+		firstErr = killApplyWhen(t, cmd, exited, out, reached)
 		if rec := e.cluster.Record(t, e.namespace, "fm").Record; rec.Phase == engine.PhaseCompleted {
 			t.Fatalf("the migration completed before the kill; the row proves nothing")
 		}

@@ -55,6 +55,32 @@ func startApply(t *testing.T, w *acctest.Workdir) (*exec.Cmd, *strings.Builder) 
 	return cmd, out
 }
 
+// killApplyWhen polls reached until the fault point of an apply started
+// with startApply (exited receives its Wait) is reached, then kills
+// Terraform and its provider plugin at once, and returns the apply's exit
+// error. An apply that ends first, or a point not reached within 3 minutes,
+// fails the test: it would prove nothing.
+func killApplyWhen(t *testing.T, cmd *exec.Cmd, exited <-chan error, out *strings.Builder, reached func() bool) error {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for !reached() {
+		select {
+		case err := <-exited:
+			t.Fatalf("the first apply ended (%v) before the fault point; the test proves nothing:\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			t.Fatalf("the fault point was not reached within 3 minutes:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return <-exited
+}
+
 // TestAccMigrationSurvivesSIGKILL runs the real terraform binary with the
 // built provider, kills Terraform and the provider with SIGKILL in the
 // middle of the disk copy, and applies again: the migration completes,

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -123,8 +122,7 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	wrote := c.writeWhen == nil
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	killApplyWhen(t, cmd, exited, out, func() bool {
 		rec, ok := record()
 		if ok && !wrote && c.writeWhen(rec) {
 			// The guest changes a block of the base and a new one, into
@@ -136,24 +134,8 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 				t.Logf("the guest wrote after the power-off was decided (the host still took the writes)")
 			}
 		}
-		if ok && wrote && c.reached(e, rec) {
-			break
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("the first apply ended (%v) before the kill point; the test proves nothing:\n%s", err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			t.Fatalf("the kill point was not reached within 3 minutes:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
+		return ok && wrote && c.reached(e, rec)
+	})
 	killedAt := time.Since(start)
 	atKill, _ := record()
 	if atKill.Phase == engine.PhaseCompleted {
