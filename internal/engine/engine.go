@@ -95,6 +95,11 @@ type Event struct {
 	BytesDone  int64
 	BytesTotal int64
 	Percent    float64
+	// BytesPerSecond and ETA are the transfer's throughput since its first
+	// report and the time left at that rate; zero until it has run for a
+	// second (see RateText).
+	BytesPerSecond float64
+	ETA            time.Duration
 	// Attempt is the failed attempt of a retry event; Backoff its wait.
 	Attempt int
 	Backoff time.Duration
@@ -176,6 +181,19 @@ type run struct {
 	slot    bool
 	slotMu  sync.Mutex
 	release func()
+	rates   rateTracker
+	// progressTo is what the run's progress Events are about: a copy of
+	// the record's identity and ConfigMap taken when the run opened it, so
+	// that transfer goroutines never read the record a save replaces.
+	progressTo *stored
+}
+
+// setStored makes s the run's record.
+func (r *run) setStored(s *stored) {
+	r.s = s
+	if s.cm != nil {
+		r.progressTo = &stored{rec: Record{Identity: s.rec.Identity}, cm: s.cm.DeepCopy()}
+	}
 }
 
 func (r *run) rec() *Record { return &r.s.rec }
@@ -191,6 +209,15 @@ func (r *run) emit(ev Event) {
 	}
 	if ev.Kind != EventProgress {
 		ev.Disk = -1
+	}
+	if ev.Time.IsZero() {
+		ev.Time = r.e.now()
+	}
+	if due := r.rates.observe(&ev); ev.BytesPerSecond > 0 {
+		ev.Message += " at " + ev.RateText()
+		if due && r.progressTo != nil {
+			r.e.event(context.Background(), r.progressTo, false, "Progress", ev.Message)
+		}
 	}
 	r.e.emit(ev)
 }
@@ -269,7 +296,7 @@ func (r *run) open(ctx context.Context) error {
 			}
 			s = got
 		}
-		r.s = s
+		r.setStored(s)
 		r.e.event(ctx, s, false, "Created", "migration of "+r.sourceLabel()+" to "+r.spec.Namespace+"/"+r.spec.Name+" created")
 		return nil
 	case err != nil:
@@ -279,7 +306,7 @@ func (r *run) open(ctx context.Context) error {
 		}
 		return err
 	}
-	r.s = s
+	r.setStored(s)
 	rec := r.rec()
 	if msg := r.identityConflict(); msg != "" {
 		if rec.Source == nil && rec.PowerOff == nil && len(rec.Disks) == 0 && rec.VM == nil {

@@ -121,7 +121,13 @@ func logEvent(ctx context.Context, ev engine.Event) {
 		fields["bytes_done"] = ev.BytesDone
 		fields["bytes_total"] = ev.BytesTotal
 		fields["percent"] = fmt.Sprintf("%.1f", ev.Percent)
-		tflog.Info(ctx, fmt.Sprintf("disk %d: %d of %d bytes (%.1f%%)", ev.Disk, ev.BytesDone, ev.BytesTotal, ev.Percent), fields)
+		msg := fmt.Sprintf("disk %d: %d of %d bytes (%.1f%%)", ev.Disk, ev.BytesDone, ev.BytesTotal, ev.Percent)
+		if rate := ev.RateText(); rate != "" {
+			fields["bytes_per_second"] = int64(ev.BytesPerSecond)
+			fields["eta_seconds"] = int64(ev.ETA.Seconds())
+			msg += " at " + rate
+		}
+		tflog.Info(ctx, msg, fields)
 	case engine.EventRetry:
 		fields["attempt"] = ev.Attempt
 		fields["backoff"] = ev.Backoff.String()
