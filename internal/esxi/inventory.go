@@ -107,6 +107,9 @@ type inventoryRun struct {
 	// on a snapshot chain (by path) and its extents' sizes.
 	parsed map[string]Descriptor
 	sizes  map[string]FileSize
+	// headerProblems says, by extent path, why a snapshot delta's header
+	// could not be read or interpreted.
+	headerProblems map[string]string
 }
 
 // collect builds the inventory in explicit stages, one round trip each

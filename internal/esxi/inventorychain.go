@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
 // readChains is the inventory stage after the descriptors: for every disk
@@ -13,6 +15,7 @@ import (
 func (run *inventoryRun) readChains(ctx context.Context) error {
 	run.parsed = map[string]Descriptor{}
 	run.sizes = map[string]FileSize{}
+	run.headerProblems = map[string]string{}
 	for p, r := range run.descs {
 		run.parsed[p] = parsedDescriptor(r)
 	}
@@ -38,6 +41,7 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 		return nil
 	}
 	statted := map[string]bool{}
+	deltas := map[string]deltaExtent{}
 	for round := 0; round <= MaxChainLinks; round++ {
 		var labels []string
 		var cmds []Command
@@ -51,11 +55,22 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 			l := "c" + strconv.Itoa(len(labels))
 			labels, cmds, byLabel[l] = append(labels, l), append(cmds, cmd), p
 		}
-		for _, ep := range chainExtents(tops, run.parsed) {
+		for _, ce := range chainExtents(tops, run.parsed) {
+			ep := ce.path
 			if statted[ep] {
 				continue
 			}
 			statted[ep] = true
+			// A delta's first sector says how much of it is grains. It is
+			// read before the length: a running VM only grows its delta,
+			// so the header never names a sector past the length read.
+			if f := vmdk.ExtentFormat(ce.extent.Type); f != "" {
+				if cmd, err := DD(ep, vmdk.DeltaHeaderBytes, 0, 1); err == nil {
+					l := "h" + strconv.Itoa(len(labels))
+					labels, cmds, byLabel[l] = append(labels, l), append(cmds, cmd), ep
+					deltas[ep] = deltaExtent{format: f, sectors: ce.extent.Sectors}
+				}
+			}
 			cmd, err := StatSize(ep)
 			if err != nil {
 				continue
@@ -72,11 +87,24 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 		}
 		for _, l := range labels {
 			p, r := byLabel[l], rs[l]
-			if l[0] == 'c' {
+			switch l[0] {
+			case 'c':
 				if e := run.c.fileErr("cat", p, 0, r); e != nil && Classify(e) == Transient {
 					return e
 				}
 				run.parsed[p] = parsedDescriptor(r)
+				continue
+			case 'h':
+				if e := run.c.fileErr("dd", p, 0, r); e != nil {
+					if Classify(e) == Transient {
+						return e
+					}
+					run.headerProblems[p] = "header could not be read: " + e.Error()
+					continue
+				}
+				h := deltas[p]
+				h.header = []byte(r.Output[:min(len(r.Output), vmdk.DeltaHeaderBytes)])
+				deltas[p] = h
 				continue
 			}
 			if e := run.c.fileErr("stat", p, 0, r); e != nil {
@@ -85,11 +113,21 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 				}
 				continue
 			}
-			if n, err := ParseStatSize(r.Output, p); err == nil {
-				// stat -c %s gives the length only: the space a delta
-				// occupies is not known from it.
-				run.sizes[p] = FileSize{Bytes: n, AllocatedBytes: -1}
+			n, err := ParseStatSize(r.Output, p)
+			if err != nil {
+				continue
 			}
+			// stat gives the length only; for a delta the header tells
+			// how much of it is grains. A flat extent's use is unknown.
+			fs := FileSize{Bytes: n, AllocatedBytes: -1}
+			if h, ok := deltas[p]; ok && run.headerProblems[p] == "" {
+				if g, err := vmdk.DeltaGrainBytes(h.format, h.header, n, h.sectors); err != nil {
+					run.headerProblems[p] = err.Error()
+				} else {
+					fs.AllocatedBytes = g
+				}
+			}
+			run.sizes[p] = fs
 		}
 	}
 	return nil
@@ -104,10 +142,24 @@ func parsedDescriptor(r Result) Descriptor {
 	return d
 }
 
+// deltaExtent is a snapshot delta's extent as its descriptor states it,
+// and its first sector once read.
+type deltaExtent struct {
+	format  vmdk.Format
+	sectors int64
+	header  []byte
+}
+
+// chainExtent is an extent file of a chain and its descriptor line.
+type chainExtent struct {
+	path   string
+	extent Extent
+}
+
 // chainExtents lists the extent files of every descriptor read so far on
 // the chains of tops.
-func chainExtents(tops []string, descs map[string]Descriptor) []string {
-	var out []string
+func chainExtents(tops []string, descs map[string]Descriptor) []chainExtent {
+	var out []chainExtent
 	seen := map[string]bool{}
 	for _, p := range tops {
 		for depth := 0; p != "" && !seen[p] && depth < MaxChainLinks; depth++ {
@@ -121,7 +173,7 @@ func chainExtents(tops []string, descs map[string]Descriptor) []string {
 					continue
 				}
 				if ep, err := ResolveDiskPath(p, e.FileName); err == nil {
-					out = append(out, ep)
+					out = append(out, chainExtent{path: ep, extent: e})
 				}
 			}
 			if d.ParentFileNameHint == "" {
@@ -145,6 +197,17 @@ func (run *inventoryRun) diskChain(top string) *DiskChain {
 		return nil
 	}
 	ch := BuildDiskChain(top, run.parsed, run.sizes)
+	// A delta whose header is not its format's, or contradicts its
+	// descriptor or its length, cannot be read through: the disk's chain
+	// says so.
+	for _, l := range ch.Links {
+		for _, ep := range l.ExtentPaths {
+			if msg := run.headerProblems[ep]; msg != "" {
+				ch.Problems = append(ch.Problems, Problem{Source: ep, Message: "snapshot delta " + msg})
+				ch.Complete = false
+			}
+		}
+	}
 	return &ch
 }
 

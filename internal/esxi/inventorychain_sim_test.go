@@ -107,3 +107,96 @@ func TestInventoryChainBrokenParents(t *testing.T) {
 		}
 	}
 }
+
+// wantGrainBytes is what a delta written by the simulator holds past its
+// metadata: its grains, plus the grain tables ESXi appends among them in
+// a vmfsSparse delta.
+func wantGrainBytes(st *vmdk.ExtentStats) int64 {
+	n := st.DataGrains * st.Format.GrainSize()
+	if st.Format == vmdk.VMFSSparse {
+		n += st.GrainTables * 4096 * 4
+	}
+	return n
+}
+
+func TestInventoryChainDeltaAllocatedBytes(t *testing.T) {
+	env := newSim(t, esxisim.Options{})
+	idA, fa := chainVM(t, env, "sevmfs", vmdk.SESparse, vmdk.VMFSSparse)
+	idB, fb := chainVM(t, env, "vmfsse", vmdk.VMFSSparse, vmdk.SESparse)
+	idC, fc := chainVM(t, env, "hostile", vmdk.SESparse, vmdk.VMFSSparse)
+	// The hostile VM's top delta claims a next free sector past its end.
+	top, err := os.OpenFile(fc.Chain.Links[0].LocalExtent, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := top.WriteAt([]byte{0xff, 0xff, 0xff, 0x7f}, 28); err != nil {
+		t.Fatal(err)
+	}
+	top.Close()
+
+	vms, _, err := env.client(t).Inventory(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[int]VM{}
+	for _, vm := range vms {
+		byID[vm.VMID] = vm
+	}
+	for _, tc := range []struct {
+		id int
+		f  esxisim.DiskFiles
+	}{{idA, fa}, {idB, fb}} {
+		ch := byID[tc.id].Disks[0].Chain
+		if ch == nil || !ch.Complete || len(ch.Links) != 3 {
+			t.Fatalf("vm %d chain %+v", tc.id, ch)
+		}
+		for i, l := range ch.Links[:2] {
+			st := tc.f.Chain.Links[i].Stats
+			if want := wantGrainBytes(st); l.AllocatedBytes != want || want <= 0 {
+				t.Errorf("vm %d %s: allocated %d, want %d (%d grains, %d grain tables)", tc.id, l.CreateType, l.AllocatedBytes, want, st.DataGrains, st.GrainTables)
+			}
+			if l.AllocatedBytes > l.ExtentBytes {
+				t.Errorf("vm %d %s: allocated %d exceeds the file's %d bytes", tc.id, l.CreateType, l.AllocatedBytes, l.ExtentBytes)
+			}
+		}
+		if base := ch.Links[2]; base.AllocatedBytes != -1 {
+			t.Errorf("vm %d thin base: allocated %d, want -1 (unknown)", tc.id, base.AllocatedBytes)
+		}
+	}
+
+	ch := byID[idC].Disks[0].Chain
+	if ch == nil || ch.Complete || ch.Links[0].AllocatedBytes != -1 {
+		t.Fatalf("hostile chain %+v: want incomplete, the top's allocation unknown", ch)
+	}
+	found := false
+	for _, p := range ch.Problems {
+		found = found || p.Source == fc.Chain.Links[0].Extent && strings.Contains(p.Message, "next free sector")
+	}
+	if !found {
+		t.Errorf("hostile chain problems %+v: want one about the top delta's next free sector", ch.Problems)
+	}
+	if want := wantGrainBytes(fc.Chain.Links[1].Stats); ch.Links[1].AllocatedBytes != want {
+		t.Errorf("hostile chain's sound middle delta: allocated %d, want %d", ch.Links[1].AllocatedBytes, want)
+	}
+
+	// Each delta header is read in the same exec as the extent lengths,
+	// quoted, one sector.
+	dds := 0
+	for _, c := range env.srv.Commands() {
+		for _, line := range strings.Split(c, "\n") {
+			if !strings.Contains(line, "; dd ") {
+				continue
+			}
+			dds++
+			if !strings.Contains(line, "dd 'if=/vmfs/volumes/") || !strings.Contains(line, " bs=512 skip=0 count=1 ") {
+				t.Errorf("header read %q: want a quoted path, one 512-byte sector", line)
+			}
+			if !strings.Contains(c, "stat -c ") {
+				t.Errorf("header read in an exec without the stat of the lengths:\n%s", c)
+			}
+		}
+	}
+	if dds != 6 {
+		t.Errorf("%d delta header reads, want 6 (two deltas in each of three VMs)", dds)
+	}
+}
