@@ -137,7 +137,7 @@ func vmAttributes() map[string]schema.Attribute {
 						"extent_paths":    strs("Paths of the link's data files: what is copied."),
 						"capacity_bytes":  num("The link's virtual size in bytes."),
 						"extent_bytes":    num("Length of the data files on the datastore, -1 when unknown."),
-						"allocated_bytes": num("Space the data files occupy: the capacity for a thick base, -1 when the host does not tell."),
+						"allocated_bytes": num("Bytes of data the link holds. For a thick base: its capacity. For a vmfsSparse delta: from the end of its grain directory to the next free sector its header records, i.e. the 512-byte grains written to it plus the 16 KiB grain tables ESXi appends among them. For a seSparse delta: the extent file's length past the grain area offset its header records, i.e. the 4 KiB grains written to it (explicitly zeroed grains take none; grains freed but not yet reclaimed still count). -1 for a thin base, whose use the host does not tell, and for a delta whose header could not be read or does not match its format, descriptor or length (then chain_problems says why)."),
 						"thin":            boolean("`ddb.thinProvisioned` of the link (meaningful for the base)."),
 					}},
 				},
