@@ -143,6 +143,10 @@ type Spec struct {
 	// the number of snapshots a warm migration takes (default 1).
 	Mode          string
 	PrecopyRounds int
+	// PrecopyStopBytes ends the precopy before PrecopyRounds once a round
+	// (the second or later) copied at most this many bytes; 0 (the zero
+	// value) takes every round. See warm.go.
+	PrecopyStopBytes int64
 
 	// PowerOffPolicy is one of preflight.PowerOffPolicies (default
 	// graceful); ShutdownTimeout bounds a graceful shutdown.

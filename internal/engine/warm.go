@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -23,9 +24,14 @@ import (
 //     no memory, no quiescing). The VM now writes into a new delta, and
 //     everything below it is read-only: those files are copied with the
 //     journaled copy while the guest keeps working.
-//  2. Each further precopy round (Spec.PrecopyRounds in all) takes one more
-//     snapshot and copies the delta the previous round left behind, which
-//     holds only what the guest wrote during the previous copy.
+//  2. Each further precopy round (Spec.PrecopyRounds at most) takes one
+//     more snapshot and copies the delta the previous round left behind,
+//     which holds only what the guest wrote during the previous copy. Once
+//     a round from the second on copied at most Spec.PrecopyStopBytes, the
+//     precopy ends there: the guest writes little, and another round would
+//     shorten the cutover little while adding a snapshot. The decision is
+//     recorded (WarmEvidence.Stopped) with the round's copy, so a resumed
+//     apply never takes it again nor takes another snapshot.
 //  3. At cutover the source is powered off through the usual power-off
 //     decision, and only the last delta is copied: the files copied before
 //     are complete in their journals and are not read again. Converting
@@ -44,7 +50,10 @@ import (
 // Files copied before cutover are written straight under the names the
 // final chain gives them (Converting reads the chain top first, and every
 // later snapshot adds one link on top), so the cutover's chain copy finds
-// them complete.
+// them complete. Those names assume every round is taken; a precopy that
+// stops early moves the copied files down by the rounds not taken, link by
+// link from the lowest, counting the links moved in the record
+// (WarmStop.Renames, WarmStop.Renamed), before anything else happens.
 
 // Migration modes.
 const (
@@ -63,18 +72,28 @@ const (
 	MaxPrecopyRounds = 8
 	// MaxSnapshotsPerVM is ESXi's limit of snapshots in one VM's chain.
 	MaxSnapshotsPerVM = 32
+	// DefaultPrecopyStopBytes is the precopy_stop_bytes attribute's
+	// default: a round that copied at most 64 MiB ends the precopy.
+	DefaultPrecopyStopBytes int64 = 64 << 20
 )
 
 // FieldMode and FieldPrecopyRounds are the resource's attributes.
 const (
-	FieldMode          = "mode"
-	FieldPrecopyRounds = "precopy_rounds"
+	FieldMode             = "mode"
+	FieldPrecopyRounds    = "precopy_rounds"
+	FieldPrecopyStopBytes = "precopy_stop_bytes"
 )
 
 // WarmEvidence is what a warm migration did before and at cutover.
 type WarmEvidence struct {
-	// Rounds is the number of precopy rounds the migration takes.
+	// Rounds is the most precopy rounds the migration takes.
 	Rounds int `json:"rounds"`
+	// StopBytes is Spec.PrecopyStopBytes when the precopy began (0: every
+	// round is taken).
+	StopBytes int64 `json:"stopBytes,omitempty"`
+	// Stopped is set, with the copy of the round it names, when the
+	// precopy ended before Rounds.
+	Stopped *WarmStop `json:"stopped,omitempty"`
 	// Snapshots are the migration's own snapshots, by round.
 	Snapshots []WarmSnapshot `json:"snapshots,omitempty"`
 	// SkippedReason says why no snapshot was taken (the source was off).
@@ -90,6 +109,28 @@ type WarmEvidence struct {
 	// Frozen are the descriptors of the links the precopy copied, with
 	// their CIDs then.
 	Frozen []WarmFrozenLink `json:"frozen,omitempty"`
+}
+
+// WarmStop records why the precopy ended before its last round.
+type WarmStop struct {
+	// Round is the last round taken; Bytes what it copied, at most Limit
+	// (WarmEvidence.StopBytes).
+	Round int   `json:"round"`
+	Bytes int64 `json:"bytes"`
+	Limit int64 `json:"limit"`
+	// Reason says it in words, as the event did.
+	Reason string `json:"reason"`
+	// Renames move the copied chain files to the links the final chain
+	// gives them; Renamed counts those done, in order.
+	Renames []WarmRename `json:"renames,omitempty"`
+	Renamed int          `json:"renamed,omitempty"`
+}
+
+// WarmRename moves disk Disk's copied files of link From to link To.
+type WarmRename struct {
+	Disk int `json:"disk"`
+	From int `json:"from"`
+	To   int `json:"to"`
 }
 
 // WarmSnapshot is one snapshot a warm migration takes on the source.
@@ -129,6 +170,11 @@ func (s Spec) validateWarm() error {
 	if s.Mode == ModeCold && s.PrecopyRounds != DefaultPrecopyRounds {
 		errs = append(errs, onField(FieldPrecopyRounds, fmt.Errorf("precopy_rounds applies to mode %q only", ModeWarm)))
 	}
+	if s.PrecopyStopBytes < 0 {
+		errs = append(errs, onField(FieldPrecopyStopBytes, fmt.Errorf("precopy_stop_bytes %d is negative; 0 takes every round", s.PrecopyStopBytes)))
+	} else if s.Mode == ModeCold && s.PrecopyStopBytes != 0 && s.PrecopyStopBytes != DefaultPrecopyStopBytes {
+		errs = append(errs, onField(FieldPrecopyStopBytes, fmt.Errorf("precopy_stop_bytes applies to mode %q only", ModeWarm)))
+	}
 	return errors.Join(errs...)
 }
 
@@ -164,12 +210,15 @@ func (w *WarmEvidence) snapshot(round int) *WarmSnapshot {
 func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 	rec := r.rec()
 	if rec.Warm == nil {
-		rec.Warm = &WarmEvidence{Rounds: r.spec.PrecopyRounds}
+		rec.Warm = &WarmEvidence{Rounds: r.spec.PrecopyRounds, StopBytes: r.spec.PrecopyStopBytes}
 		if err := r.save(ctx); err != nil {
 			return nil, err
 		}
 	}
 	w := rec.Warm
+	if err := r.warmRenames(ctx); err != nil {
+		return nil, err
+	}
 	if rec.PowerOff != nil {
 		return vm, nil
 	}
@@ -183,7 +232,11 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
 		return nil, needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
 	}
-	for k := 1; k <= w.Rounds; k++ {
+	last := w.Rounds
+	if w.Stopped != nil {
+		last = w.Stopped.Round
+	}
+	for k := 1; k <= last; k++ {
 		s := w.snapshot(k)
 		if s != nil && s.Copied {
 			continue
@@ -229,12 +282,103 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 			return nil, fmt.Errorf("precopy round %d: %w", k, err)
 		}
 		s.Copied, s.CopiedFiles, s.CopiedBytes = true, files, bytes
+		// Decided with the round's copy, in the same save: a resumed apply
+		// finds the round copied and the decision taken.
+		w.Stopped = w.stopAfter(k, bytes, vm, len(rec.Disks))
 		if err := r.save(ctx); err != nil {
 			return nil, err
 		}
 		r.emit(Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: copied %d bytes in %d file(s) while the source runs", k, w.Rounds, bytes, files)})
+		if w.Stopped != nil {
+			r.emit(Event{Kind: EventInfo, Disk: -1, Message: w.Stopped.Reason})
+			if err := r.warmRenames(ctx); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 	return vm, nil
+}
+
+// stopAfter decides whether the precopy ends after round k, which copied
+// bytes: from the second round on (the first copies the whole disks), when
+// rounds remain and bytes is at most StopBytes. The decision carries the
+// renames that give the copied files their links in a chain of k
+// snapshots; vm is the source as observed for round k, whose first disks
+// (as many as the record has) are renamed.
+func (w *WarmEvidence) stopAfter(k int, bytes int64, vm *esxi.VM, disks int) *WarmStop {
+	if w.Stopped != nil {
+		return w.Stopped
+	}
+	if w.StopBytes <= 0 || k < 2 || k >= w.Rounds || bytes > w.StopBytes {
+		return nil
+	}
+	st := &WarmStop{Round: k, Bytes: bytes, Limit: w.StopBytes,
+		Reason: fmt.Sprintf("precopy ends after round %d of %d: it copied %d bytes, at most precopy_stop_bytes (%d), so the guest writes little and another round would shorten the cutover little",
+			k, w.Rounds, bytes, w.StopBytes)}
+	shift := w.Rounds - k
+	for i, d := range vm.Disks {
+		if i >= disks || d.Chain == nil {
+			continue
+		}
+		for l := 1; l < len(d.Chain.Links); l++ {
+			st.Renames = append(st.Renames, WarmRename{Disk: i, From: l + shift, To: l})
+		}
+	}
+	return st
+}
+
+// warmRenames moves the copied chain files of a precopy that stopped early
+// to their links, one recorded link at a time. Links are moved lowest
+// first, to a lower link, so a link's target is free by the time it moves
+// (its own files were moved earlier) and a link found without files was
+// moved already: a crash anywhere leaves what the next run completes.
+func (r *run) warmRenames(ctx context.Context) error {
+	w := r.rec().Warm
+	if w == nil || w.Stopped == nil {
+		return nil
+	}
+	st := w.Stopped
+	for st.Renamed < len(st.Renames) {
+		m := st.Renames[st.Renamed]
+		if err := moveChainLink(r.spec.stagingDir(), m); err != nil {
+			return needsHuman("WorkDirUnusable", fmt.Sprintf("cannot move the precopied files of disk %d from link %d to link %d in %s", m.Disk, m.From, m.To, r.spec.stagingDir()),
+				"make work_dir writable, then run apply again", err)
+		}
+		st.Renamed++
+		if err := r.save(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moveChainLink renames the local copies of one link (its extents with
+// their journals, and its descriptors) to another link's names. Files
+// that are missing are skipped.
+func moveChainLink(dir string, m WarmRename) error {
+	from := fmt.Sprintf("disk-%d-link-%d", m.Disk, m.From)
+	to := fmt.Sprintf("disk-%d-link-%d", m.Disk, m.To)
+	names, err := filepath.Glob(filepath.Join(dir, from+"-extent-*"))
+	if err != nil {
+		return err
+	}
+	names = append(names, filepath.Join(dir, from+".source.vmdk"), filepath.Join(dir, from+".vmdk"))
+	moved := false
+	for _, p := range names {
+		base := filepath.Base(p)
+		err := os.Rename(p, filepath.Join(dir, to+strings.TrimPrefix(base, from)))
+		switch {
+		case err == nil:
+			moved = true
+		case !errors.Is(err, os.ErrNotExist):
+			return err
+		}
+	}
+	if moved {
+		return durable.SyncDir(dir)
+	}
+	return nil
 }
 
 // freeze records a precopied descriptor's CID (the first one seen).

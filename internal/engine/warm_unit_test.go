@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,5 +113,133 @@ func TestWarmChecks(t *testing.T) {
 	cold.Mode = ModeCold
 	if cs := cold.warmChecks(&esxi.VM{Snapshots: chain(32)}); len(cs) != 0 {
 		t.Errorf("a cold migration gets warm checks: %+v", cs)
+	}
+}
+
+// precopy_stop_bytes is refused when negative, and with mode cold unless
+// it is 0 or the default the provider plans for every migration.
+func TestValidatePrecopyStopBytes(t *testing.T) {
+	base := Spec{Host: "h", VMName: "v", Namespace: "ns", Name: "n", StorageClass: "sc", WorkDir: "/w",
+		Transport: Transport{Kind: TransportCDIUpload, UploadProxyURL: "https://proxy"}}
+	for _, tc := range []struct {
+		mode  string
+		stop  int64
+		field string
+	}{
+		{ModeWarm, 0, ""},
+		{ModeWarm, 1, ""},
+		{ModeWarm, DefaultPrecopyStopBytes, ""},
+		{ModeWarm, -1, FieldPrecopyStopBytes},
+		{ModeCold, 0, ""},
+		{ModeCold, DefaultPrecopyStopBytes, ""},
+		{ModeCold, 4096, FieldPrecopyStopBytes},
+		{ModeCold, -5, FieldPrecopyStopBytes},
+	} {
+		s := base
+		s.Mode, s.PrecopyStopBytes = tc.mode, tc.stop
+		var fields []string
+		for _, p := range FieldProblems(s.WithDefaults().Validate()) {
+			fields = append(fields, p.Field)
+		}
+		if got := strings.Join(fields, ","); got != tc.field {
+			t.Errorf("mode %q stop %d: problems on %q, want %q", tc.mode, tc.stop, got, tc.field)
+		}
+	}
+}
+
+// The stop decision comes from the second round on, only when rounds
+// remain and the round copied at most the limit, and is never taken again.
+func TestWarmStopAfter(t *testing.T) {
+	vm := &esxi.VM{Disks: []esxi.Disk{
+		{Chain: &esxi.DiskChain{Links: make([]esxi.ChainLink, 3)}},
+		{Chain: &esxi.DiskChain{Links: make([]esxi.ChainLink, 4)}}, // a snapshot of its own before
+		{}, // not in the record
+	}}
+	for _, tc := range []struct {
+		rounds, k int
+		limit     int64
+		bytes     int64
+		stop      bool
+	}{
+		{4, 1, 100, 10, false}, // the first round copies the disks
+		{4, 2, 100, 10, true},
+		{4, 2, 100, 100, true},
+		{4, 2, 100, 101, false},
+		{4, 2, 0, 0, false},    // 0: every round
+		{2, 2, 100, 10, false}, // the last round: nothing to stop
+	} {
+		w := &WarmEvidence{Rounds: tc.rounds, StopBytes: tc.limit}
+		st := w.stopAfter(tc.k, tc.bytes, vm, 2)
+		if (st != nil) != tc.stop {
+			t.Errorf("%+v: stop %+v", tc, st)
+		}
+	}
+	w := &WarmEvidence{Rounds: 5, StopBytes: 100}
+	st := w.stopAfter(2, 50, vm, 2)
+	want := []WarmRename{{0, 4, 1}, {0, 5, 2}, {1, 4, 1}, {1, 5, 2}, {1, 6, 3}}
+	if st == nil || st.Round != 2 || st.Bytes != 50 || st.Limit != 100 || !slices.Equal(st.Renames, want) {
+		t.Fatalf("stop %+v, want renames %+v", st, want)
+	}
+	w.Stopped = st
+	if again := w.stopAfter(3, 500, vm, 2); again != st {
+		t.Errorf("a second decision replaced the first: %+v", again)
+	}
+}
+
+// Moving the copied links down survives a crash after any file was
+// renamed: running the recorded moves again from the first not counted
+// done leaves every file under its final link, none lost or overwritten.
+func TestMoveChainLinkResumes(t *testing.T) {
+	moves := []WarmRename{{0, 3, 1}, {0, 4, 2}, {0, 5, 3}}
+	content := func(link int) map[string]string {
+		return map[string]string{
+			fmt.Sprintf("disk-0-link-%d-extent-0", link):         fmt.Sprintf("data %d", link),
+			fmt.Sprintf("disk-0-link-%d-extent-0.journal", link): fmt.Sprintf("journal %d", link),
+			fmt.Sprintf("disk-0-link-%d.source.vmdk", link):      fmt.Sprintf("descriptor %d", link),
+		}
+	}
+	setup := func(t *testing.T) string {
+		dir := t.TempDir()
+		for _, l := range []int{3, 4, 5} {
+			for n, c := range content(l) {
+				if err := os.WriteFile(filepath.Join(dir, n), []byte(c), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return dir
+	}
+	check := func(t *testing.T, dir string) {
+		t.Helper()
+		names, _ := filepath.Glob(filepath.Join(dir, "*"))
+		if len(names) != 9 {
+			t.Errorf("%d files after the moves, want 9: %v", len(names), names)
+		}
+		for i, m := range moves {
+			for n, c := range content(m.From) {
+				to := strings.Replace(n, fmt.Sprintf("link-%d", m.From), fmt.Sprintf("link-%d", m.To), 1)
+				if b, err := os.ReadFile(filepath.Join(dir, to)); err != nil || string(b) != c {
+					t.Errorf("move %d: %s holds %q (%v), want %q", i, to, b, err, c)
+				}
+			}
+		}
+	}
+	// A crash after move `done` ran but before it was counted: the next
+	// run starts again at that move.
+	for done := range moves {
+		t.Run(fmt.Sprint(done), func(t *testing.T) {
+			dir := setup(t)
+			for _, m := range moves[:done+1] {
+				if err := moveChainLink(dir, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, m := range moves[done:] {
+				if err := moveChainLink(dir, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check(t, dir)
+		})
 	}
 }

@@ -129,8 +129,10 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 		m.TargetFormat = types.StringValue(rec.Disks[0].ArtifactFormat)
 	}
 	m.Mode, m.PrecopyRounds = types.StringValue(engine.ModeCold), types.Int64Value(engine.DefaultPrecopyRounds)
+	m.PrecopyStop = types.Int64Value(engine.DefaultPrecopyStopBytes)
 	if rec.Warm != nil {
 		m.Mode, m.PrecopyRounds = types.StringValue(engine.ModeWarm), types.Int64Value(int64(rec.Warm.Rounds))
+		m.PrecopyStop = types.Int64Value(rec.Warm.StopBytes)
 	}
 	m.PowerOffPolicy = types.StringValue(engine.DefaultPowerOffPolicy)
 	if rec.PowerOff != nil && rec.PowerOff.Policy != "" {

@@ -23,6 +23,7 @@ type migrationModel struct {
 	Destination    *destModel      `tfsdk:"destination"`
 	Mode           types.String    `tfsdk:"mode"`
 	PrecopyRounds  types.Int64     `tfsdk:"precopy_rounds"`
+	PrecopyStop    types.Int64     `tfsdk:"precopy_stop_bytes"`
 	PowerOffPolicy types.String    `tfsdk:"power_off_policy"`
 	ShutdownTO     types.String    `tfsdk:"shutdown_timeout"`
 	TargetFormat   types.String    `tfsdk:"target_format"`
@@ -136,27 +137,30 @@ func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
 		return d
 	}
 	s := engine.Spec{
-		Host:            m.Source.Host.ValueString(),
-		VMName:          m.Source.VMName.ValueString(),
-		VMID:            int(m.Source.VMID.ValueInt64()),
-		Namespace:       m.Destination.Namespace.ValueString(),
-		Name:            m.Destination.Name.ValueString(),
-		StorageClass:    m.Destination.StorageClass.ValueString(),
-		AccessMode:      m.Destination.AccessMode.ValueString(),
-		VolumeMode:      m.Destination.VolumeMode.ValueString(),
-		DiskBus:         m.Destination.DiskBus.ValueString(),
-		NICModel:        m.Destination.NICModel.ValueString(),
-		Timezone:        m.Destination.Timezone.ValueString(),
-		Conversion:      m.Conversion.ValueString(),
-		RunStrategy:     m.Destination.RunStrategy.ValueString(),
-		NetworkMap:      stringMap(m.Destination.NetworkMap),
-		Labels:          stringMap(m.Destination.Labels),
-		Mode:            m.Mode.ValueString(),
-		PrecopyRounds:   int(m.PrecopyRounds.ValueInt64()),
-		PowerOffPolicy:  m.PowerOffPolicy.ValueString(),
-		ShutdownTimeout: dur(path.Root("shutdown_timeout"), m.ShutdownTO),
-		TargetFormat:    m.TargetFormat.ValueString(),
-		WorkDir:         workDir,
+		Host:          m.Source.Host.ValueString(),
+		VMName:        m.Source.VMName.ValueString(),
+		VMID:          int(m.Source.VMID.ValueInt64()),
+		Namespace:     m.Destination.Namespace.ValueString(),
+		Name:          m.Destination.Name.ValueString(),
+		StorageClass:  m.Destination.StorageClass.ValueString(),
+		AccessMode:    m.Destination.AccessMode.ValueString(),
+		VolumeMode:    m.Destination.VolumeMode.ValueString(),
+		DiskBus:       m.Destination.DiskBus.ValueString(),
+		NICModel:      m.Destination.NICModel.ValueString(),
+		Timezone:      m.Destination.Timezone.ValueString(),
+		Conversion:    m.Conversion.ValueString(),
+		RunStrategy:   m.Destination.RunStrategy.ValueString(),
+		NetworkMap:    stringMap(m.Destination.NetworkMap),
+		Labels:        stringMap(m.Destination.Labels),
+		Mode:          m.Mode.ValueString(),
+		PrecopyRounds: int(m.PrecopyRounds.ValueInt64()),
+		// Null in a state the attribute postdates: that migration took
+		// every round.
+		PrecopyStopBytes: m.PrecopyStop.ValueInt64(),
+		PowerOffPolicy:   m.PowerOffPolicy.ValueString(),
+		ShutdownTimeout:  dur(path.Root("shutdown_timeout"), m.ShutdownTO),
+		TargetFormat:     m.TargetFormat.ValueString(),
+		WorkDir:          workDir,
 	}
 	if t := m.Transport; t != nil {
 		// Problems of the transport are reported by Spec.Validate (plan)

@@ -255,6 +255,9 @@ func identityChanges(state, plan *migrationModel) []string {
 	if !plan.PrecopyRounds.IsUnknown() && !state.PrecopyRounds.IsNull() && !state.PrecopyRounds.Equal(plan.PrecopyRounds) {
 		out = append(out, "precopy_rounds")
 	}
+	if !plan.PrecopyStop.IsUnknown() && !state.PrecopyStop.IsNull() && !state.PrecopyStop.Equal(plan.PrecopyStop) {
+		out = append(out, "precopy_stop_bytes")
+	}
 	return out
 }
 

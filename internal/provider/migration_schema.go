@@ -164,6 +164,16 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					engine.ModeWarm, engine.MaxPrecopyRounds, engine.ModeCold, engine.DefaultPrecopyRounds),
 				Validators: []validator.Int64{int64validator.Between(1, engine.MaxPrecopyRounds)},
 			},
+			"precopy_stop_bytes": schema.Int64Attribute{
+				Optional: true, Computed: true, Default: int64default.StaticInt64(engine.DefaultPrecopyStopBytes),
+				PlanModifiers: []planmodifier.Int64{replaceUnlessNewInt64},
+				MarkdownDescription: fmt.Sprintf("Ends the precopy of a `%s` migration before `precopy_rounds` once a round, from the second on, copied at most this many bytes: "+
+					"the guest writes little, and another round would shorten the cutover little while adding a snapshot. `precopy_rounds` is then the most rounds taken. "+
+					"The decision is recorded with the round and its bytes (an apply that resumes never takes it again) and reported in an event. "+
+					"`0` takes every round. Defaults to %d (64 MiB); `%s` migrations leave it at that. Changing it replaces the migration.",
+					engine.ModeWarm, engine.DefaultPrecopyStopBytes, engine.ModeCold),
+				Validators: []validator.Int64{int64validator.AtLeast(0)},
+			},
 			"power_off_policy": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultPowerOffPolicy),
 				MarkdownDescription: "How the running source VM is powered off before its disks are copied: " +
@@ -304,6 +314,11 @@ func durationString(d time.Duration) string {
 // does not migrate the VM again.
 var replaceUnlessNew = stringplanmodifier.RequiresReplaceIf(replaceUnlessNewAttribute,
 	"Replaces the migration unless the state predates the attribute.", "Replaces the migration unless the state predates the attribute.")
+
+// replaceUnlessNewInt64 is replaceUnlessNew for a number.
+var replaceUnlessNewInt64 = int64planmodifier.RequiresReplaceIf(func(_ context.Context, req planmodifier.Int64Request, resp *int64planmodifier.RequiresReplaceIfFuncResponse) {
+	resp.RequiresReplace = !req.StateValue.IsNull()
+}, "Replaces the migration unless the state predates the attribute.", "Replaces the migration unless the state predates the attribute.")
 
 func replaceUnlessNewAttribute(_ context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
 	resp.RequiresReplace = !req.StateValue.IsNull()
