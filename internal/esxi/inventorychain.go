@@ -99,7 +99,9 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 					if Classify(e) == Transient {
 						return e
 					}
-					run.headerProblems[p] = "header could not be read: " + e.Error()
+					// Unread (a running VM locks the delta it writes; a
+					// missing file shows elsewhere): its use stays unknown.
+					delete(deltas, p)
 					continue
 				}
 				h := deltas[p]
@@ -120,7 +122,7 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 			// stat gives the length only; for a delta the header tells
 			// how much of it is grains. A flat extent's use is unknown.
 			fs := FileSize{Bytes: n, AllocatedBytes: -1}
-			if h, ok := deltas[p]; ok && run.headerProblems[p] == "" {
+			if h, ok := deltas[p]; ok {
 				if g, err := vmdk.DeltaGrainBytes(h.format, h.header, n, h.sectors); err != nil {
 					run.headerProblems[p] = err.Error()
 				} else {

@@ -133,6 +133,17 @@ func TestInventoryChainDeltaAllocatedBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	top.Close()
+	// A running VM locks the delta it writes: its header cannot be read.
+	cs, err := esxisim.SnapshotChainSpec("datastore1", "running", "running", 24<<20, vmdk.VMFSSparse, vmdk.SESparse, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idD, fdf, err := env.srv.AddVM(esxisim.VMSpec{Name: "running", Snapshots: true, Power: esxisim.PoweredOn,
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 24 << 20, Thin: true, Content: cs.Base, Deltas: cs.Deltas}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := fdf.Disks[0]
 
 	vms, _, err := env.client(t).Inventory(ctxT(t))
 	if err != nil {
@@ -179,6 +190,17 @@ func TestInventoryChainDeltaAllocatedBytes(t *testing.T) {
 		t.Errorf("hostile chain's sound middle delta: allocated %d, want %d", ch.Links[1].AllocatedBytes, want)
 	}
 
+	ch = byID[idD].Disks[0].Chain
+	if ch == nil || !ch.Complete || len(ch.Problems) != 0 {
+		t.Fatalf("running VM's chain %+v: a locked delta is no problem of the chain", ch)
+	}
+	if ch.Links[0].AllocatedBytes != -1 || ch.Links[0].ExtentBytes <= 0 {
+		t.Errorf("running VM's locked top delta: allocated %d (want -1, unknown), length %d", ch.Links[0].AllocatedBytes, ch.Links[0].ExtentBytes)
+	}
+	if want := wantGrainBytes(fd.Chain.Links[1].Stats); ch.Links[1].AllocatedBytes != want {
+		t.Errorf("running VM's older delta: allocated %d, want %d", ch.Links[1].AllocatedBytes, want)
+	}
+
 	// Each delta header is read in the same exec as the extent lengths,
 	// quoted, one sector.
 	dds := 0
@@ -196,7 +218,7 @@ func TestInventoryChainDeltaAllocatedBytes(t *testing.T) {
 			}
 		}
 	}
-	if dds != 6 {
-		t.Errorf("%d delta header reads, want 6 (two deltas in each of three VMs)", dds)
+	if dds != 8 {
+		t.Errorf("%d delta header reads, want 8 (two deltas in each of four VMs)", dds)
 	}
 }
