@@ -129,7 +129,8 @@ func chainFileSums(t *testing.T, ch *esxisim.DiskChainFiles) map[string]string {
 // (vmfsSparse over seSparse over a thin base on another datastore, named
 // by its absolute path). It completes; the DataVolume receives what the
 // guest sees, as qemu-img reads the chain; the migration's evidence holds
-// one SHA-256 per chain file, each the host file's; the source chain is
+// one SHA-256 per chain file, each the host file's; the esxi_vm data
+// source tells the grains the seSparse delta holds; the source chain is
 // left byte for byte as it was, and no snapshot was taken or removed.
 func TestAccChainMigratesCold(t *testing.T) {
 	e := newMigrationEnv(t)
@@ -153,13 +154,26 @@ func TestAccChainMigratesCold(t *testing.T) {
 
 	const addr = "vmmigration_migration.chained"
 	cfg := acctest.ProviderConfig(e.providerBlock()) + e.migration("chained", "chained", `{ "VM Network" = "pod" }`, `
-  power_off_policy = "graceful"`)
+  power_off_policy = "graceful"`) + `
+data "vmmigration_esxi_vm" "chained" {
+  host = "esxi-a"
+  name = "chained"
+}
+`
+	const ds = "data.vmmigration_esxi_vm.chained"
+	midGrains := ch.Links[1].Stats.DataGrains * vmdk.SESparse.GrainSize()
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: acctest.ProviderFactories,
 		Steps: []resource.TestStep{{
 			Config: cfg,
 			Check: resource.ComposeAggregateTestCheckFunc(
 				attrs(addr, map[string]string{"phase": "Completed", "mode": "cold", "disks.#": "1", "disks.0.source_sha256": guest}),
+				// The inventory tells the grains the seSparse delta holds
+				// from its header; a thin base's use is unknown.
+				attrs(ds, map[string]string{"disks.0.snapshot_chain.#": "3",
+					"disks.0.snapshot_chain.1.format":          "seSparse",
+					"disks.0.snapshot_chain.1.allocated_bytes": fmt.Sprint(midGrains),
+					"disks.0.snapshot_chain.2.allocated_bytes": "-1"}),
 				func(*terraform.State) error {
 					if got, ok := e.sim.ReceivedSHA256(e.namespace, "chained-disk-0"); !ok || got != guest {
 						return fmt.Errorf("the DataVolume received %q (%v), want the guest-visible content %s", got, ok, guest)
