@@ -188,6 +188,23 @@ type run struct {
 	progressTo *stored
 }
 
+// firstPoll is how soon a wait loop first looks again. What the engine
+// waits for is often a moment away (a DataVolume's next phase, a VMI's
+// start), and every poll interval spent waiting for it is downtime; the
+// interval then doubles up to Deps.PollInterval, so a long wait costs the
+// API server and the host no more than before.
+const firstPoll = 200 * time.Millisecond
+
+// poller returns the sleep of one wait loop.
+func (r *run) poller() func(context.Context) error {
+	next := min(firstPoll, r.e.deps.PollInterval)
+	return func(ctx context.Context) error {
+		d := next
+		next = min(2*next, r.e.deps.PollInterval)
+		return retry.Sleep(ctx, d)
+	}
+}
+
 // setStored makes s the run's record.
 func (r *run) setStored(s *stored) {
 	r.s = s

@@ -16,7 +16,6 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
@@ -78,6 +77,7 @@ func (r *run) stepStart(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(r.spec.StartTimeout)
 	lastPhase := ""
+	wait := r.poller()
 	for {
 		vmi, err := kc.GetVirtualMachineInstance(ctx, ns, name)
 		switch {
@@ -112,7 +112,7 @@ func (r *run) stepStart(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return transient("StartTimeout", fmt.Sprintf("the VirtualMachineInstance %s/%s did not reach Running within %s (last phase %q)", ns, name, r.spec.StartTimeout, lastPhase), nil)
 		}
-		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+		if err := wait(ctx); err != nil {
 			return err
 		}
 	}
@@ -131,6 +131,7 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 	deadline := time.Now().Add(r.spec.Validation.Timeout)
 	var results []CheckResult
 	var lastConsole time.Time
+	wait := r.poller()
 	for {
 		results = r.checkGuest(ctx)
 		failed := ""
@@ -156,7 +157,7 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 				return r.guestNotReady(results, failed, tail, bootFailed)
 			}
 		}
-		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+		if err := wait(ctx); err != nil {
 			return err
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
@@ -151,7 +150,7 @@ func (r *run) stepPrepare(ctx context.Context) error {
 	}
 	// The space check again, on what is staged now (a resumed copy needs
 	// only the rest), before the source is touched.
-	if c := r.spec.spaceCheck(r.rec().Disks); !c.Passed {
+	if c := r.spec.spaceCheck(r.rec().Disks, vm); !c.Passed {
 		return needsHuman("WorkDirFull", c.Message, "free space on the file system of "+r.spec.WorkDir+", or set work_dir to a larger one, then run apply again", nil)
 	}
 	if r.spec.warm() {
@@ -361,6 +360,7 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 // passed (at least once).
 func (r *run) waitOff(ctx context.Context, c *esxi.Client, vmid int, wait time.Duration) (bool, error) {
 	deadline := time.Now().Add(wait)
+	sleep := r.poller()
 	for {
 		st, err := c.PowerState(ctx, vmid)
 		if err != nil {
@@ -372,7 +372,7 @@ func (r *run) waitOff(ctx context.Context, c *esxi.Client, vmid int, wait time.D
 		if !time.Now().Before(deadline) {
 			return false, nil
 		}
-		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+		if err := sleep(ctx); err != nil {
 			return false, err
 		}
 	}
@@ -658,6 +658,7 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 	ns := r.spec.Namespace
 	kc := r.e.deps.Kube
 	lastProgress := ""
+	wait := r.poller()
 	for {
 		dv, err := kc.GetDataVolume(ctx, ns, d.DataVolume)
 		switch {
@@ -754,7 +755,7 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 			r.emit(Event{Kind: EventProgress, Disk: i, BytesTotal: d.SizeBytes, Percent: parsePercent(d.Progress),
 				Message: fmt.Sprintf("disk %d: DataVolume %s %s %s", i, d.DataVolume, d.DataVolumePhase, d.Progress)})
 		}
-		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+		if err := wait(ctx); err != nil {
 			return err
 		}
 	}
@@ -770,6 +771,7 @@ func parsePercent(p string) float64 {
 
 // waitGone waits until a deleted DataVolume has disappeared.
 func (r *run) waitGone(ctx context.Context, name string) error {
+	wait := r.poller()
 	for {
 		_, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, name)
 		if kube.IsNotFound(err) {
@@ -778,7 +780,7 @@ func (r *run) waitGone(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if err := retry.Sleep(ctx, r.e.deps.PollInterval); err != nil {
+		if err := wait(ctx); err != nil {
 			return err
 		}
 	}
