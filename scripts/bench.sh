@@ -18,7 +18,17 @@
 # and with several (BENCH_STREAMS, default "2 4"), each on its own SSH
 # connection, and prints their ratio to one stream.
 #
+# Last, it migrates whole VMs (scripts/bench/migrate) from the simulated
+# ESXi host, listening inside the same namespace behind the same link, into
+# a real kube-apiserver with the simulated KubeVirt and CDI: a VM like the
+# one users measured (2 GiB dense + 8 GiB thin with 512 MiB of data) cold,
+# the same VM warm while its guest writes 5% of its data, and a wave of
+# BENCH_WAVE VMs (default 4, each 512 MiB dense + 8 GiB thin with 5% data)
+# on the one host. It prints the downtime and its parts against the link's
+# rate as `ssh cat` through OpenSSH sees it, in the same run.
+#
 # Needs root. BENCH_SMOKE=1 uses tiny files (well under a minute).
+# BENCH_COPIES=0 skips the stream comparison, BENCH_VM=0 the migrations.
 # BENCH_RATE sets the link's rate (default 1gbit).
 # Everything it creates (namespace, links, sshd, files) is removed on exit,
 # also on failure.
@@ -52,6 +62,9 @@ streams_list=${BENCH_STREAMS:-2 4}
 # sparse) and measures only the copies.
 rounds=${BENCH_ROUNDS:-1}
 reads=${BENCH_READS:-1}
+copies=${BENCH_COPIES:-1}
+vms=${BENCH_VM:-1}
+wave=${BENCH_WAVE:-4}
 
 ns=vmmbench$$
 veth=vmmb$$
@@ -99,8 +112,8 @@ for ((i = 0; i < runs; i++)); do
 done
 sync
 
-echo "== building the reader"
-(cd "$repo" && go build -o "$work/diskread" ./scripts/bench/diskread)
+echo "== building the reader and the migration driver"
+(cd "$repo" && go build -o "$work/diskread" ./scripts/bench/diskread && go build -o "$work/migrate" ./scripts/bench/migrate)
 
 echo "== network namespace $ns, veth $veth <-> $veth_peer, tbf $rate both ways"
 ip netns add "$ns"
@@ -201,6 +214,7 @@ done
 
 echo "== the product's journaled copy (transfer.Copy, 64 MiB chunks): 1 stream against ${streams_list// /, } streams, each on its own connection"
 for disk in "$dense" "$thin"; do
+	[[ $copies == 1 ]] || break
 	size=$(stat -c %s "$disk")
 	cat "$disk" >/dev/null
 	for ((round = 0; round < rounds; round++)); do
@@ -236,3 +250,13 @@ for r in "${results[@]}"; do
 	awk -v disk="$disk" -v name="$name" -v mbs="$mbs" -v one="${one[$disk]}" 'BEGIN{
 		printf "%-6s %-7s %9s MB/s %7.2fx one stream\n", disk, name, mbs, mbs / one }'
 done
+
+if [[ $vms == 1 ]]; then
+	echo
+	echo "== whole-VM migrations from $esxi_ip:2222 (the ESXi simulator, same namespace and link) into a real kube-apiserver"
+	smoke_flag=()
+	[[ $smoke == 1 ]] && smoke_flag=(-smoke)
+	mkdir -p "$work/migrate.d"
+	"$work/migrate" run -work "$work/migrate.d" -root "$root/vmfs/volumes" -listen "$esxi_ip:2222" \
+		-netns-exec "ip netns exec $ns" -ssh-cat "ssh ${ssh_opts[*]} root@$esxi_ip" -wave "$wave" "${smoke_flag[@]}"
+fi

@@ -1,0 +1,729 @@
+// Command migrate is the whole-VM part of `make bench`: it migrates VMs
+// with the provider's engine from a host behind a shaped link into a real
+// kube-apiserver with the simulated KubeVirt and CDI, and prints downtime
+// and its parts, as ratios to what the link allows, from the same run.
+//
+// It runs as three processes so that each one's CPU and memory are its own:
+//
+//	migrate host    the ESXi host: the simulator serving a datastore folder
+//	                over SSH, started by "run" inside the benchmark's
+//	                network namespace (behind the tbf link);
+//	migrate cluster kube-apiserver, etcd and the simulated controllers;
+//	migrate run     the provider's engine, which starts the other two and
+//	                measures.
+//
+// scripts/bench.sh builds the namespace and the link and calls "run".
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
+)
+
+const (
+	hostName     = "bench"
+	namespace    = "bench"
+	storageClass = "standard"
+	password     = "bench-Pa55word"
+	datastore    = "datastore1"
+	// grain is the unit of the guest's writes during a warm precopy.
+	grain = 64 << 10
+)
+
+// layout is the benchmark's VMs, as the host creates them.
+type layout struct {
+	VMs []vmLayout `json:"vms"`
+}
+
+type vmLayout struct {
+	Name  string       `json:"name"`
+	Disks []diskLayout `json:"disks"`
+}
+
+// diskLayout is a dense disk (Runs 0: data everywhere) or a thin one with
+// Runs runs of RunBytes of data spread evenly.
+type diskLayout struct {
+	Capacity int64  `json:"capacity"`
+	Thin     bool   `json:"thin"`
+	Runs     int    `json:"runs"`
+	RunBytes int64  `json:"runBytes"`
+	Seed     uint64 `json:"seed"`
+}
+
+func (d diskLayout) extents() []esxisim.Extent {
+	if !d.Thin {
+		return []esxisim.Extent{{Offset: 0, Length: d.Capacity, Seed: d.Seed}}
+	}
+	var ex []esxisim.Extent
+	stride := d.Capacity / int64(d.Runs)
+	for i := 0; i < d.Runs; i++ {
+		ex = append(ex, esxisim.Extent{Offset: int64(i) * stride, Length: d.RunBytes, Seed: d.Seed + uint64(i)})
+	}
+	return ex
+}
+
+func (d diskLayout) allocated() int64 {
+	var n int64
+	for _, e := range d.extents() {
+		n += e.Length
+	}
+	return n
+}
+
+func (v vmLayout) allocated() int64 {
+	var n int64
+	for _, d := range v.Disks {
+		n += d.allocated()
+	}
+	return n
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: migrate host|cluster|run [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "host":
+		err = hostMain(os.Args[2:])
+	case "cluster":
+		err = clusterMain(os.Args[2:])
+	case "run":
+		err = runMain(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown role %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "migrate %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+// hostMain serves the VMs of -layout from -root on -listen, prints
+// "READY <fingerprint>", then answers commands on stdin until it closes:
+//
+//	write <vm> <bytes>   the running guest writes <bytes> of new data in
+//	                     64 KiB blocks spread over its disks' data
+func hostMain(args []string) error {
+	fl := flag.NewFlagSet("host", flag.ContinueOnError)
+	root := fl.String("root", "", "directory served as /vmfs/volumes")
+	listen := fl.String("listen", "", "address to listen on")
+	layoutFile := fl.String("layout", "", "the VMs (JSON)")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	var lay layout
+	b, err := os.ReadFile(*layoutFile)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, &lay); err != nil {
+		return err
+	}
+	key, err := esxisim.GenerateHostKey(esxisim.KeyECDSA)
+	if err != nil {
+		return err
+	}
+	s, err := esxisim.New(esxisim.Options{Root: *root, Users: []esxisim.User{{Name: "root", Password: password}},
+		HostKey: key, ShutdownDelay: time.Second})
+	if err != nil {
+		return err
+	}
+	s.SetPython("python3") // ESXi 7 and 8 have /bin/python
+	type vm struct {
+		id    int
+		files *esxisim.VMFiles
+		l     vmLayout
+	}
+	vms := map[string]vm{}
+	for _, v := range lay.VMs {
+		spec := esxisim.VMSpec{Datastore: datastore, Name: v.Name, GuestOS: "rhel9-64",
+			NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+			Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.7"}}
+		for _, d := range v.Disks {
+			spec.Disks = append(spec.Disks, esxisim.DiskSpec{CapacityBytes: d.Capacity, Thin: d.Thin, Content: d.extents()})
+		}
+		id, files, err := s.AddVM(spec)
+		if err != nil {
+			return fmt.Errorf("VM %s: %w", v.Name, err)
+		}
+		vms[v.Name] = vm{id: id, files: files, l: v}
+	}
+	if err := s.Start(*listen); err != nil {
+		return err
+	}
+	defer s.Close()
+	fmt.Printf("READY %s\n", s.Fingerprint())
+	in := bufio.NewScanner(os.Stdin)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) != 3 || f[0] != "write" {
+			fmt.Printf("ERR unknown command %q\n", in.Text())
+			continue
+		}
+		v, ok := vms[f[1]]
+		n, err := strconv.ParseInt(f[2], 10, 64)
+		if !ok || err != nil || n < 0 {
+			fmt.Printf("ERR bad write %q\n", in.Text())
+			continue
+		}
+		if err := guestWrites(s, rng, v.id, v.files, v.l, n); err != nil {
+			fmt.Printf("ERR %v\n", err)
+			continue
+		}
+		fmt.Println("OK")
+	}
+	return in.Err()
+}
+
+// guestWrites writes n bytes in grain-sized blocks at random places of the
+// VM's data, each disk in proportion to its data.
+func guestWrites(s *esxisim.Server, rng *rand.Rand, id int, files *esxisim.VMFiles, l vmLayout, n int64) error {
+	buf := make([]byte, grain)
+	total := l.allocated()
+	for i, d := range l.Disks {
+		blocks := n * d.allocated() / total / grain
+		ex := d.extents()
+		for b := int64(0); b < blocks; b++ {
+			e := ex[rng.IntN(len(ex))]
+			off := e.Offset + rng.Int64N(max(e.Length/grain, 1))*grain
+			for j := range buf {
+				buf[j] = byte(rng.Uint32())
+			}
+			if err := s.GuestWrite(id, files.Disks[i].Controller, off, buf[:min(grain, d.Capacity-off)]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// clusterInfo is what "cluster" tells "run".
+type clusterInfo struct {
+	Kubeconfig string `json:"kubeconfig"`
+	Context    string `json:"context"`
+	ProxyURL   string `json:"proxyURL"`
+	ProxyCA    string `json:"proxyCA"`
+}
+
+// clusterMain starts the cluster and the simulated controllers, prints
+// "READY <json>", and stops everything when stdin closes.
+func clusterMain(args []string) error {
+	fl := flag.NewFlagSet("cluster", flag.ContinueOnError)
+	dir := fl.String("dir", "", "working directory")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := testcluster.Start(ctx, testcluster.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	kc := filepath.Join(*dir, "kubeconfig")
+	if err := c.WriteKubeconfig(kc); err != nil {
+		return err
+	}
+	cl := c.AdminClient()
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return err
+	}
+	if err := cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: storageClass}, Provisioner: "kubevirt.io.hostpath-provisioner"}); err != nil {
+		return err
+	}
+	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: c, Namespaces: []string{namespace}, Dir: filepath.Join(*dir, "cdi")})
+	if err != nil {
+		return err
+	}
+	defer sim.Stop()
+	b, err := json.Marshal(clusterInfo{Kubeconfig: kc, Context: testcluster.ContextName, ProxyURL: sim.UploadProxyURL(), ProxyCA: string(sim.UploadProxyCACertPEM())})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("READY %s\n", b)
+	// "received <DataVolume>" answers with what the simulated CDI wrote to
+	// the claim: the SHA-256 of its content and the bytes that arrived.
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		dv, ok := strings.CutPrefix(in.Text(), "received ")
+		r, got := sim.ReceivedImage(namespace, dv)
+		if !ok || !got {
+			fmt.Printf("ERR nothing received for %q\n", in.Text())
+			continue
+		}
+		fmt.Printf("OK %s %d\n", r.SHA256, r.SentBytes)
+	}
+	return in.Err()
+}
+
+// child is a started role that said READY.
+type child struct {
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	ready string
+}
+
+func startChild(ctx context.Context, name string, args ...string) (*child, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	c.out.Buffer(make([]byte, 1<<20), 1<<20)
+	for c.out.Scan() {
+		if r, ok := strings.CutPrefix(c.out.Text(), "READY "); ok {
+			c.ready = r
+			return c, nil
+		}
+		fmt.Println(c.out.Text())
+	}
+	_ = cmd.Wait()
+	return nil, fmt.Errorf("%s %s ended before it was ready", name, strings.Join(args, " "))
+}
+
+// ask sends a command and returns the words of its answer after "OK".
+func (c *child) ask(line string) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := fmt.Fprintln(c.in, line); err != nil {
+		return nil, err
+	}
+	if !c.out.Scan() {
+		return nil, errors.New("no answer")
+	}
+	f := strings.Fields(c.out.Text())
+	if len(f) == 0 || f[0] != "OK" {
+		return nil, errors.New(c.out.Text())
+	}
+	return f[1:], nil
+}
+
+func (c *child) stop() {
+	_ = c.in.Close()
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// usage is this process's CPU time (its own and its reaped children's,
+// qemu-img included) and peak RSS.
+type usage struct {
+	cpu    time.Duration
+	maxRSS int64
+}
+
+func getUsage() usage {
+	var self, kids syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return usage{cpu: tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime), maxRSS: self.Maxrss * 1024}
+}
+
+type runFlags struct {
+	work, root, listen, netnsExec, sshCat string
+	smoke                                 bool
+	wave                                  int
+}
+
+func runMain(args []string) error {
+	var f runFlags
+	fl := flag.NewFlagSet("run", flag.ContinueOnError)
+	fl.StringVar(&f.work, "work", "", "working directory")
+	fl.StringVar(&f.root, "root", "", "directory the host serves as /vmfs/volumes")
+	fl.StringVar(&f.listen, "listen", "", "host address:port (inside the namespace)")
+	fl.StringVar(&f.netnsExec, "netns-exec", "", "command prefix that runs the host inside the namespace (\"ip netns exec NAME\")")
+	fl.StringVar(&f.sshCat, "ssh-cat", "", "ssh command line (without the remote command) for the `ssh cat` baseline")
+	fl.BoolVar(&f.smoke, "smoke", false, "tiny disks")
+	fl.IntVar(&f.wave, "wave", 4, "VMs in the wave")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, f)
+}
+
+// The VMs: "cold" and "warm" are the issue's VM (a 2 GiB dense disk and an
+// 8 GiB thin disk with 512 MiB of data in 64 runs); the wave's VMs each
+// have a 512 MiB dense disk and an 8 GiB thin disk with 5% data.
+func benchLayout(smoke bool, wave int) layout {
+	MiB := int64(1 << 20)
+	dense, thin, runLen, waveDense, waveRun := 2048*MiB, 8192*MiB, 8*MiB, 512*MiB, thinFivePercent(8192*MiB)
+	if smoke {
+		dense, thin, runLen, waveDense, waveRun = 16*MiB, 256*MiB, 64<<10, 4*MiB, thinFivePercent(64*MiB)
+	}
+	vm := func(name string, seed uint64, dense, thin, run int64) vmLayout {
+		return vmLayout{Name: name, Disks: []diskLayout{
+			{Capacity: dense, Seed: seed},
+			{Capacity: thin, Thin: true, Runs: 64, RunBytes: run, Seed: seed + 1000},
+		}}
+	}
+	l := layout{VMs: []vmLayout{vm("cold", 1, dense, thin, runLen), vm("warm", 2, dense, thin, runLen)}}
+	for i := 0; i < wave; i++ {
+		l.VMs = append(l.VMs, vm(fmt.Sprintf("wave-%d", i), uint64(10+i), waveDense, thin, waveRun))
+	}
+	return l
+}
+
+// thinFivePercent is the run length (64 runs, 64 KiB aligned) that puts
+// 5% of a thin disk's capacity in data.
+func thinFivePercent(capacity int64) int64 {
+	return capacity / 20 / 64 / grain * grain
+}
+
+func run(ctx context.Context, f runFlags) error {
+	lay := benchLayout(f.smoke, f.wave)
+	lb, err := json.Marshal(lay)
+	if err != nil {
+		return err
+	}
+	layoutFile := filepath.Join(f.work, "layout.json")
+	if err := os.WriteFile(layoutFile, lb, 0o600); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fmt.Println("== starting kube-apiserver, etcd and the simulated KubeVirt and CDI")
+	if err := os.MkdirAll(filepath.Join(f.work, "cluster"), 0o755); err != nil {
+		return err
+	}
+	cl, err := startChild(ctx, self, "cluster", "-dir", filepath.Join(f.work, "cluster"))
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	var ci clusterInfo
+	if err := json.Unmarshal([]byte(cl.ready), &ci); err != nil {
+		return err
+	}
+	fmt.Printf("== writing the VMs' disks and starting the host on %s\n", f.listen)
+	hostArgs := append(strings.Fields(f.netnsExec), self, "host", "-root", f.root, "-listen", f.listen, "-layout", layoutFile)
+	host, err := startChild(ctx, hostArgs[0], hostArgs[1:]...)
+	if err != nil {
+		return err
+	}
+	defer host.stop()
+
+	addr, portText, _ := strings.Cut(f.listen, ":")
+	port, _ := strconv.Atoi(portText)
+	reg := esxi.NewRegistry(nil)
+	defer reg.Close()
+	// The provider's defaults: 4 sessions, 2 streams per disk, 2
+	// migrations at once per host.
+	if _, err := reg.Add(esxi.HostConfig{Name: hostName, Address: addr, Port: port, Password: password,
+		HostKeyFingerprint: host.ready, MaxSessions: 4, StreamsPerDisk: 2}); err != nil {
+		return err
+	}
+	kc := kube.New(kube.Config{ConfigPath: ci.Kubeconfig, ConfigContext: ci.Context})
+	var (
+		evMu   sync.Mutex
+		events []engine.Event
+		hooks  []func(engine.Event)
+	)
+	lastPrint := map[string]time.Time{}
+	en, err := engine.New(engine.Deps{ESXi: reg, Kube: kc, HostLimits: map[string]int{hostName: 2},
+		Progress: func(ev engine.Event) {
+			evMu.Lock()
+			events = append(events, ev)
+			hs := append([]func(engine.Event){}, hooks...)
+			key := ev.Name + "/" + strconv.Itoa(ev.Disk)
+			show := ev.Kind == engine.EventProgress && ev.RateText() != "" && time.Since(lastPrint[key]) > 5*time.Second
+			if show {
+				lastPrint[key] = time.Now()
+			}
+			evMu.Unlock()
+			if show || ev.Kind == engine.EventPhase {
+				fmt.Printf("   %s %-8s %s\n", ev.Time.Format("15:04:05"), ev.Name, ev.Message)
+			}
+			for _, h := range hs {
+				h(ev)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	spec := func(vm string) engine.Spec {
+		return engine.Spec{Host: hostName, VMName: vm, Namespace: namespace, Name: vm, StorageClass: storageClass,
+			NetworkMap: map[string]string{"VM Network": "pod"}, PowerOffPolicy: "graceful", ShutdownTimeout: time.Minute,
+			Conversion:   engine.ConversionNone, // the disks hold generated data, not an OS
+			Transport:    engine.Transport{Kind: engine.TransportCDIUpload, UploadProxyURL: ci.ProxyURL, UploadProxyCAPEM: ci.ProxyCA},
+			Validation:   engine.Validation{GuestAgent: true, IPReported: true, Timeout: 2 * time.Minute},
+			StartTimeout: 2 * time.Minute, WorkDir: filepath.Join(f.work, "staging", vm),
+			Retry: engine.RetryPolicy{Attempts: 3, Initial: time.Second, Max: 5 * time.Second}}
+	}
+	linkRate, err := baseline(ctx, f, lay.VMs[0])
+	if err != nil {
+		return err
+	}
+
+	fmt.Println("== cold migration of \"cold\"")
+	cold, err := measure(ctx, en, cl, spec("cold"))
+	if err != nil {
+		return err
+	}
+	coldVM := lay.VMs[0]
+	ideal := float64(coldVM.allocated()) / linkRate
+	goal := 1.3*ideal + 10
+	denseCopy := diskCopySeconds(events, "cold", 0, cold.rec)
+
+	fmt.Println("== warm migration of \"warm\": its guest writes 5% of its data during the precopy")
+	warmSpec := spec("warm")
+	warmSpec.Mode = engine.ModeWarm
+	var once sync.Once
+	var writeErr error
+	evMu.Lock()
+	hooks = append(hooks, func(ev engine.Event) {
+		if ev.Name == "warm" && ev.Kind == engine.EventProgress && strings.HasPrefix(ev.Message, "precopy:") {
+			once.Do(func() { _, writeErr = host.ask(fmt.Sprintf("write warm %d", lay.VMs[1].allocated()/20)) })
+		}
+	})
+	evMu.Unlock()
+	warm, err := measure(ctx, en, cl, warmSpec)
+	if err != nil {
+		return err
+	}
+	if writeErr != nil {
+		return fmt.Errorf("the warm guest's writes: %w", writeErr)
+	}
+
+	fmt.Printf("== a wave of %d VMs on one host (2 migrations at once, 4 SSH sessions, 2 streams per disk)\n", f.wave)
+	waveStart := time.Now()
+	u0 := getUsage()
+	var wg sync.WaitGroup
+	wave := make([]result, f.wave)
+	waveErr := make([]error, f.wave)
+	for i := 0; i < f.wave; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wave[i], waveErr[i] = measure(ctx, en, cl, spec(fmt.Sprintf("wave-%d", i)))
+		}()
+	}
+	wg.Wait()
+	waveTime := time.Since(waveStart)
+	waveCPU := getUsage().cpu - u0.cpu
+	if err := errors.Join(waveErr...); err != nil {
+		return err
+	}
+	var waveBytes int64
+	for _, v := range lay.VMs[2:] {
+		waveBytes += v.allocated()
+	}
+
+	GiB := float64(1 << 30)
+	fmt.Println()
+	fmt.Printf("link: `ssh cat` of the 2 GiB dense disk through OpenSSH: %.1f MB/s\n", linkRate/1e6)
+	fmt.Printf("VM \"cold\": %.2f GiB of data (dense %s + thin %s holding %s)\n", float64(coldVM.allocated())/GiB,
+		gib(coldVM.Disks[0].Capacity), gib(coldVM.Disks[1].Capacity), gib(coldVM.Disks[1].allocated()))
+	fmt.Println()
+	fmt.Printf("%-28s %10s %10s\n", "", "cold", "warm")
+	row := func(name string, c, w float64) { fmt.Printf("%-28s %9.1fs %9.1fs\n", name, c, w) }
+	row("copy after power-off", cold.copy.Seconds(), warm.copy.Seconds())
+	row("convert (qemu-img)", cold.convert.Seconds(), warm.convert.Seconds())
+	row("import (upload to CDI)", cold.importing.Seconds(), warm.importing.Seconds())
+	row("VM created and started", cold.start.Seconds(), warm.start.Seconds())
+	row("downtime", cold.downtime.Seconds(), warm.downtime.Seconds())
+	if warm.rec.Warm != nil {
+		fmt.Printf("%-28s %10s %9.1fs (%s copied while the VM ran)\n", "precopy (VM running)", "-", warm.precopy.Seconds(), gib(warm.precopyBytes))
+		fmt.Printf("%-28s %10s %10s\n", "copied after power-off", gib(coldVM.allocated()), gib(warm.rec.Warm.CutoverBytes))
+	}
+	fmt.Printf("%-28s %10s %10s\n", "sent to CDI's upload proxy", gib(cold.uploaded), gib(warm.uploaded))
+	fmt.Printf("%-28s %9.2fs %9.2fs\n", "provider CPU s per GiB", cold.cpu.Seconds()/(float64(coldVM.allocated())/GiB),
+		warm.cpu.Seconds()/(float64(lay.VMs[1].allocated())/GiB))
+	fmt.Println()
+	fmt.Printf("ideal (data / link rate): %.1f s; goal 1.3 x ideal + 10 s = %.1f s; cold downtime %.1f s = %.2f x ideal (%s the goal)\n",
+		ideal, goal, cold.downtime.Seconds(), cold.downtime.Seconds()/ideal, verdict(cold.downtime.Seconds() <= goal))
+	if denseCopy > 0 {
+		r := float64(coldVM.Disks[0].Capacity) / denseCopy
+		fmt.Printf("dense disk copy: %.1f MB/s = %.2f x `ssh cat` (goal >= 0.9x: %s)\n", r/1e6, r/linkRate, verdict(r/linkRate >= 0.9))
+	}
+	fmt.Printf("warm downtime = %.0f%% of cold (goal <= 15%%: %s)\n", 100*warm.downtime.Seconds()/cold.downtime.Seconds(),
+		verdict(warm.downtime.Seconds() <= 0.15*cold.downtime.Seconds()))
+	fmt.Println()
+	fmt.Printf("wave: %d VMs, %s of data, in %.1f s: %.1f MB/s = %.2f x the link; provider CPU %.2f s per GiB\n", f.wave, gib(waveBytes),
+		waveTime.Seconds(), float64(waveBytes)/waveTime.Seconds()/1e6, float64(waveBytes)/waveTime.Seconds()/linkRate, waveCPU.Seconds()/(float64(waveBytes)/GiB))
+	sort.Slice(wave, func(i, j int) bool { return wave[i].rec.Identity.Name < wave[j].rec.Identity.Name })
+	for _, w := range wave {
+		fmt.Printf("   %-8s downtime %6.1f s (copy %5.1f s, import %5.1f s)\n", w.rec.Identity.Name, w.downtime.Seconds(), w.copy.Seconds(), w.importing.Seconds())
+	}
+	fmt.Printf("migrations at once on the host: at most %d (max_concurrent_migrations 2)\n", en.MaxConcurrent(hostName))
+	fmt.Printf("provider peak RSS: %.0f MiB\n", float64(getUsage().maxRSS)/(1<<20))
+	return nil
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "meets"
+	}
+	return "MISSES"
+}
+
+func gib(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// baseline is the link's rate as `ssh cat` of the dense disk through
+// OpenSSH sees it, in bytes per second.
+func baseline(ctx context.Context, f runFlags, vm vmLayout) (float64, error) {
+	if f.sshCat == "" {
+		return 0, errors.New("-ssh-cat is required")
+	}
+	p := fmt.Sprintf("/vmfs/volumes/%s/%s/%s-flat.vmdk", datastore, vm.Name, vm.Name)
+	if err := exec.CommandContext(ctx, "cat", filepath.Join(f.root, datastore, vm.Name, vm.Name+"-flat.vmdk")).Run(); err != nil {
+		return 0, err
+	}
+	args := append(strings.Fields(f.sshCat), "cat", p)
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(io.Discard, out)
+	if werr := cmd.Wait(); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ssh cat: %w", err)
+	}
+	if n != vm.Disks[0].Capacity {
+		return 0, fmt.Errorf("ssh cat read %d bytes, want %d", n, vm.Disks[0].Capacity)
+	}
+	el := time.Since(start)
+	fmt.Printf("== baseline: `ssh cat` of %s: %.1f s, %.1f MB/s\n", p, el.Seconds(), float64(n)/el.Seconds()/1e6)
+	return float64(n) / el.Seconds(), nil
+}
+
+type result struct {
+	rec                                             engine.Record
+	copy, convert, importing, start, downtime, wall time.Duration
+	precopy                                         time.Duration
+	precopyBytes                                    int64
+	uploaded                                        int64
+	cpu                                             time.Duration
+}
+
+// measure runs one migration and checks that every DataVolume holds the
+// content the source's disk had, as the simulated CDI computed it.
+func measure(ctx context.Context, en *engine.Engine, cluster *child, spec engine.Spec) (result, error) {
+	u0 := getUsage()
+	start := time.Now()
+	rec, err := en.Run(ctx, spec)
+	if err != nil {
+		return result{}, fmt.Errorf("%s: %w", spec.Name, err)
+	}
+	if rec.Phase != engine.PhaseCompleted {
+		return result{}, fmt.Errorf("%s ended in %s", spec.Name, rec.Phase)
+	}
+	var sent int64
+	for _, d := range rec.Disks {
+		got, err := cluster.ask("received " + d.DataVolume)
+		if err != nil || len(got) != 2 {
+			return result{}, fmt.Errorf("%s disk %d: DataVolume %s: %v", spec.Name, d.Index, d.DataVolume, err)
+		}
+		if got[0] != d.SourceSHA256 || d.SourceSHA256 == "" {
+			return result{}, fmt.Errorf("%s disk %d: the DataVolume holds %s, the source %q", spec.Name, d.Index, got[0], d.SourceSHA256)
+		}
+		n, _ := strconv.ParseInt(got[1], 10, 64)
+		sent += n
+	}
+	ts := rec.Timestamps
+	between := func(a, b *time.Time) time.Duration {
+		if a == nil || b == nil {
+			return 0
+		}
+		return b.Sub(*a)
+	}
+	r := result{rec: rec, uploaded: sent, wall: time.Since(start), cpu: getUsage().cpu - u0.cpu, downtime: rec.Downtime(),
+		copy: between(ts.SourcePoweredOff, ts.Acquired), convert: between(ts.Acquired, ts.Converted),
+		importing: between(ts.Converted, ts.Imported), start: between(ts.Imported, ts.VMStarted)}
+	if w := rec.Warm; w != nil && len(w.Snapshots) > 0 {
+		r.precopy = between(ts.Validated, ts.SourcePoweredOff)
+		for _, s := range w.Snapshots {
+			r.precopyBytes += s.CopiedBytes
+		}
+	}
+	return r, nil
+}
+
+// diskCopySeconds is how long the copy of one disk took: from the source's
+// power-off (the copy starts then) or the previous disk's last report,
+// whichever is later, to its own last report.
+func diskCopySeconds(events []engine.Event, name string, disk int, rec engine.Record) float64 {
+	if rec.Timestamps.SourcePoweredOff == nil {
+		return 0
+	}
+	from := *rec.Timestamps.SourcePoweredOff
+	var end time.Time
+	for _, ev := range events {
+		if ev.Name != name || ev.Kind != engine.EventProgress || ev.Phase != engine.PhasePreparing {
+			continue
+		}
+		if ev.Disk < disk && ev.BytesDone == ev.BytesTotal && ev.Time.After(from) {
+			from = ev.Time
+		}
+		if ev.Disk == disk && ev.BytesDone == ev.BytesTotal {
+			end = ev.Time
+		}
+	}
+	if end.IsZero() {
+		return 0
+	}
+	return end.Sub(from).Seconds()
+}
