@@ -97,7 +97,7 @@ func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskE
 	res.Checks = append(res.Checks, e.warmSpaceCheck(ctx, spec, vm)...)
 	disks := planDisks(spec, vm, prev)
 	if spec.WorkDir != "" {
-		res.Checks = append(res.Checks, spec.spaceCheck(disks))
+		res.Checks = append(res.Checks, spec.spaceCheck(disks, vm))
 	}
 	return Preview{VM: vm, Checks: res, Disks: disks}, nil
 }

@@ -49,21 +49,63 @@ func StatFree(dir string) (FreeSpace, error) {
 // WorkDirSpace is the CheckWorkDirSpace check: the work folder's file
 // system must have room for need bytes (what the disks still to be staged
 // and converted there take at most: their capacity, less what is already
-// written). A Blocker: filling that file system would stop the copy
-// halfway and starve everything else writing there. Its message when it
-// passes does not mention the free space, which changes from moment to
-// moment, so that a plan and the apply after it report the same check.
+// written). See WorkDirSpaceFor.
 func WorkDirSpace(dir string, need int64) Check {
-	if need <= 0 {
+	return WorkDirSpaceFor(dir, WorkDirNeed{Folder: dir, Required: need})
+}
+
+// WorkDirNeed is what a migration may still write in its folder under
+// work_dir.
+type WorkDirNeed struct {
+	// Folder is where the files are written (the migration's folder under
+	// work_dir).
+	Folder string
+	// Required is what the migration cannot do without; Detail says what
+	// it is made of.
+	Required int64
+	Detail   string
+	// Optional is what the migration writes when there is room and does
+	// without otherwise; OptionalDetail says what it is and what is done
+	// instead.
+	Optional       int64
+	OptionalDetail string
+}
+
+// WorkDirSpaceFor is the CheckWorkDirSpace check of a need. A Blocker when
+// the file system has less room than need.Required: filling it would stop
+// the copy halfway and starve everything else writing there. The optional
+// part never blocks; the message says whether it fits. When everything
+// fits, the message does not mention the free space, which changes from
+// moment to moment, so that a plan and the apply after it report the same
+// check.
+func WorkDirSpaceFor(dir string, need WorkDirNeed) Check {
+	what := fmt.Sprintf("%s (%d bytes) in %s", humanBytes(need.Required), need.Required, need.Folder)
+	if need.Detail != "" {
+		what += ": " + need.Detail
+	}
+	optional := ""
+	if need.Optional > 0 {
+		optional = fmt.Sprintf("%s (%d bytes) more", humanBytes(need.Optional), need.Optional)
+		if need.OptionalDetail != "" {
+			optional += " " + need.OptionalDetail
+		}
+	}
+	if need.Required <= 0 && need.Optional <= 0 {
 		return pass(CheckWorkDirSpace, Blocker, fmt.Sprintf("Nothing more needs to be written to work_dir %s.", dir))
 	}
 	fs, err := StatFree(dir)
 	if err != nil {
-		return fail(CheckWorkDirSpace, Blocker, fmt.Sprintf("The free space of work_dir %s cannot be read (%v); the disks need up to %s there.", dir, err, humanBytes(need)))
+		return fail(CheckWorkDirSpace, Blocker, fmt.Sprintf("The free space of work_dir %s cannot be read (%v); the disks need up to %s.", dir, err, what))
 	}
-	if fs.Avail < need {
-		return fail(CheckWorkDirSpace, Blocker, fmt.Sprintf("work_dir %s has %s free but the disks need up to %s there (%d bytes; %d more). Free space on that file system or set work_dir to a larger one.",
-			dir, humanBytes(fs.Avail), humanBytes(need), need, need-fs.Avail))
+	switch {
+	case fs.Avail < need.Required:
+		return fail(CheckWorkDirSpace, Blocker, fmt.Sprintf("work_dir %s has %s free but the disks need up to %s (%d bytes more than free). Free space on that file system or set work_dir to a larger one.",
+			dir, humanBytes(fs.Avail), what, need.Required-fs.Avail))
+	case need.Optional > 0 && fs.Avail-need.Required < need.Optional:
+		return pass(CheckWorkDirSpace, Blocker, fmt.Sprintf("work_dir %s has room for the %s the disks need, but not for the optional %s; without room for them it is done as said.",
+			dir, what, optional))
+	case need.Optional > 0:
+		return pass(CheckWorkDirSpace, Blocker, fmt.Sprintf("work_dir %s has room for the %s the disks need, and for the optional %s.", dir, what, optional))
 	}
-	return pass(CheckWorkDirSpace, Blocker, fmt.Sprintf("work_dir %s has room for the %s the disks need.", dir, humanBytes(need)))
+	return pass(CheckWorkDirSpace, Blocker, fmt.Sprintf("work_dir %s has room for the %s the disks need.", dir, what))
 }
