@@ -542,6 +542,9 @@ func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool), chain fun
 	vm.CoresPerSocket, vm.VTPM = x.CoresPerSocket, x.VTPM
 	vm.MemoryMiB = x.MemoryMiB
 	vm.Annotation = x.Annotation
+	// A workingDir off the datastores is not one ESXi can use: the deltas
+	// are then taken to be beside the .vmx.
+	vm.WorkingDir, _ = ResolveWorkingDir(vm.VMXPath, x.WorkingDir)
 	for _, n := range x.NICs {
 		if !n.Present {
 			continue

@@ -48,6 +48,10 @@ type VM struct {
 	// (per-NIC addresses when available, else the primary ipAddress).
 	GuestIPs   []string
 	Annotation string
+	// WorkingDir is the folder the .vmx's workingDir names, where ESXi
+	// writes the VM's snapshot deltas; "" when they go to the VM's folder
+	// (path.Dir(VMXPath)).
+	WorkingDir string
 	// Problems lists what could not be read or parsed about this VM (an
 	// unreadable .vmx or descriptor, an unresolvable path, hostd skipping
 	// it as invalid). Each has VMID set to this VM's vmid; [Client.VM] adds

@@ -3,6 +3,7 @@ package esxi
 import (
 	"cmp"
 	"fmt"
+	"path"
 	"regexp"
 	"sort"
 	"strconv"
@@ -166,6 +167,10 @@ type VMXConfig struct {
 	MemoryMiB int
 	Disks     []VMXDisk
 	NICs      []VMXNIC
+	// WorkingDir is workingDir as written: the folder where ESXi puts the
+	// VM's snapshot deltas (and swap) instead of the .vmx's folder; ""
+	// when absent. See ResolveWorkingDir.
+	WorkingDir string
 	// Values holds every key (lower-cased) with its decoded value.
 	Values map[string]string
 }
@@ -219,6 +224,7 @@ func ParseVMX(s string) (VMXConfig, []Problem) {
 	c.DisplayName = f.str("displayName")
 	c.GuestOS = f.str("guestOS")
 	c.Annotation = f.str("annotation")
+	c.WorkingDir = f.str("workingDir")
 	if enc, ok := f.get(".encoding"); ok && !strings.EqualFold(enc, "UTF-8") {
 		probs = append(probs, Problem{Message: fmt.Sprintf(".encoding is %q, not UTF-8: names with non-ASCII characters may be wrong", enc)})
 	}
@@ -453,4 +459,22 @@ func ParseVMSD(s string) (VMSD, []Problem) {
 		probs = append(probs, Problem{Message: fmt.Sprintf("snapshot.numSnapshots = %s but %d snapshots are listed", n, len(v.Snapshots))})
 	}
 	return v, probs
+}
+
+// ResolveWorkingDir returns the absolute folder a .vmx's workingDir names
+// (relative to the .vmx's folder unless absolute), or "" when it is absent,
+// "." or that folder itself: the deltas are then beside the .vmx.
+func ResolveWorkingDir(vmxPath, dir string) (string, error) {
+	dir = strings.TrimRight(strings.TrimSpace(dir), "/")
+	if dir == "" || dir == "." {
+		return "", nil
+	}
+	full, err := ResolveDiskPath(vmxPath, dir)
+	if err != nil {
+		return "", fmt.Errorf("workingDir: %w", err)
+	}
+	if full = path.Clean(full); full == path.Dir(vmxPath) {
+		return "", nil
+	}
+	return full, nil
 }
