@@ -75,12 +75,13 @@ func (e *Engine) Preview(ctx context.Context, spec Spec, opts PreviewOptions) (P
 	if err != nil {
 		return Preview{}, err
 	}
-	return e.judge(ctx, spec, vm, nil)
+	return e.judge(ctx, spec, vm, nil, nil)
 }
 
 // judge runs the pre-flight checks on an observed source VM and plans its
-// disks, keeping the evidence of disks in prev that are unchanged.
-func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskEvidence) (Preview, error) {
+// disks, keeping the evidence of disks in prev that are unchanged; warm is
+// the record's warm evidence, if any.
+func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskEvidence, warm *WarmEvidence) (Preview, error) {
 	res, err := preflight.Run(ctx, *vm, spec.destination(), e.deps.Kube)
 	if err != nil {
 		return Preview{}, transient("ClusterUnreachable",
@@ -94,7 +95,7 @@ func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskE
 	res.Checks = append(res.Checks, cc)
 	res.Checks = append(res.Checks, e.conversionChecks(ctx, spec, vm)...)
 	res.Checks = append(res.Checks, spec.warmChecks(vm)...)
-	res.Checks = append(res.Checks, e.warmSpaceCheck(ctx, spec, vm)...)
+	res.Checks = append(res.Checks, e.warmSpaceCheck(ctx, spec, vm, warm)...)
 	disks := planDisks(spec, vm, prev)
 	if spec.WorkDir != "" {
 		res.Checks = append(res.Checks, spec.spaceCheck(disks, vm))

@@ -108,7 +108,7 @@ func (r *run) stepValidate(ctx context.Context) error {
 	}
 	// The source may have changed while a human fixed a blocker.
 	r.recordInventory(vm)
-	p, err := r.e.judge(ctx, r.spec, vm, r.rec().Disks)
+	p, err := r.e.judge(ctx, r.spec, vm, r.rec().Disks, r.rec().Warm)
 	if err != nil {
 		return err
 	}

@@ -13,11 +13,14 @@ import (
 // snapshot on, every write of the running guest lands in a delta instead
 // of the base disk, and each precopy round adds a delta; they all stay
 // until the migration has Completed and removes its snapshots. ESXi writes
-// the deltas of every disk in the VM's folder (its working directory, VMware
-// KB 1027887), whatever datastore holds the base disks; when that datastore
-// fills up, ESXi suspends the VM. The estimate of what the deltas take is
+// the deltas of every disk in the VM's working directory (VMware KB
+// 1027887): the .vmx's workingDir when it names one, else the VM's folder,
+// whatever datastore holds the base disks; when that datastore fills up,
+// ESXi suspends the VM. The estimate of what the deltas take is
 // WarmDeltaGrowthPercent of the disks' allocated bytes (their capacity when
-// the host does not tell the allocation: a disk that runs on no snapshot) for each precopy round; the check
+// the host does not tell the allocation: a disk that runs on no snapshot) for each precopy round still
+// to be taken (the deltas of rounds already taken are on the datastore
+// already, and its free space tells them); the check
 // blocks when the datastore has less free space than that, as
 // `vim-cmd hostsvc/datastore/listsummary` reports it.
 
@@ -76,13 +79,19 @@ func addSat(a, b int64) int64 {
 // folder (none for a cold migration). A host that cannot tell its
 // datastores' free space makes it a warning: the space is then not
 // checked.
-func (e *Engine) warmSpaceCheck(ctx context.Context, s Spec, vm *esxi.VM) []preflight.Check {
+func (e *Engine) warmSpaceCheck(ctx context.Context, s Spec, vm *esxi.VM, w *WarmEvidence) []preflight.Check {
 	if !s.warm() {
 		return nil
 	}
-	need, allocated := WarmDeltaEstimate(vm, s.PrecopyRounds)
+	left, taken := s.warmRoundsLeft(vm, w)
+	need, allocated := WarmDeltaEstimate(vm, left)
 	estimate := fmt.Sprintf("%d%% of the disks' %s allocated for each of the %d precopy snapshot(s), whose deltas stay until the migration completes",
-		WarmDeltaGrowthPercent, warmBytes(allocated), s.PrecopyRounds)
+		WarmDeltaGrowthPercent, warmBytes(allocated), left)
+	if taken > 0 {
+		estimate = fmt.Sprintf("%d%% of the disks' %s allocated for each of the %d precopy snapshot(s) still to take, whose deltas stay until the migration completes; the %d taken already are counted in the free space",
+			WarmDeltaGrowthPercent, warmBytes(allocated), left, taken)
+	}
+	folder := WarmDeltaFolder(vm)
 	warn := func(why string) []preflight.Check {
 		return []preflight.Check{{ID: CheckWarmDatastoreSpace, Severity: preflight.Warning, Passed: false,
 			Message: fmt.Sprintf("The free space for VM %q's snapshot deltas was not checked: %s. They are estimated at %s (%s); if the datastore fills up, ESXi suspends the VM.",
@@ -96,23 +105,63 @@ func (e *Engine) warmSpaceCheck(ctx context.Context, s Spec, vm *esxi.VM) []pref
 	if err != nil {
 		return warn(fmt.Sprintf("vim-cmd hostsvc/datastore/listsummary failed (%v)", err))
 	}
-	ds := esxi.DatastoreOf(vm.VMXPath, list)
+	ds := esxi.DatastoreOf(folder+"/", list)
 	if ds == nil {
-		return warn(fmt.Sprintf("the host lists no datastore holding %s", path.Dir(vm.VMXPath)))
+		return warn(fmt.Sprintf("the host lists no datastore holding %s", folder))
+	}
+	where := fmt.Sprintf("Datastore %q, where ESXi writes VM %q's snapshot deltas", ds.Name, vm.Name)
+	if vm.WorkingDir != "" {
+		where = fmt.Sprintf("Datastore %q, where ESXi writes VM %q's snapshot deltas (its workingDir %s)", ds.Name, vm.Name, vm.WorkingDir)
 	}
 	check := preflight.Check{ID: CheckWarmDatastoreSpace, Severity: preflight.Blocker, Passed: true,
-		Message: fmt.Sprintf("Datastore %q, where ESXi writes VM %q's snapshot deltas, has %s free; the deltas are estimated at %s (%s).",
-			ds.Name, vm.Name, warmBytes(ds.FreeSpace), warmBytes(need), estimate)}
+		Message: fmt.Sprintf("%s, has %s free; the deltas are estimated at %s (%s).",
+			where, warmBytes(ds.FreeSpace), warmBytes(need), estimate)}
 	if !ds.Accessible || ds.FreeSpace < need {
 		check.Passed = false
-		check.Message = fmt.Sprintf("Datastore %q, where ESXi writes VM %q's snapshot deltas, has %s free, less than the estimated %s (%s); if it fills up, ESXi suspends the VM. "+
+		check.Message = fmt.Sprintf("%s, has %s free, less than the estimated %s (%s); if it fills up, ESXi suspends the VM. "+
 			"Free space on the datastore, lower precopy_rounds, or use mode %q.",
-			ds.Name, vm.Name, warmBytes(ds.FreeSpace), warmBytes(need), estimate, ModeCold)
+			where, warmBytes(ds.FreeSpace), warmBytes(need), estimate, ModeCold)
 		if !ds.Accessible {
-			check.Message = fmt.Sprintf("Datastore %q, which holds VM %q's folder, is not accessible. Use mode %q once it is, or mode %q.", ds.Name, vm.Name, ModeWarm, ModeCold)
+			check.Message = fmt.Sprintf("Datastore %q, which holds VM %q's snapshot deltas (%s), is not accessible. Use mode %q once it is, or mode %q.", ds.Name, vm.Name, folder, ModeWarm, ModeCold)
 		}
 	}
 	return []preflight.Check{check}
+}
+
+// WarmDeltaFolder is the folder where ESXi writes vm's snapshot deltas:
+// its workingDir, else the folder of its .vmx.
+func WarmDeltaFolder(vm *esxi.VM) string {
+	if vm.WorkingDir != "" {
+		return vm.WorkingDir
+	}
+	return path.Dir(vm.VMXPath)
+}
+
+// warmRoundsLeft returns how many precopy rounds are still to be taken,
+// and how many were: the record's snapshots that were taken (an id seen or
+// their files copied) and not removed, else, without a record, the
+// migration's snapshots in the VM's tree. A precopy that stopped early
+// takes no more.
+func (s Spec) warmRoundsLeft(vm *esxi.VM, w *WarmEvidence) (left, taken int) {
+	rounds := s.PrecopyRounds
+	if w != nil {
+		rounds = w.Rounds
+		for _, sn := range w.Snapshots {
+			if (sn.ID != 0 || sn.Copied) && !sn.Removed {
+				taken++
+			}
+		}
+		if w.Stopped != nil {
+			rounds = w.Stopped.Round
+		}
+	} else {
+		own := map[string]bool{}
+		for k := 1; k <= rounds; k++ {
+			own[s.warmSnapshotName(k)] = true
+		}
+		taken = len(esxi.FindSnapshots(vm.Snapshots, func(sn esxi.Snapshot) bool { return own[sn.Name] }))
+	}
+	return max(rounds-taken, 0), taken
 }
 
 // warmBytes formats a size in binary units, with the exact count when not

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,100 @@ func TestWarmDatastoreSpaceVerdict(t *testing.T) {
 				t.Fatalf("apply = %v in %s", runErr, rec.Phase)
 			}
 		})
+	}
+}
+
+// A .vmx whose workingDir names another datastore has its deltas judged
+// on that datastore, not on the one holding the VM's folder.
+func TestWarmDatastoreSpaceHonoursWorkingDir(t *testing.T) {
+	e := newEnv(t)
+	const capacity = 64 << 20
+	_, files := e.host.AddVM(t, esxisim.VMSpec{Name: "wd", Disks: []esxisim.DiskSpec{{CapacityBytes: capacity}},
+		NICs: []esxisim.NICSpec{{Network: "VM Network"}}, Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.5"}})
+	// A second datastore, made by a VM that lives there.
+	e.host.AddVM(t, esxisim.VMSpec{Name: "other", Datastore: "datastore2", Disks: []esxisim.DiskSpec{{CapacityBytes: 1 << 20}},
+		NICs: []esxisim.NICSpec{{Network: "VM Network"}}, Power: esxisim.PoweredOff})
+	vmx := filepath.Join(files.LocalDir, "wd.vmx")
+	b, err := os.ReadFile(vmx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vmx, append(b, "workingDir = \"/vmfs/volumes/datastore2/wd-snaps\"\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := e.spec("wd", "wd")
+	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 1
+	need := int64(capacity / 100 * engine.WarmDeltaGrowthPercent)
+	tight := func(name string) {
+		e.host.SetDatastoreCapacity(name, 0)
+		free, err := e.host.DatastoreFree(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.host.SetDatastoreCapacity(name, esxisim.DefaultDatastoreCapacity-free+need-1)
+	}
+	defer e.host.SetDatastoreCapacity("datastore1", 0)
+	defer e.host.SetDatastoreCapacity("datastore2", 0)
+	check := func() preflight.Check {
+		t.Helper()
+		p, err := e.engine().Preview(e.ctx(20*time.Second), spec, engine.PreviewOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Checks.Checks {
+			if c.ID == engine.CheckWarmDatastoreSpace {
+				return c
+			}
+		}
+		t.Fatalf("no %s check", engine.CheckWarmDatastoreSpace)
+		return preflight.Check{}
+	}
+	tight("datastore1") // the VM's folder is full: it does not matter
+	if c := check(); !c.Passed || !strings.Contains(c.Message, `Datastore "datastore2"`) || !strings.Contains(c.Message, "workingDir /vmfs/volumes/datastore2/wd-snaps") {
+		t.Errorf("with room on the working directory's datastore: %+v", c)
+	}
+	e.host.SetDatastoreCapacity("datastore1", 0)
+	tight("datastore2")
+	if c := check(); c.Passed || !strings.Contains(c.Message, `Datastore "datastore2"`) {
+		t.Errorf("with the working directory's datastore full: %+v", c)
+	}
+}
+
+// Once the migration's first snapshot exists, only the rounds still to be
+// taken count: the first delta's space is in the datastore's free space.
+func TestWarmDatastoreSpaceCountsRoundsLeft(t *testing.T) {
+	e := newEnv(t)
+	const capacity = 64 << 20
+	id, _ := e.host.AddVM(t, esxisim.VMSpec{Name: "left", Disks: []esxisim.DiskSpec{{CapacityBytes: capacity}},
+		NICs: []esxisim.NICSpec{{Network: "VM Network"}}, Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.5"}})
+	spec := e.spec("left", "left")
+	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 3
+	per := int64(capacity / 100 * engine.WarmDeltaGrowthPercent)
+	space := func() preflight.Check {
+		t.Helper()
+		p, err := e.engine().Preview(e.ctx(20*time.Second), spec, engine.PreviewOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Checks.Checks {
+			if c.ID == engine.CheckWarmDatastoreSpace {
+				return c
+			}
+		}
+		t.Fatalf("no %s check", engine.CheckWarmDatastoreSpace)
+		return preflight.Check{}
+	}
+	if c := space(); !strings.Contains(c.Message, "estimated at "+engine.WarmBytes(3*per)) {
+		t.Errorf("before any snapshot: %s", c.Message)
+	}
+	c, err := e.reg.Client(hostName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SnapshotCreate(e.ctx(10*time.Second), id, engine.WarmSnapshotName(spec, 1), "first round"); err != nil {
+		t.Fatal(err)
+	}
+	if c := space(); !strings.Contains(c.Message, "estimated at "+engine.WarmBytes(2*per)) || !strings.Contains(c.Message, "2 precopy snapshot(s) still to take") || !strings.Contains(c.Message, "the 1 taken already") {
+		t.Errorf("after the first round's snapshot: %s", c.Message)
 	}
 }

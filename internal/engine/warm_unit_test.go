@@ -243,3 +243,27 @@ func TestMoveChainLinkResumes(t *testing.T) {
 		})
 	}
 }
+
+// The rounds still to take come from the record when there is one (taken:
+// an id seen or copied, not removed; none after a stop), else from the
+// migration's snapshots in the VM's tree.
+func TestWarmRoundsLeft(t *testing.T) {
+	s := Spec{Namespace: "ns", Name: "web", Mode: ModeWarm, PrecopyRounds: 4}
+	tree := &esxi.VM{Snapshots: []esxi.Snapshot{{Name: "theirs", Children: []esxi.Snapshot{{Name: s.warmSnapshotName(1)}}}}}
+	for _, tc := range []struct {
+		name        string
+		w           *WarmEvidence
+		left, taken int
+	}{
+		{"no record, own snapshot in the tree", nil, 3, 1},
+		{"record, nothing taken", &WarmEvidence{Rounds: 4}, 4, 0},
+		{"intent only", &WarmEvidence{Rounds: 4, Snapshots: []WarmSnapshot{{Round: 1}}}, 4, 0},
+		{"two taken", &WarmEvidence{Rounds: 4, Snapshots: []WarmSnapshot{{Round: 1, ID: 5, Copied: true}, {Round: 2, ID: 6}}}, 2, 2},
+		{"stopped after two", &WarmEvidence{Rounds: 4, Stopped: &WarmStop{Round: 2}, Snapshots: []WarmSnapshot{{Round: 1, ID: 5, Copied: true}, {Round: 2, ID: 6, Copied: true}}}, 0, 2},
+		{"removed", &WarmEvidence{Rounds: 4, Snapshots: []WarmSnapshot{{Round: 1, ID: 5, Copied: true, Removed: true}}}, 4, 0},
+	} {
+		if left, taken := s.warmRoundsLeft(tree, tc.w); left != tc.left || taken != tc.taken {
+			t.Errorf("%s: left %d taken %d, want %d %d", tc.name, left, taken, tc.left, tc.taken)
+		}
+	}
+}
