@@ -88,15 +88,10 @@ func (s *Sim) settle(ctx context.Context, rec *Received, path string) error {
 			_ = os.Remove(part)
 			return fmt.Errorf("qemu-img convert: %v: %s", err, out)
 		}
-		sum, n, err := hashFile(part)
-		if err != nil {
-			_ = os.Remove(part)
-			return err
-		}
 		if err := os.Rename(part, path); err != nil {
 			return err
 		}
-		rec.SHA256, rec.Size = sum, n
+		rec.hashed = make(chan struct{}) // recordReceived hashes the claim
 	default:
 		return fmt.Errorf("cannot write a %s image to the claim", rec.SentFormat)
 	}
@@ -366,9 +361,25 @@ func (s *Sim) recordReceived(rec *Received) {
 	ns := filepath.Base(filepath.Dir(rec.Path))
 	name := filepath.Base(rec.Path)
 	name = name[:len(name)-len(".img")]
+	key := ns + "/" + name
 	s.mu.Lock()
-	s.received[ns+"/"+name] = *rec
+	s.received[key] = *rec
 	s.mu.Unlock()
+	if done := rec.hashed; done != nil {
+		go func() {
+			defer close(done)
+			sum, n, err := hashFile(rec.Path)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if r, ok := s.received[key]; ok && r.hashed == done {
+				if err != nil {
+					s.lastErr = fmt.Errorf("hashing the claim of %s: %w", key, err)
+				}
+				r.SHA256, r.Size, r.hashed = sum, n, nil
+				s.received[key] = r
+			}
+		}()
+	}
 }
 
 // startImport starts downloading the DataVolume's http source in the
