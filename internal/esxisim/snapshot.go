@@ -588,6 +588,12 @@ func applyFlat(p string, writes []vmdk.Write) error {
 // a delta are regenerated whole, the rest of each grain read through the
 // chain.
 func (s *Server) GuestWrite(vmid int, node string, offset int64, data []byte) error {
+	return s.GuestWrites(vmid, node, []vmdk.Write{{Offset: offset, Data: data}})
+}
+
+// GuestWrites is GuestWrite of several writes, applied in order, with the
+// delta rewritten once for all of them.
+func (s *Server) GuestWrites(vmid int, node string, writes []vmdk.Write) error {
 	vv, ok := s.view(vmid)
 	if !ok || !vv.valid {
 		return fmt.Errorf("esxisim: no VM %d", vmid)
@@ -612,15 +618,17 @@ func (s *Server) GuestWrite(vmid int, node string, offset int64, data []byte) er
 		return err
 	}
 	capacity := sectors * vmdk.SectorSize
-	if offset < 0 || int64(len(data)) > capacity-offset {
-		return fmt.Errorf("esxisim: %d bytes at %d do not fit the %d-byte disk", len(data), offset, capacity)
+	for _, w := range writes {
+		if w.Offset < 0 || int64(len(w.Data)) > capacity-w.Offset {
+			return fmt.Errorf("esxisim: %d bytes at %d do not fit the %d-byte disk", len(w.Data), w.Offset, capacity)
+		}
 	}
 	ext, err := s.local(l.extent)
 	if err != nil {
 		return err
 	}
 	if !l.d.CreateType.IsDelta() {
-		return applyFlat(ext, []vmdk.Write{{Offset: offset, Data: data}})
+		return applyFlat(ext, writes)
 	}
 	ldesc, err := s.local(top)
 	if err != nil {
@@ -630,29 +638,33 @@ func (s *Server) GuestWrite(vmid int, node string, offset int64, data []byte) er
 	if err != nil {
 		return err
 	}
+	defer ch.Close()
+	// The grains the writes touch, each read once through the chain and
+	// then changed by every write that covers part of it, in order.
 	gs := l.d.CreateType.GrainSize()
-	start := offset / gs * gs
-	end := min((offset+int64(len(data))+gs-1)/gs*gs, capacity)
-	buf := make([]byte, end-start)
-	if _, err := ch.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
-		ch.Close()
-		return err
+	grains := map[int64][]byte{}
+	for _, w := range writes {
+		for g := w.Offset / gs * gs; g < w.Offset+int64(len(w.Data)); g += gs {
+			buf, ok := grains[g]
+			if !ok {
+				buf = make([]byte, min(gs, capacity-g))
+				if _, err := ch.ReadAt(buf, g); err != nil && !errors.Is(err, io.EOF) {
+					return err
+				}
+				grains[g] = buf
+			}
+			lo, hi := max(w.Offset, g), min(w.Offset+int64(len(w.Data)), g+int64(len(buf)))
+			copy(buf[lo-g:hi-g], w.Data[lo-w.Offset:hi-w.Offset])
+		}
 	}
-	ch.Close()
-	copy(buf[offset-start:], data)
+	changed := make([]vmdk.Write, 0, len(grains))
+	for g, buf := range grains {
+		changed = append(changed, vmdk.Write{Offset: g, Data: buf})
+	}
 	own, err := vmdk.ReadWrites(ext, l.d.CreateType)
 	if err != nil {
 		return err
 	}
-	merged := mergeWrites(l.d.CreateType, own, splitGrains(start, buf, gs))
-	_, err = vmdk.WriteExtent(ext, l.d.CreateType, sectors, merged)
+	_, err = vmdk.WriteExtent(ext, l.d.CreateType, sectors, mergeWrites(l.d.CreateType, own, changed))
 	return err
-}
-
-func splitGrains(start int64, buf []byte, gs int64) []vmdk.Write {
-	var out []vmdk.Write
-	for off := int64(0); off < int64(len(buf)); off += gs {
-		out = append(out, vmdk.Write{Offset: start + off, Data: buf[off:min(off+gs, int64(len(buf)))]})
-	}
-	return out
 }

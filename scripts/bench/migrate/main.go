@@ -45,6 +45,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
 const (
@@ -206,22 +207,24 @@ func hostMain(args []string) error {
 }
 
 // guestWrites writes n bytes in grain-sized blocks at random places of the
-// VM's data, each disk in proportion to its data.
+// VM's data, each disk in proportion to its data, in one batch per disk.
 func guestWrites(s *esxisim.Server, rng *rand.Rand, id int, files *esxisim.VMFiles, l vmLayout, n int64) error {
-	buf := make([]byte, grain)
 	total := l.allocated()
 	for i, d := range l.Disks {
 		blocks := n * d.allocated() / total / grain
 		ex := d.extents()
+		var batch []vmdk.Write
 		for b := int64(0); b < blocks; b++ {
 			e := ex[rng.IntN(len(ex))]
 			off := e.Offset + rng.Int64N(max(e.Length/grain, 1))*grain
+			buf := make([]byte, min(grain, d.Capacity-off))
 			for j := range buf {
 				buf[j] = byte(rng.Uint32())
 			}
-			if err := s.GuestWrite(id, files.Disks[i].Controller, off, buf[:min(grain, d.Capacity-off)]); err != nil {
-				return err
-			}
+			batch = append(batch, vmdk.Write{Offset: off, Data: buf})
+		}
+		if err := s.GuestWrites(id, files.Disks[i].Controller, batch); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -518,12 +521,19 @@ func run(ctx context.Context, f runFlags) error {
 	fmt.Println("== warm migration of \"warm\": its guest writes 5% of its data during the precopy")
 	warmSpec := spec("warm")
 	warmSpec.Mode = engine.ModeWarm
+	// The guest writes once the precopy is under way (into the migration's
+	// snapshot delta), beside the copy, not in its progress callback.
 	var once sync.Once
-	var writeErr error
+	wrote := make(chan error, 1)
 	evMu.Lock()
 	hooks = append(hooks, func(ev engine.Event) {
 		if ev.Name == "warm" && ev.Kind == engine.EventProgress && strings.HasPrefix(ev.Message, "precopy:") {
-			once.Do(func() { _, writeErr = host.ask(fmt.Sprintf("write warm %d", lay.VMs[1].allocated()/20)) })
+			once.Do(func() {
+				go func() {
+					_, err := host.ask(fmt.Sprintf("write warm %d", lay.VMs[1].allocated()/20))
+					wrote <- err
+				}()
+			})
 		}
 	})
 	evMu.Unlock()
@@ -531,8 +541,13 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	if writeErr != nil {
-		return fmt.Errorf("the warm guest's writes: %w", writeErr)
+	select {
+	case err := <-wrote:
+		if err != nil {
+			return fmt.Errorf("the warm guest's writes: %w", err)
+		}
+	default:
+		return errors.New("the warm guest wrote nothing during the precopy")
 	}
 
 	fmt.Printf("== a wave of %d VMs on one host (2 migrations at once, 4 SSH sessions, 2 streams per disk)\n", f.wave)
