@@ -89,8 +89,9 @@ type WarmEvidence struct {
 	// Rounds is the most precopy rounds the migration takes.
 	Rounds int `json:"rounds"`
 	// StopBytes is Spec.PrecopyStopBytes when the precopy began (0: every
-	// round is taken).
-	StopBytes int64 `json:"stopBytes,omitempty"`
+	// round is taken); nil in records of precopies that began before it
+	// existed, which take every round.
+	StopBytes *int64 `json:"stopBytes,omitempty"`
 	// Stopped is set, with the copy of the round it names, when the
 	// precopy ended before Rounds.
 	Stopped *WarmStop `json:"stopped,omitempty"`
@@ -210,7 +211,8 @@ func (w *WarmEvidence) snapshot(round int) *WarmSnapshot {
 func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 	rec := r.rec()
 	if rec.Warm == nil {
-		rec.Warm = &WarmEvidence{Rounds: r.spec.PrecopyRounds, StopBytes: r.spec.PrecopyStopBytes}
+		stop := r.spec.PrecopyStopBytes
+		rec.Warm = &WarmEvidence{Rounds: r.spec.PrecopyRounds, StopBytes: &stop}
 		if err := r.save(ctx); err != nil {
 			return nil, err
 		}
@@ -310,12 +312,13 @@ func (w *WarmEvidence) stopAfter(k int, bytes int64, vm *esxi.VM, disks int) *Wa
 	if w.Stopped != nil {
 		return w.Stopped
 	}
-	if w.StopBytes <= 0 || k < 2 || k >= w.Rounds || bytes > w.StopBytes {
+	limit := w.stopLimit()
+	if limit <= 0 || k < 2 || k >= w.Rounds || bytes > limit {
 		return nil
 	}
-	st := &WarmStop{Round: k, Bytes: bytes, Limit: w.StopBytes,
+	st := &WarmStop{Round: k, Bytes: bytes, Limit: limit,
 		Reason: fmt.Sprintf("precopy ends after round %d of %d: it copied %d bytes, at most precopy_stop_bytes (%d), so the guest writes little and another round would shorten the cutover little",
-			k, w.Rounds, bytes, w.StopBytes)}
+			k, w.Rounds, bytes, limit)}
 	shift := w.Rounds - k
 	for i, d := range vm.Disks {
 		if i >= disks || d.Chain == nil {
@@ -326,6 +329,14 @@ func (w *WarmEvidence) stopAfter(k int, bytes int64, vm *esxi.VM, disks int) *Wa
 		}
 	}
 	return st
+}
+
+// stopLimit is StopBytes, 0 when not recorded.
+func (w *WarmEvidence) stopLimit() int64 {
+	if w.StopBytes == nil {
+		return 0
+	}
+	return *w.StopBytes
 }
 
 // warmRenames moves the copied chain files of a precopy that stopped early

@@ -168,13 +168,17 @@ func TestWarmStopAfter(t *testing.T) {
 		{4, 2, 0, 0, false},    // 0: every round
 		{2, 2, 100, 10, false}, // the last round: nothing to stop
 	} {
-		w := &WarmEvidence{Rounds: tc.rounds, StopBytes: tc.limit}
+		w := &WarmEvidence{Rounds: tc.rounds, StopBytes: &tc.limit}
 		st := w.stopAfter(tc.k, tc.bytes, vm, 2)
 		if (st != nil) != tc.stop {
 			t.Errorf("%+v: stop %+v", tc, st)
 		}
 	}
-	w := &WarmEvidence{Rounds: 5, StopBytes: 100}
+	if st := (&WarmEvidence{Rounds: 4}).stopAfter(2, 10, vm, 2); st != nil {
+		t.Errorf("a record without the limit (a precopy begun before it existed) stops: %+v", st)
+	}
+	limit := int64(100)
+	w := &WarmEvidence{Rounds: 5, StopBytes: &limit}
 	st := w.stopAfter(2, 50, vm, 2)
 	want := []WarmRename{{0, 4, 1}, {0, 5, 2}, {1, 4, 1}, {1, 5, 2}, {1, 6, 3}}
 	if st == nil || st.Round != 2 || st.Bytes != 50 || st.Limit != 100 || !slices.Equal(st.Renames, want) {

@@ -132,7 +132,11 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 	m.PrecopyStop = types.Int64Value(engine.DefaultPrecopyStopBytes)
 	if rec.Warm != nil {
 		m.Mode, m.PrecopyRounds = types.StringValue(engine.ModeWarm), types.Int64Value(int64(rec.Warm.Rounds))
-		m.PrecopyStop = types.Int64Value(rec.Warm.StopBytes)
+		if rec.Warm.StopBytes != nil {
+			// Else the precopy began before the attribute existed: the
+			// state gains the default, as a configuration would.
+			m.PrecopyStop = types.Int64Value(*rec.Warm.StopBytes)
+		}
 	}
 	m.PowerOffPolicy = types.StringValue(engine.DefaultPowerOffPolicy)
 	if rec.PowerOff != nil && rec.PowerOff.Policy != "" {

@@ -62,3 +62,24 @@ func TestPrecopyStopBytesChanges(t *testing.T) {
 		t.Error("a negative precopy_stop_bytes passes Spec.Validate")
 	}
 }
+
+// An import takes precopy_stop_bytes from the record; a warm record from
+// before the attribute, or a cold one, gains the default.
+func TestImportPrecopyStopBytes(t *testing.T) {
+	four := int64(4096)
+	for _, tc := range []struct {
+		name string
+		warm *engine.WarmEvidence
+		want int64
+	}{
+		{"cold", nil, engine.DefaultPrecopyStopBytes},
+		{"warm", &engine.WarmEvidence{Rounds: 3, StopBytes: &four}, 4096},
+		{"warm before the attribute", &engine.WarmEvidence{Rounds: 3}, engine.DefaultPrecopyStopBytes},
+	} {
+		m := planModel("esxi-a", "web", 0, "apps", "web")
+		fillImported(m, engine.Observation{Record: &engine.Record{Warm: tc.warm}})
+		if got := m.PrecopyStop; !got.Equal(types.Int64Value(tc.want)) {
+			t.Errorf("%s: precopy_stop_bytes %v, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"Replaces the migration unless the state predates the attribute.", "Replaces the migration unless the state predates the attribute.")},
 				MarkdownDescription: "How the disks are copied: " + backticked(engine.Modes) + ". `" + engine.ModeCold + "` powers the source off (per `power_off_policy`), then copies its disks. " +
 					"`" + engine.ModeWarm + "` copies them while the source runs: it takes a disk-only snapshot of the source (`vim-cmd vmsvc/snapshot.create`, no memory, no quiescing: crash-consistent), " +
-					"copies the files the snapshot froze, takes `precopy_rounds` snapshots in all, each copying the delta the previous round left, and powers the source off only to copy the last delta, " +
+					"copies the files the snapshot froze, takes up to `precopy_rounds` snapshots in all (fewer once a round copies at most `precopy_stop_bytes`), each copying the delta the previous round left, and powers the source off only to copy the last delta, " +
 					"so the downtime covers what the guest wrote during the last round. The migration's snapshots are named `vmmigration <namespace>/<name> round <n>` and recorded with their ids; " +
 					"they are removed from the source (consolidating their deltas, leaving the VM as it was) once the migration completes, or when the resource is destroyed before, whatever the `delete_policy`. " +
 					"Snapshots the VM had before are never touched. Changing it replaces the migration.",
@@ -159,7 +159,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplaceIf(func(_ context.Context, req planmodifier.Int64Request, resp *int64planmodifier.RequiresReplaceIfFuncResponse) {
 					resp.RequiresReplace = !req.StateValue.IsNull()
 				}, "Replaces the migration unless the state predates the attribute.", "Replaces the migration unless the state predates the attribute.")},
-				MarkdownDescription: fmt.Sprintf("Number of precopy rounds (snapshots) of a `%s` migration, 1 to %d; `%s` migrations take none and leave it at %d. "+
+				MarkdownDescription: fmt.Sprintf("Most precopy rounds (snapshots) of a `%s` migration, 1 to %d (see `precopy_stop_bytes`); `%s` migrations take none and leave it at %d. "+
 					"More rounds shrink the last delta when the guest writes a lot during the first copy. Changing it replaces the migration.",
 					engine.ModeWarm, engine.MaxPrecopyRounds, engine.ModeCold, engine.DefaultPrecopyRounds),
 				Validators: []validator.Int64{int64validator.Between(1, engine.MaxPrecopyRounds)},
