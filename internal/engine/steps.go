@@ -624,9 +624,15 @@ func (r *run) artifactIntact(ctx context.Context, d *DiskEvidence, art string) b
 // stepImport makes one Succeeded DataVolume per disk.
 func (r *run) stepImport(ctx context.Context) error {
 	rec := r.rec()
-	for i := range rec.Disks {
-		if err := r.importDisk(ctx, i); err != nil {
-			return err
+	// Every DataVolume is created first, so that CDI prepares their upload
+	// pods together; every image is then sent, while CDI converts the ones
+	// already sent; last, every import is waited for. Each pass observes
+	// and is safe to re-enter, like the whole step.
+	for _, stage := range []importStage{importCreated, importSent, importDone} {
+		for i := range rec.Disks {
+			if err := r.importDisk(ctx, i, stage); err != nil {
+				return err
+			}
 		}
 	}
 	now := r.now()
@@ -652,7 +658,20 @@ func dvRunningCondition(dv *cdiv1beta1.DataVolume) (string, string) {
 	return "", ""
 }
 
-func (r *run) importDisk(ctx context.Context, i int) error {
+// importStage is how far importDisk takes a disk before it returns.
+type importStage int
+
+const (
+	// importCreated: the disk's DataVolume exists and is ours.
+	importCreated importStage = iota
+	// importSent: its image has been sent (nothing to send with the http
+	// transport: CDI fetches it).
+	importSent
+	// importDone: the DataVolume Succeeded.
+	importDone
+)
+
+func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 	rec := r.rec()
 	d := &rec.Disks[i]
 	ns := r.spec.Namespace
@@ -707,6 +726,9 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 			// run interrupted before it could record the UID).
 			d.DataVolumeUID, d.Uploaded = string(dv.UID), false
 		}
+		if stage == importCreated {
+			return nil
+		}
 		d.DataVolumePhase, d.Progress = string(dv.Status.Phase), string(dv.Status.Progress)
 		switch dv.Status.Phase {
 		case cdiv1beta1.Succeeded:
@@ -749,6 +771,9 @@ func (r *run) importDisk(ctx context.Context, i int) error {
 				}
 				continue
 			}
+		}
+		if stage == importSent && (d.Uploaded || dv.Spec.Source == nil || dv.Spec.Source.Upload == nil) {
+			return nil
 		}
 		if d.Progress != lastProgress {
 			lastProgress = d.Progress
