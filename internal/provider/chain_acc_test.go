@@ -202,6 +202,28 @@ data "vmmigration_esxi_vm" "chained" {
 					if len(seen) != len(before) {
 						return fmt.Errorf("chain evidence for %d files %v, want one per chain file (%d)", len(seen), seen, len(before))
 					}
+					return nil
+				},
+				// The state carries the same evidence, file by file.
+				func(st *terraform.State) error {
+					rs := st.RootModule().Resources[addr]
+					if rs == nil {
+						return fmt.Errorf("%s not in state", addr)
+					}
+					a := rs.Primary.Attributes
+					if a["disks.0.chain.#"] != fmt.Sprint(len(before)) {
+						return fmt.Errorf("state has %s chain files, want %d", a["disks.0.chain.#"], len(before))
+					}
+					for i := 0; i < len(before); i++ {
+						p := fmt.Sprintf("disks.0.chain.%d.", i)
+						src := a[p+"source_path"]
+						if a[p+"sha256"] == "" || a[p+"sha256"] != before[src] {
+							return fmt.Errorf("state %ssha256 = %q for %s, the host file's is %q", p, a[p+"sha256"], src, before[src])
+						}
+					}
+					return nil
+				},
+				func(*terraform.State) error {
 					if after := chainFileSums(t, ch); fmt.Sprint(after) != fmt.Sprint(before) {
 						return fmt.Errorf("the source chain changed:\nbefore %v\nafter  %v", before, after)
 					}

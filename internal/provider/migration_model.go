@@ -103,6 +103,18 @@ type diskEvidenceModel struct {
 	ConvertedSHA256 types.String `tfsdk:"converted_sha256"`
 	DataVolume      types.String `tfsdk:"data_volume"`
 	DataVolumeUID   types.String `tfsdk:"data_volume_uid"`
+	Chain           types.List   `tfsdk:"chain"`
+}
+
+type chainFileModel struct {
+	Link       types.Int64  `tfsdk:"link"`
+	Kind       types.String `tfsdk:"kind"`
+	Format     types.String `tfsdk:"format"`
+	SourcePath types.String `tfsdk:"source_path"`
+	CID        types.String `tfsdk:"cid"`
+	ParentCID  types.String `tfsdk:"parent_cid"`
+	SizeBytes  types.Int64  `tfsdk:"size_bytes"`
+	SHA256     types.String `tfsdk:"sha256"`
 }
 
 type conditionModel struct {
@@ -113,7 +125,12 @@ type conditionModel struct {
 }
 
 var (
+	chainFileType = types.ObjectType{AttrTypes: map[string]attr.Type{
+		"link": types.Int64Type, "kind": types.StringType, "format": types.StringType, "source_path": types.StringType,
+		"cid": types.StringType, "parent_cid": types.StringType, "size_bytes": types.Int64Type, "sha256": types.StringType,
+	}}
 	diskEvidenceType = types.ObjectType{AttrTypes: map[string]attr.Type{
+		"chain": types.ListType{ElemType: chainFileType},
 		"index": types.Int64Type, "device": types.StringType, "source_path": types.StringType,
 		"size_bytes": types.Int64Type, "source_sha256": types.StringType, "artifact_format": types.StringType,
 		"artifact_sha256": types.StringType, "converted_sha256": types.StringType, "data_volume": types.StringType, "data_volume_uid": types.StringType,
@@ -227,9 +244,19 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 	for k, v := range rec.Timestamps.Map() {
 		ts[k] = v.UTC().Format(time.RFC3339)
 	}
+	var diags diag.Diagnostics
 	var disks []diskEvidenceModel
 	for _, d := range rec.Disks {
+		chain := []chainFileModel{}
+		for _, f := range d.Chain {
+			chain = append(chain, chainFileModel{Link: types.Int64Value(int64(f.Link)), Kind: types.StringValue(f.Kind),
+				Format: types.StringValue(f.Format), SourcePath: types.StringValue(f.SourcePath), CID: types.StringValue(f.CID),
+				ParentCID: types.StringValue(f.ParentCID), SizeBytes: types.Int64Value(f.Bytes), SHA256: types.StringValue(f.SHA256)})
+		}
+		chainList, ds := types.ListValueFrom(ctx, chainFileType, chain)
+		diags.Append(ds...)
 		disks = append(disks, diskEvidenceModel{
+			Chain:           chainList,
 			Index:           types.Int64Value(int64(d.Index)),
 			Device:          types.StringValue(d.Device),
 			SourcePath:      types.StringValue(d.SourcePath),
@@ -260,7 +287,6 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 		errs = append(errs, fmt.Sprintf("%s %s attempt %d (%s): %s",
 			e.Time.UTC().Format(time.RFC3339), e.Phase, e.Attempt, e.Class, e.Message))
 	}
-	var diags diag.Diagnostics
 	var d diag.Diagnostics
 	m.Timestamps, d = types.MapValueFrom(ctx, types.StringType, ts)
 	diags.Append(d...)

@@ -196,6 +196,7 @@ func (m *migrationModel) planDisks(disks []engine.DiskEvidence) diag.Diagnostics
 			"artifact_sha256": types.StringUnknown(), "converted_sha256": types.StringUnknown(),
 			"data_volume":     types.StringValue(d.DataVolume),
 			"data_volume_uid": types.StringUnknown(),
+			"chain":           types.ListUnknown(chainFileType),
 		})
 		diags.Append(ds...)
 		elems = append(elems, o)

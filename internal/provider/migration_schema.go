@@ -264,6 +264,21 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"converted_sha256": str("SHA-256 of the image after the guest conversion: what the DataVolume holds. Empty without conversion."),
 					"data_volume":      str("DataVolume name."),
 					"data_volume_uid":  str("DataVolume UID."),
+					"chain": schema.ListNestedAttribute{
+						Computed: true,
+						MarkdownDescription: "For a disk that runs on a snapshot chain, every file copied from the host, the descriptor the VM runs on first and the base last, " +
+							"each with the SHA-256 of its copy; `source_sha256` is then the SHA-256 of the flattened, guest-visible disk. Empty for a disk on no snapshot.",
+						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+							"link":        schema.Int64Attribute{Computed: true, MarkdownDescription: "Position in the chain: 0 for the descriptor the VM runs on, the highest for the base."},
+							"kind":        str("`descriptor` or `extent`."),
+							"format":      str("The link's `createType`: `seSparse`, `vmfsSparse`, `vmfs`, ..."),
+							"source_path": str("The file on the host."),
+							"cid":         str("The descriptor's `CID` (descriptors only)."),
+							"parent_cid":  str("The descriptor's `parentCID` (descriptors only)."),
+							"size_bytes":  schema.Int64Attribute{Computed: true, MarkdownDescription: "Bytes copied."},
+							"sha256":      str("SHA-256 of the copy, which matched the host's."),
+						}},
+					},
 				}},
 			},
 			"conditions": schema.ListNestedAttribute{
