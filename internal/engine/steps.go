@@ -859,14 +859,18 @@ func (r *run) upload(ctx context.Context, i int) error {
 	return nil
 }
 
+// qcow2MinSaving: a raw image is sent as a qcow2 copy only when its holes
+// are at least 1/qcow2MinSaving of it.
+const qcow2MinSaving = 8
+
 // uploadImage returns the file to send to CDI's upload proxy for disk i.
 // A raw image is sent as a qcow2 copy (qemu-img convert detects zero runs
 // and holes, so only data crosses the wire); CDI converts it back to raw
 // in the claim, so the disk the guest sees, and its checksum, are the raw
 // image's. The copy is made with convert.Tool.Convert: an interrupted
 // upload finds it intact (its sidecar) and sends it again without
-// converting. When the work folder has no room for it the raw image is
-// sent as it is.
+// converting. When the work folder has no room for it, or the image is
+// nearly all data, the raw image is sent as it is.
 func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artifact, error) {
 	fi, err := os.Stat(art)
 	if err != nil {
@@ -879,6 +883,13 @@ func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artif
 		asIs.SHA256 = d.ConvertedSHA256
 	}
 	if asIs.Format != convert.Raw {
+		return asIs, nil
+	}
+	// The copy pays off by leaving zeros behind; for an image that is
+	// nearly all data it would only add a local rewrite before the upload
+	// and CDI's conversion after it.
+	if data, err := convert.DataBytes(art); err == nil && data > fi.Size()-fi.Size()/qcow2MinSaving {
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: %d of its %d bytes hold data: uploading the raw image as it is, a qcow2 copy would save little", i, data, fi.Size())})
 		return asIs, nil
 	}
 	q := r.spec.uploadPath(i)
