@@ -354,6 +354,23 @@ func (c *child) stop() {
 	}
 }
 
+// procCPU is the CPU time of process pid and its reaped children (the
+// host's python readers), from /proc.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
 // usage is this process's CPU time (its own and its reaped children's,
 // qemu-img included) and peak RSS.
 type usage struct {
@@ -509,7 +526,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 
 	fmt.Println("== cold migration of \"cold\"")
-	cold, err := measure(ctx, en, cl, spec("cold"))
+	cold, err := measure(ctx, en, cl, host, spec("cold"))
 	if err != nil {
 		return err
 	}
@@ -537,7 +554,7 @@ func run(ctx context.Context, f runFlags) error {
 		}
 	})
 	evMu.Unlock()
-	warm, err := measure(ctx, en, cl, warmSpec)
+	warm, err := measure(ctx, en, cl, host, warmSpec)
 	if err != nil {
 		return err
 	}
@@ -552,7 +569,7 @@ func run(ctx context.Context, f runFlags) error {
 
 	fmt.Printf("== a wave of %d VMs on one host (2 migrations at once, 4 SSH sessions, 2 streams per disk)\n", f.wave)
 	waveStart := time.Now()
-	u0 := getUsage()
+	u0, h0 := getUsage(), procCPU(host.cmd.Process.Pid)
 	var wg sync.WaitGroup
 	wave := make([]result, f.wave)
 	waveErr := make([]error, f.wave)
@@ -560,12 +577,12 @@ func run(ctx context.Context, f runFlags) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wave[i], waveErr[i] = measure(ctx, en, cl, spec(fmt.Sprintf("wave-%d", i)))
+			wave[i], waveErr[i] = measure(ctx, en, cl, host, spec(fmt.Sprintf("wave-%d", i)))
 		}()
 	}
 	wg.Wait()
 	waveTime := time.Since(waveStart)
-	waveCPU := getUsage().cpu - u0.cpu
+	waveCPU, waveHostCPU := getUsage().cpu-u0.cpu, procCPU(host.cmd.Process.Pid)-h0
 	if err := errors.Join(waveErr...); err != nil {
 		return err
 	}
@@ -594,18 +611,25 @@ func run(ctx context.Context, f runFlags) error {
 	fmt.Printf("%-28s %10s %10s\n", "sent to CDI's upload proxy", gib(cold.uploaded), gib(warm.uploaded))
 	fmt.Printf("%-28s %9.2fs %9.2fs\n", "provider CPU s per GiB", cold.cpu.Seconds()/(float64(coldVM.allocated())/GiB),
 		warm.cpu.Seconds()/(float64(lay.VMs[1].allocated())/GiB))
+	fmt.Printf("%-28s %9.2fs %9.2fs\n", "host CPU s per GiB", cold.hostCPU.Seconds()/(float64(coldVM.allocated())/GiB),
+		warm.hostCPU.Seconds()/(float64(lay.VMs[1].allocated())/GiB))
 	fmt.Println()
 	fmt.Printf("ideal (data / link rate): %.1f s; goal 1.3 x ideal + 10 s = %.1f s; cold downtime %.1f s = %.2f x ideal (%s the goal)\n",
 		ideal, goal, cold.downtime.Seconds(), cold.downtime.Seconds()/ideal, verdict(cold.downtime.Seconds() <= goal))
+	if cold.copy > 0 {
+		r := float64(coldVM.allocated()) / cold.copy.Seconds()
+		fmt.Printf("copy of the VM's data (both disks at once): %.1f MB/s = %.2f x `ssh cat`\n", r/1e6, r/linkRate)
+	}
 	if denseCopy > 0 {
 		r := float64(coldVM.Disks[0].Capacity) / denseCopy
-		fmt.Printf("dense disk copy: %.1f MB/s = %.2f x `ssh cat` (goal >= 0.9x: %s)\n", r/1e6, r/linkRate, verdict(r/linkRate >= 0.9))
+		fmt.Printf("dense disk copy, beside the thin one: %.1f MB/s = %.2f x `ssh cat` (goal >= 0.9x: %s)\n", r/1e6, r/linkRate, verdict(r/linkRate >= 0.9))
 	}
 	fmt.Printf("warm downtime = %.0f%% of cold (goal <= 15%%: %s)\n", 100*warm.downtime.Seconds()/cold.downtime.Seconds(),
 		verdict(warm.downtime.Seconds() <= 0.15*cold.downtime.Seconds()))
 	fmt.Println()
-	fmt.Printf("wave: %d VMs, %s of data, in %.1f s: %.1f MB/s = %.2f x the link; provider CPU %.2f s per GiB\n", f.wave, gib(waveBytes),
-		waveTime.Seconds(), float64(waveBytes)/waveTime.Seconds()/1e6, float64(waveBytes)/waveTime.Seconds()/linkRate, waveCPU.Seconds()/(float64(waveBytes)/GiB))
+	fmt.Printf("wave: %d VMs, %s of data, in %.1f s: %.1f MB/s = %.2f x the link; CPU per GiB: provider %.2f s, host %.2f s\n", f.wave, gib(waveBytes),
+		waveTime.Seconds(), float64(waveBytes)/waveTime.Seconds()/1e6, float64(waveBytes)/waveTime.Seconds()/linkRate,
+		waveCPU.Seconds()/(float64(waveBytes)/GiB), waveHostCPU.Seconds()/(float64(waveBytes)/GiB))
 	sort.Slice(wave, func(i, j int) bool { return wave[i].rec.Identity.Name < wave[j].rec.Identity.Name })
 	for _, w := range wave {
 		fmt.Printf("   %-8s downtime %6.1f s (copy %5.1f s, import %5.1f s)\n", w.rec.Identity.Name, w.downtime.Seconds(), w.copy.Seconds(), w.importing.Seconds())
@@ -671,13 +695,14 @@ type result struct {
 	precopy                                         time.Duration
 	precopyBytes                                    int64
 	uploaded                                        int64
+	hostCPU                                         time.Duration
 	cpu                                             time.Duration
 }
 
 // measure runs one migration and checks that every DataVolume holds the
 // content the source's disk had, as the simulated CDI computed it.
-func measure(ctx context.Context, en *engine.Engine, cluster *child, spec engine.Spec) (result, error) {
-	u0 := getUsage()
+func measure(ctx context.Context, en *engine.Engine, cluster, host *child, spec engine.Spec) (result, error) {
+	u0, h0 := getUsage(), procCPU(host.cmd.Process.Pid)
 	start := time.Now()
 	rec, err := en.Run(ctx, spec)
 	if err != nil {
@@ -705,7 +730,7 @@ func measure(ctx context.Context, en *engine.Engine, cluster *child, spec engine
 		}
 		return b.Sub(*a)
 	}
-	r := result{rec: rec, uploaded: sent, wall: time.Since(start), cpu: getUsage().cpu - u0.cpu, downtime: rec.Downtime(),
+	r := result{rec: rec, uploaded: sent, hostCPU: procCPU(host.cmd.Process.Pid) - h0, wall: time.Since(start), cpu: getUsage().cpu - u0.cpu, downtime: rec.Downtime(),
 		copy: between(ts.SourcePoweredOff, ts.Acquired), convert: between(ts.Acquired, ts.Converted),
 		importing: between(ts.Converted, ts.Imported), start: between(ts.Imported, ts.VMStarted)}
 	if w := rec.Warm; w != nil && len(w.Snapshots) > 0 {
