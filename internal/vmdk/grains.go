@@ -25,16 +25,20 @@ func ReadWrites(path string, format Format) ([]Write, error) {
 		if run <= 0 {
 			return nil, fmt.Errorf("vmdk: %s: no progress at offset %d", path, off)
 		}
-		n := min(gsz, capacity-off)
-		switch st {
-		case stateData:
-			b := make([]byte, n)
-			if err := readFull(e.f, b, at); err != nil {
-				return nil, fmt.Errorf("vmdk: %s: reading the grain at %d: %w", path, off, err)
+		// A run of several grains becomes one Write per grain.
+		end := min(off+run, capacity)
+		for g := off; g < end; g += gsz {
+			n := min(gsz, capacity-g)
+			switch st {
+			case stateData:
+				b := make([]byte, n)
+				if err := readFull(e.f, b, at+(g-off)); err != nil {
+					return nil, fmt.Errorf("vmdk: %s: reading the grain at %d: %w", path, g, err)
+				}
+				out = append(out, Write{Offset: g, Data: b})
+			case stateZero:
+				out = append(out, Write{Offset: g, ZeroLength: n})
 			}
-			out = append(out, Write{Offset: off, Data: b})
-		case stateZero:
-			out = append(out, Write{Offset: off, ZeroLength: n})
 		}
 		off += run
 	}

@@ -169,7 +169,10 @@ func (e *sparseExtent) table(t int64) ([]uint64, error) {
 }
 
 // lookup returns the state at byte offset off, the file offset of the data
-// (stateData) and how many bytes from off share that state.
+// (stateData) and how many bytes from off share that state: the following
+// grains of the same table join the run while their state is the same (and,
+// for data, while it continues in the file), so that a reader makes one
+// call per run instead of one per grain.
 func (e *sparseExtent) lookup(off int64) (grainState, int64, int64, error) {
 	gsz := e.grainSectors * SectorSize
 	g := off / gsz
@@ -184,27 +187,45 @@ func (e *sparseExtent) lookup(off int64) (grainState, int64, int64, error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	ent := gt[g%e.gtEntries]
-	run := (g+1)*gsz - off
+	st, foff, err := e.entry(gt[g%e.gtEntries], g)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	end := g + 1
+	for ; end < (t+1)*e.gtEntries; end++ {
+		st2, foff2, err := e.entry(gt[end%e.gtEntries], end)
+		if err != nil || st2 != st || (st == stateData && foff2 != foff+(end-g)*gsz) {
+			break
+		}
+	}
 	inGrain := off - g*gsz
+	if st == stateData {
+		foff += inGrain
+	}
+	return st, foff, end*gsz - off, nil
+}
+
+// entry decodes grain g's table entry: its state and, for data, the file
+// offset of the grain.
+func (e *sparseExtent) entry(ent uint64, g int64) (grainState, int64, error) {
 	if e.format == VMFSSparse {
 		if ent == 0 {
-			return stateUnallocated, 0, run, nil
+			return stateUnallocated, 0, nil
 		}
-		return stateData, int64(ent)*SectorSize + inGrain, run, nil
+		return stateData, int64(ent) * SectorSize, nil
 	}
 	switch ent & seTypeMask {
 	case 0:
 		if ent != 0 {
-			return 0, 0, 0, fmt.Errorf("grain table entry %#x for grain %d is invalid", ent, g)
+			return 0, 0, fmt.Errorf("grain table entry %#x for grain %d is invalid", ent, g)
 		}
-		return stateUnallocated, 0, run, nil
+		return stateUnallocated, 0, nil
 	case seTypeUnmapped, seTypeZero:
-		return stateZero, 0, run, nil
+		return stateZero, 0, nil
 	case seTypeAllocated:
-		return stateData, (e.seGrains+seDecodeGrain(ent)*seGrainSectors)*SectorSize + inGrain, run, nil
+		return stateData, (e.seGrains + seDecodeGrain(ent)*seGrainSectors) * SectorSize, nil
 	}
-	return 0, 0, 0, fmt.Errorf("grain table entry %#x for grain %d has an unknown type", ent, g)
+	return 0, 0, fmt.Errorf("grain table entry %#x for grain %d has an unknown type", ent, g)
 }
 
 // stats counts the grains the tables record.
