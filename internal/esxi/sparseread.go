@@ -11,6 +11,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
 // sparseReaderSource is the host-side reader (Python 3.5+, standard library
@@ -43,7 +45,7 @@ const (
 
 	frameData = 'D' // offset u64, length u32, then length bytes
 	frameZero = 'Z' // offset u64, length u64
-	frameEnd  = 'E' // total u64, sha256 [32]byte
+	frameEnd  = 'E' // total u64, sha256 [32]byte (all zero bytes: see allZeroDigest)
 
 	// maxSparseData bounds one DATA frame (the reader's read size), so a
 	// hostile stream cannot make the decoder allocate more.
@@ -94,6 +96,13 @@ func validateInterpreter(p string) error {
 }
 
 const maxInt64 = 1<<63 - 1
+
+// allZeroDigest in an END frame says the host did not hash the range
+// because it held no data: the decoder accepts it only for a range whose
+// frames were all zero runs, and records the digest of that many zeros.
+// The host's digest of zeros it never read would prove nothing the frames
+// do not.
+var allZeroDigest [32]byte
 
 // SparseSink receives a decoded range in file order. Every byte of the range
 // is passed exactly once, either as data or as part of a zero run.
@@ -178,7 +187,13 @@ func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink) (Spar
 	}
 	end := offset + length
 	next := offset
+	// Zero runs join the hash only when data follows them: a range that
+	// is all zeros is checked against the digest of zeros, computed once
+	// per length (zerosum), and the host may then send the
+	// all-zero digest sentinel instead of hashing them itself.
 	h := sha256.New()
+	var pending int64
+	hashed := false
 	buf := make([]byte, maxSparseData)
 	var hdr [1 + 8 + 32]byte
 	for {
@@ -202,6 +217,8 @@ func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink) (Spar
 			if _, err := io.ReadFull(br, p); err != nil {
 				return st, streamErr("truncated DATA frame at offset %d: %v", off, err)
 			}
+			zerosum.Write(h, pending)
+			pending, hashed = 0, true
 			h.Write(p)
 			if err := sink.WriteData(off, p); err != nil {
 				return st, err
@@ -221,11 +238,7 @@ func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink) (Spar
 			if err := checkFrame("ZERO", off, n, next, end); err != nil {
 				return st, err
 			}
-			for left := n; left > 0; {
-				k := min(left, int64(len(zeroPage)))
-				h.Write(zeroPage[:k])
-				left -= k
-			}
+			pending += n
 			if err := sink.WriteZeros(off, n); err != nil {
 				return st, err
 			}
@@ -241,9 +254,15 @@ func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink) (Spar
 				return st, streamErr("END after %d of %d bytes (END says %d)", next-offset, length, total)
 			}
 			var sum [32]byte
-			h.Sum(sum[:0])
-			if !bytes.Equal(sum[:], hdr[9:41]) {
-				return st, streamErr("SHA-256 mismatch: host %x, received %x", hdr[9:41], sum)
+			if hashed {
+				zerosum.Write(h, pending)
+				h.Sum(sum[:0])
+			} else {
+				sum = zerosum.SHA256(length)
+			}
+			host := hdr[9:41]
+			if !bytes.Equal(sum[:], host) && (hashed || !bytes.Equal(host, allZeroDigest[:])) {
+				return st, streamErr("SHA-256 mismatch: host %x, received %x", host, sum)
 			}
 			if _, err := br.ReadByte(); err != io.EOF {
 				if err == nil {
