@@ -309,6 +309,15 @@ func (d *denseSink) WriteData(_ int64, p []byte) error {
 }
 
 func (d *denseSink) WriteZeros(_ int64, n int64) error {
+	if z, ok := d.w.(interface{ WriteZeros(int64) error }); ok {
+		// The writer takes zero runs as they are (a copy's chunk writer
+		// leaves them as holes without comparing them).
+		if err := z.WriteZeros(n); err != nil {
+			return err
+		}
+		d.n += n
+		return nil
+	}
 	for n > 0 {
 		k := min(n, int64(len(zeroPage)))
 		w, err := d.w.Write(zeroPage[:k])

@@ -8,6 +8,8 @@ import (
 	"hash"
 	"os"
 	"sync"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
 // ZeroBlockSize is the granularity of hole detection: an aligned block of
@@ -46,6 +48,10 @@ type chunkWriter struct {
 	zero         int64 // bytes in all-zero blocks (not written)
 	localErr     error // first error writing the staging file
 	onBytes      func(received int64)
+	// unhashed zeros (from WriteZeros) join the chunk's hash only when
+	// data follows; an all-zero chunk's digest comes from zerosum.
+	unhashed int64
+	hashed   bool
 }
 
 func newChunkWriter(f *os.File, off, length int64, whole hash.Hash, buf []byte, onBytes func(int64)) *chunkWriter {
@@ -71,6 +77,7 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 	if w.whole != nil {
 		w.whole.Write(p)
 	}
+	w.hashChunkZeros()
 	w.chunk.Write(p)
 	w.n += int64(len(p))
 	written := len(p)
@@ -91,6 +98,80 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 		w.onBytes(n)
 	}
 	return written, nil
+}
+
+func (w *chunkWriter) hashChunkZeros() {
+	zerosum.Write(w.chunk, w.unhashed)
+	w.unhashed, w.hashed = 0, true
+}
+
+// WriteZeros takes n zero bytes, as a sparse source reports a zero run.
+// The whole-file hash absorbs them; the chunk's own hash only once data
+// follows; the whole zero blocks among them (on the same grid as Write's)
+// are neither copied nor compared, only left as holes. The bytes before
+// the first block boundary and after the last go through Write.
+func (w *chunkWriter) WriteZeros(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	head := min(n, (ZeroBlockSize-w.rel()%ZeroBlockSize)%ZeroBlockSize)
+	if err := w.writeZeroBytes(head); err != nil {
+		return err
+	}
+	n -= head
+	body := n / ZeroBlockSize * ZeroBlockSize
+	if body > 0 {
+		w.mu.Lock()
+		switch {
+		case w.closed:
+			w.mu.Unlock()
+			return errWriterClosed
+		case w.localErr != nil:
+			w.mu.Unlock()
+			return w.localErr
+		case w.n+body > w.length:
+			w.localErr = fmt.Errorf("the source sent more than the %d bytes asked for", w.length)
+			w.mu.Unlock()
+			return w.localErr
+		}
+		if len(w.buf) > 0 {
+			if err := w.flushLocked(); err != nil {
+				w.mu.Unlock()
+				return err
+			}
+		}
+		if w.whole != nil {
+			zerosum.Write(w.whole, body)
+		}
+		w.unhashed += body
+		w.n += body
+		w.base += body
+		w.zero += body
+		got := w.n
+		w.mu.Unlock()
+		if w.onBytes != nil {
+			w.onBytes(got)
+		}
+	}
+	return w.writeZeroBytes(n - body)
+}
+
+// rel is how many bytes of the chunk have arrived.
+func (w *chunkWriter) rel() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+func (w *chunkWriter) writeZeroBytes(n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(zeroBlock)))
+		if _, err := w.Write(zeroBlock[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 // flushLocked writes the buffered data, skipping all-zero blocks.
@@ -141,7 +222,14 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 		_ = w.flushLocked()
 	}
 	w.closed = true
-	return chunkRecord{SHA256: fmt.Sprintf("%x", w.chunk.Sum(nil)), ZeroBytes: w.zero}, w.n, w.localErr
+	var sum [32]byte
+	if w.hashed {
+		w.hashChunkZeros()
+		w.chunk.Sum(sum[:0])
+	} else {
+		sum = zerosum.SHA256(w.n)
+	}
+	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero}, w.n, w.localErr
 }
 
 // zeroFill writes zeros over [off, off+n) of f.
