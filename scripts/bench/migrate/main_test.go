@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The benchmark's smoke run, on loopback without the shaped link or the
+// `ssh cat` baseline: the three roles start, a cold, a warm and a wave of
+// two migrations complete (each DataVolume checked against its source by
+// the driver, the warm guest's writes made during its precopy), and the
+// report prints its rows. It keeps `make bench` from rotting; its timings
+// are not asserted.
+func TestSmokeRun(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "migrate")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	root, work := filepath.Join(dir, "volumes"), filepath.Join(dir, "work")
+	for _, d := range []string{filepath.Join(root, datastore), work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "-smoke", "-wave", "2", "-root", root, "-work", work, "-listen", addr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("migrate run: %v\n%s", err, out)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^downtime\s+\d+\.\ds\s+\d+\.\ds$`),
+		regexp.MustCompile(`(?m)^copied after power-off\s+20\.0 MiB\s+[\d.]+ (MiB|GiB)$`),
+		regexp.MustCompile(`(?m)^precopy \(VM running\)\s+-\s+[\d.]+s \(272\.0 MiB copied while the VM ran\)$`),
+		regexp.MustCompile(`(?m)^wave: 2 VMs, `),
+		regexp.MustCompile(`(?m)^   wave-1\s+downtime`),
+		regexp.MustCompile(`(?m)^provider peak RSS: \d+ MiB`),
+	} {
+		if !want.Match(out) {
+			t.Errorf("the report has no line matching %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "ssh cat` of the dense disk") {
+		t.Errorf("a baseline was reported without -ssh-cat:\n%s", out)
+	}
+}
