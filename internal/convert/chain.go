@@ -159,6 +159,26 @@ func PrepareChain(dir string, links []ChainLink) (PreparedChain, error) {
 	return PreparedChain{Top: top, Links: c.Links, CapacityBytes: c.CapacityBytes()}, nil
 }
 
+// OpenPreparedChain rebuilds the chain in dir (PrepareChain: local parent
+// hints, CIDs checked) and opens it for reading its guest-visible content,
+// parents resolved only to files in dir. The caller closes it.
+func OpenPreparedChain(dir string, links []ChainLink) (*vmdk.Chain, PreparedChain, error) {
+	pc, err := PrepareChain(dir, links)
+	if err != nil {
+		return nil, PreparedChain{}, err
+	}
+	c, err := vmdk.OpenChain(pc.Top, func(_, name string) (string, error) {
+		if err := validLocalName(name); err != nil {
+			return "", err
+		}
+		return filepath.Join(filepath.Dir(pc.Top), name), nil
+	})
+	if err != nil {
+		return nil, PreparedChain{}, fmt.Errorf("chain: %w", err)
+	}
+	return c, pc, nil
+}
+
 // FlattenChain rebuilds the chain in dir (PrepareChain) and flattens it to
 // dst in dstFormat (Raw or QCOW2), through <dst>.tmp, checked, fsynced,
 // with its sidecar written before the rename, like Convert.

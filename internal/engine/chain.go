@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -106,7 +107,8 @@ func chainExtentName(i, link, extent int) string {
 	return fmt.Sprintf("disk-%d-link-%d-extent-%d", i, link, extent)
 }
 
-// flattenedPath is where qemu-img writes disk i's flattened chain.
+// flattenedPath is where earlier versions flattened disk i's chain before
+// staging it; it is removed when found.
 func (s Spec) flattenedPath(i int) string {
 	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d-flattened.raw", i))
 }
@@ -326,14 +328,11 @@ func (r *run) flattenChain(ctx context.Context, i int) error {
 		}
 		chain = append(chain, *l)
 	}
-	if err := transfer.Remove(staged); err != nil {
-		return err
-	}
-	flat := r.spec.flattenedPath(i)
-	ca, err := r.e.tool.FlattenChain(ctx, r.spec.stagingDir(), chain, flat, convert.Raw)
-	if isNoSpace(err) {
-		return r.noSpace(fmt.Sprintf("flattening the snapshot chain of disk %d", i), err)
-	}
+	// The chain is flattened straight into the staged copy: the journaled
+	// copy reads the guest-visible content through the provider's chain
+	// reader (see convert.FlattenChain for why not qemu-img), hashes it
+	// and leaves zeros as holes in one pass, and resumes after a crash.
+	c, pc, err := convert.OpenPreparedChain(r.spec.stagingDir(), chain)
 	if errors.Is(err, vmdk.ErrCIDMismatch) || errors.Is(err, vmdk.ErrParentMissing) {
 		return needsHuman("ChainInconsistent", fmt.Sprintf("disk %d: the copied snapshot chain cannot be read consistently: %v", i, err),
 			"check the chain on the host (a parent written after its snapshot was taken, or a missing parent); consolidate the snapshots in the host client, then run apply again", err)
@@ -341,29 +340,70 @@ func (r *run) flattenChain(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
 	}
-	if ca.VirtualSize != d.SizeBytes {
-		return permanent("ChainSizeMismatch", fmt.Sprintf("disk %d: the flattened chain holds %d bytes, the disk %d", i, ca.VirtualSize, d.SizeBytes),
+	defer c.Close()
+	if pc.CapacityBytes != d.SizeBytes {
+		return permanent("ChainSizeMismatch", fmt.Sprintf("disk %d: the flattened chain holds %d bytes, the disk %d", i, pc.CapacityBytes, d.SizeBytes),
 			"report this as a bug with the disk's descriptors", nil)
 	}
-	res, err := transfer.Copy(ctx, localFile(flat), disk, staged, transfer.Options{ChunkSize: r.chunkSize()})
+	if err := convert.Remove(r.spec.flattenedPath(i)); err != nil { // left by an earlier version
+		return err
+	}
+	res, err := transfer.Copy(ctx, chainContent{c}, disk, staged, transfer.Options{ChunkSize: r.chunkSize()})
 	if isNoSpace(err) {
-		return r.noSpace(fmt.Sprintf("staging the flattened chain of disk %d", i), err)
+		return r.noSpace(fmt.Sprintf("flattening the snapshot chain of disk %d", i), err)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
 	}
-	if res.SHA256 != ca.GuestSHA256 {
-		_ = transfer.Remove(staged)
-		return transient("ChainStagingMismatch", fmt.Sprintf("disk %d: the staged image's SHA-256 %s differs from the flattened chain's %s", i, res.SHA256, ca.GuestSHA256), nil)
-	}
-	if err := convert.Remove(flat); err != nil {
-		return err
-	}
-	d.GuestSHA256, d.SourceSHA256, d.ZeroBytes = ca.GuestSHA256, ca.GuestSHA256, res.ZeroBytes
+	d.GuestSHA256, d.SourceSHA256, d.ZeroBytes = res.SHA256, res.SHA256, res.ZeroBytes
 	r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
 		Message: fmt.Sprintf("disk %d: snapshot chain (%s) flattened (guest sha256 %s)", i, chainSummary(d.Chain), d.GuestSHA256)})
 	return r.save(ctx)
 }
+
+// chainContent reads ranges of a snapshot chain's guest-visible content,
+// for flattening it with the journaled copy. All-zero reads reach a writer
+// that takes zero runs as runs.
+type chainContent struct{ c *vmdk.Chain }
+
+func (cc chainContent) ReadRange(ctx context.Context, _ string, offset, length int64, w io.Writer) (int64, error) {
+	zw, zeroRuns := w.(interface{ WriteZeros(int64) error })
+	buf := make([]byte, min(length, 1<<20))
+	var done int64
+	for done < length {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		p := buf[:min(int64(len(buf)), length-done)]
+		if _, err := cc.c.ReadAt(p, offset+done); err != nil && !errors.Is(err, io.EOF) {
+			return done, err
+		}
+		var err error
+		if zeroRuns && allZero(p) {
+			err = zw.WriteZeros(int64(len(p)))
+		} else {
+			_, err = w.Write(p)
+		}
+		if err != nil {
+			return done, err
+		}
+		done += int64(len(p))
+	}
+	return done, nil
+}
+
+func allZero(p []byte) bool {
+	for len(p) > 0 {
+		k := min(len(p), len(zeroBuf))
+		if !bytes.Equal(p[:k], zeroBuf[:k]) {
+			return false
+		}
+		p = p[k:]
+	}
+	return true
+}
+
+var zeroBuf [64 << 10]byte
 
 // localFile reads ranges of a file on this machine, for staging a local
 // image with the journaled copy.

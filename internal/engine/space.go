@@ -45,7 +45,9 @@ func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirN
 	if chunk == 0 {
 		chunk = transfer.DefaultChunkSize
 	}
-	var staged, chain, flat, conv, upload int64
+	// A disk on a snapshot chain is flattened into its staged copy, which
+	// staged counts.
+	var staged, chain, conv, upload int64
 	for i, d := range disks {
 		var src *esxi.Disk
 		if vm != nil && i < len(vm.Disks) {
@@ -60,7 +62,6 @@ func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirN
 		switch {
 		case d.onChain() && d.GuestSHA256 == "":
 			chain = addSat(chain, s.chainCopyNeed(i, d, src))
-			flat = addSat(flat, max(d.SizeBytes-allocated(s.flattenedPath(i)), 0))
 		case s.warm() && !d.onChain() && !stagedDone && (vm == nil || vm.PowerState == esxi.PoweredOn):
 			// The precopy copies the base and the deltas as a chain (a
 			// source found off is copied as it is, without snapshots).
@@ -71,7 +72,6 @@ func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirN
 				want = addSat(want, delta)
 			}
 			chain = addSat(chain, max(want-s.localChainAllocated(i), 0))
-			flat = addSat(flat, max(d.SizeBytes-allocated(s.flattenedPath(i)), 0))
 		}
 		if art := s.artifactPath(i); art != stagedFile && s.Transport.Kind != TransportHTTP {
 			if d.ArtifactSHA256 == "" || allocated(art) == 0 {
@@ -87,12 +87,12 @@ func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirN
 			upload = addSat(upload, max(diskAllocated(d, src, stagedFile, stagedDone)-allocated(s.uploadPath(i)), 0))
 		}
 	}
-	need := preflight.WorkDirNeed{Folder: s.stagingDir(), Required: addSat(addSat(staged, chain), addSat(flat, conv)), Optional: upload}
+	need := preflight.WorkDirNeed{Folder: s.stagingDir(), Required: addSat(addSat(staged, chain), conv), Optional: upload}
 	var parts []string
 	for _, p := range []struct {
 		n    int64
 		what string
-	}{{staged, "staged raw copies"}, {chain, "snapshot chain copies"}, {flat, "flattened chain images"}, {conv, "converted images"}} {
+	}{{staged, "staged raw copies"}, {chain, "snapshot chain copies"}, {conv, "converted images"}} {
 		if p.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d bytes of %s", p.n, p.what))
 		}

@@ -52,12 +52,12 @@ func TestWorkDirNeeds(t *testing.T) {
 		vm := chainVM()
 		disks := diskOf(vm)
 		n := s.workDirNeeds(disks, vm)
-		// staged 8 + chain 1+8 + flattened 8; the upload copy at most the
-		// chain's 3 MiB allocated.
-		if n.Required != 25*mib || n.Optional != 3*mib {
-			t.Errorf("need %+v, want 25 MiB required, 3 MiB optional", n)
+		// staged 8 (the chain is flattened into it) + chain 1+8; the
+		// upload copy at most the chain's 3 MiB allocated.
+		if n.Required != 17*mib || n.Optional != 3*mib {
+			t.Errorf("need %+v, want 17 MiB required, 3 MiB optional", n)
 		}
-		for _, w := range []string{fmt.Sprint(9 * mib), "snapshot chain copies", fmt.Sprint(8 * mib), "flattened chain images"} {
+		for _, w := range []string{fmt.Sprint(9 * mib), "snapshot chain copies", fmt.Sprint(8 * mib), "staged raw copies"} {
 			if !strings.Contains(n.Detail, w) {
 				t.Errorf("detail %q lacks %q", n.Detail, w)
 			}
@@ -73,13 +73,13 @@ func TestWorkDirNeeds(t *testing.T) {
 		if err := os.WriteFile(s.chainLocalPath(0, base), make([]byte, 2*mib), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.workDirNeeds(disks, vm).Required; got != 23*mib {
-			t.Errorf("with 2 MiB of the base copied: %d, want %d", got, 23*mib)
+		if got := s.workDirNeeds(disks, vm).Required; got != 15*mib {
+			t.Errorf("with 2 MiB of the base copied: %d, want %d", got, 15*mib)
 		}
 		// Without the source, the recorded copies' lengths; the capacity
 		// for a link not copied yet.
 		disks[0].Chain[1].Bytes = mib / 2
-		if got := s.workDirNeeds(disks, nil).Required; got != 8*mib+(mib/2)+(8*mib-2*mib)+8*mib {
+		if got := s.workDirNeeds(disks, nil).Required; got != 8*mib+(mib/2)+(8*mib-2*mib) {
 			t.Errorf("from the record: %d", got)
 		}
 		// Once flattened (its guest SHA-256 recorded) only the staged copy.
@@ -92,12 +92,12 @@ func TestWorkDirNeeds(t *testing.T) {
 		s := spaceSpec(t)
 		s.TargetFormat = "qcow2"
 		vm := chainVM()
-		if n := s.workDirNeeds(diskOf(vm), vm); n.Optional != 0 || n.Required != 33*mib {
-			t.Errorf("qcow2: %+v, want 33 MiB (with the qcow2 image) and nothing optional", n)
+		if n := s.workDirNeeds(diskOf(vm), vm); n.Optional != 0 || n.Required != 25*mib {
+			t.Errorf("qcow2: %+v, want 25 MiB (with the qcow2 image) and nothing optional", n)
 		}
 		s = spaceSpec(t)
 		s.Transport = Transport{Kind: TransportHTTP, StagingDir: t.TempDir(), StagingURL: "http://x"}
-		if n := s.workDirNeeds(diskOf(vm), vm); n.Optional != 0 || n.Required != 25*mib {
+		if n := s.workDirNeeds(diskOf(vm), vm); n.Optional != 0 || n.Required != 17*mib {
 			t.Errorf("http: %+v", n)
 		}
 	})
@@ -107,10 +107,10 @@ func TestWorkDirNeeds(t *testing.T) {
 		vm := chainVM()
 		vm.PowerState = esxi.PoweredOn
 		vm.Disks[0].Chain = nil
-		// staged 8 + base 8 + 2 deltas of 10% of 8 MiB + flattened 8.
+		// staged 8 (flattened into) + base 8 + 2 deltas of 10% of 8 MiB.
 		per := 8 * mib / 100 * WarmDeltaGrowthPercent
-		if got := s.workDirNeeds(diskOf(vm), vm).Required; got != 24*mib+2*per {
-			t.Errorf("warm: %d, want %d", got, 24*mib+2*per)
+		if got := s.workDirNeeds(diskOf(vm), vm).Required; got != 16*mib+2*per {
+			t.Errorf("warm: %d, want %d", got, 16*mib+2*per)
 		}
 		vm.PowerState = esxi.PoweredOff
 		if got := s.workDirNeeds(diskOf(vm), vm).Required; got != 8*mib {
@@ -128,9 +128,9 @@ func TestSpaceCheckCountsTheChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A disk a little smaller than a third of the free space: its staged
-	// copy fits, staged + chain + flattened do not.
-	size := (fs.Avail/3 + 1<<20) &^ (1<<20 - 1)
+	// A disk a little larger than half the free space: its staged copy
+	// fits, staged + chain do not.
+	size := (fs.Avail/2 + 1<<20) &^ (1<<20 - 1)
 	vm := chainVM()
 	vm.Disks[0].CapacityBytes = size
 	vm.Disks[0].Chain.Links[1].ExtentBytes = size
