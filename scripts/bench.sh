@@ -256,6 +256,9 @@ if [[ $vms == 1 ]]; then
 	echo "== whole-VM migrations from $esxi_ip:2222 (the ESXi simulator, same namespace and link) into a real kube-apiserver"
 	smoke_flag=()
 	[[ $smoke == 1 ]] && smoke_flag=(-smoke)
+	# BENCH_CPUPROFILE=file writes the provider's CPU profile of the cold
+	# migration (go tool pprof).
+	[[ -n ${BENCH_CPUPROFILE:-} ]] && smoke_flag+=(-cpuprofile "$BENCH_CPUPROFILE")
 	mkdir -p "$work/migrate.d"
 	"$work/migrate" run -work "$work/migrate.d" -root "$root/vmfs/volumes" -listen "$esxi_ip:2222" \
 		-netns-exec "ip netns exec $ns" -ssh-cat "ssh ${ssh_opts[*]} root@$esxi_ip" -wave "$wave" "${smoke_flag[@]}"

@@ -149,9 +149,9 @@ func (c *copier) land(i int, rec chunkRecord) error {
 		state := marshalHash(c.whole)
 		off := int64(k) * c.opts.ChunkSize
 		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
-		got, err := io.Copy(c.whole, io.NewSectionReader(c.f, off, n))
-		if err == nil && got != n {
-			err = fmt.Errorf("chunk %d of the staging file is short: %d of %d bytes", k, got, n)
+		err := hashRange(c.whole, c.f, off, n)
+		if err != nil {
+			err = fmt.Errorf("chunk %d of the staging file: %w", k, err)
 		}
 		if err != nil {
 			// Not trusted: drop it; the next copy reads it again.

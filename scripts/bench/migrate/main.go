@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -390,6 +391,7 @@ type runFlags struct {
 	work, root, listen, netnsExec, sshCat string
 	smoke                                 bool
 	wave                                  int
+	cpuProfile                            string
 }
 
 func runMain(args []string) error {
@@ -402,6 +404,7 @@ func runMain(args []string) error {
 	fl.StringVar(&f.sshCat, "ssh-cat", "", "ssh command line (without the remote command) for the `ssh cat` baseline")
 	fl.BoolVar(&f.smoke, "smoke", false, "tiny disks")
 	fl.IntVar(&f.wave, "wave", 4, "VMs in the wave")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the provider's CPU profile of the cold migration to this file")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -526,7 +529,19 @@ func run(ctx context.Context, f runFlags) error {
 	}
 
 	fmt.Println("== cold migration of \"cold\"")
+	stopProfile := func() {}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); pf.Close() }
+	}
 	cold, err := measure(ctx, en, cl, host, spec("cold"))
+	stopProfile()
 	if err != nil {
 		return err
 	}
