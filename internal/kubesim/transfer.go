@@ -91,7 +91,7 @@ func (s *Sim) settle(ctx context.Context, rec *Received, path string) error {
 		if err := os.Rename(part, path); err != nil {
 			return err
 		}
-		rec.hashed = make(chan struct{}) // recordReceived hashes the claim
+		rec.claimHash = &lazyHash{path: path} // hashed when first asked for
 	default:
 		return fmt.Errorf("cannot write a %s image to the claim", rec.SentFormat)
 	}
@@ -361,25 +361,9 @@ func (s *Sim) recordReceived(rec *Received) {
 	ns := filepath.Base(filepath.Dir(rec.Path))
 	name := filepath.Base(rec.Path)
 	name = name[:len(name)-len(".img")]
-	key := ns + "/" + name
 	s.mu.Lock()
-	s.received[key] = *rec
+	s.received[ns+"/"+name] = *rec
 	s.mu.Unlock()
-	if done := rec.hashed; done != nil {
-		go func() {
-			defer close(done)
-			sum, n, err := hashFile(rec.Path)
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if r, ok := s.received[key]; ok && r.hashed == done {
-				if err != nil {
-					s.lastErr = fmt.Errorf("hashing the claim of %s: %w", key, err)
-				}
-				r.SHA256, r.Size, r.hashed = sum, n, nil
-				s.received[key] = r
-			}
-		}()
-	}
 }
 
 // startImport starts downloading the DataVolume's http source in the
