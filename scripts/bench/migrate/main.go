@@ -646,14 +646,16 @@ func run(ctx context.Context, f runFlags) error {
 	fmt.Printf("warm downtime = %.0f%% of cold (goal <= 15%%: %s)\n", 100*warm.downtime.Seconds()/cold.downtime.Seconds(),
 		verdict(warm.downtime.Seconds() <= 0.15*cold.downtime.Seconds()))
 	fmt.Println()
-	fmt.Printf("wave: %d VMs, %s of data, in %.1f s: %.1f MB/s; CPU per GiB: provider %.2f s, host %.2f s\n", f.wave, gib(waveBytes),
-		waveTime.Seconds(), float64(waveBytes)/waveTime.Seconds()/1e6,
-		waveCPU.Seconds()/(float64(waveBytes)/GiB), waveHostCPU.Seconds()/(float64(waveBytes)/GiB))
-	sort.Slice(wave, func(i, j int) bool { return wave[i].rec.Identity.Name < wave[j].rec.Identity.Name })
-	for _, w := range wave {
-		fmt.Printf("   %-8s downtime %6.1f s (copy %5.1f s, import %5.1f s)\n", w.rec.Identity.Name, w.downtime.Seconds(), w.copy.Seconds(), w.importing.Seconds())
+	if f.wave > 0 {
+		fmt.Printf("wave: %d VMs, %s of data, in %.1f s: %.1f MB/s; CPU per GiB: provider %.2f s, host %.2f s\n", f.wave, gib(waveBytes),
+			waveTime.Seconds(), float64(waveBytes)/waveTime.Seconds()/1e6,
+			waveCPU.Seconds()/(float64(waveBytes)/GiB), waveHostCPU.Seconds()/(float64(waveBytes)/GiB))
+		sort.Slice(wave, func(i, j int) bool { return wave[i].rec.Identity.Name < wave[j].rec.Identity.Name })
+		for _, w := range wave {
+			fmt.Printf("   %-8s downtime %6.1f s (copy %5.1f s, import %5.1f s)\n", w.rec.Identity.Name, w.downtime.Seconds(), w.copy.Seconds(), w.importing.Seconds())
+		}
+		fmt.Printf("migrations at once on the host: at most %d (max_concurrent_migrations 2)\n", en.MaxConcurrent(hostName))
 	}
-	fmt.Printf("migrations at once on the host: at most %d (max_concurrent_migrations 2)\n", en.MaxConcurrent(hostName))
 	rss := float64(getUsage().maxRSS) / (1 << 20)
 	fmt.Printf("provider peak RSS: %.0f MiB (goal <= 150 MiB: %s)\n", rss, verdict(rss <= 150))
 	return nil
