@@ -1,0 +1,53 @@
+// Package sparsefile walks a local file's data and holes, as its file
+// system reports them (lseek SEEK_DATA and SEEK_HOLE), for code that
+// treats holes as zeros without reading them.
+package sparsefile
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// seekData and seekHole are lseek's SEEK_DATA and SEEK_HOLE on Linux; on
+// systems where these values mean something else or nothing, the call
+// fails and the file is reported as all data.
+const (
+	seekData = 3
+	seekHole = 4
+)
+
+// Walk calls fn for each span of [off, end) of f in order, with data true
+// for a span that may hold data and false for a hole (zeros). A file
+// system that does not report holes gives one data span. f's offset is
+// moved; reads and writes at explicit offsets are unaffected.
+func Walk(f *os.File, off, end int64, fn func(off, n int64, data bool) error) error {
+	for pos := off; pos < end; {
+		data, err := f.Seek(pos, seekData)
+		switch {
+		case errors.Is(err, syscall.ENXIO):
+			data = end // only a hole is left
+		case err != nil:
+			return fn(pos, end-pos, true) // holes are not reported here
+		}
+		data = min(data, end)
+		if data > pos {
+			if err := fn(pos, data-pos, false); err != nil {
+				return err
+			}
+		}
+		if data == end {
+			return nil
+		}
+		hole, err := f.Seek(data, seekHole)
+		if err != nil {
+			return fn(data, end-data, true)
+		}
+		hole = min(max(hole, data+1), end)
+		if err := fn(data, hole-data, true); err != nil {
+			return err
+		}
+		pos = hole
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package sparsefile
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The spans Walk reports cover the range exactly, in order, and every
+// byte of a hole span reads as zero while every written byte lies in a
+// data span; a file with holes reports some.
+func TestWalk(t *testing.T) {
+	const mib = 1 << 20
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(16 * mib); err != nil {
+		t.Fatal(err)
+	}
+	written := map[int64]bool{}
+	for _, off := range []int64{0, 5*mib + 3, 16*mib - 1} {
+		if _, err := f.WriteAt([]byte{7}, off); err != nil {
+			t.Fatal(err)
+		}
+		written[off] = true
+	}
+	for _, r := range [][2]int64{{0, 16 * mib}, {mib, 6 * mib}, {5*mib + 3, 5*mib + 4}, {8 * mib, 9 * mib}} {
+		next, holes := r[0], 0
+		err := Walk(f, r[0], r[1], func(off, n int64, data bool) error {
+			if off != next || n <= 0 || off+n > r[1] {
+				t.Fatalf("range %v: span [%d, +%d) after %d", r, off, n, next)
+			}
+			next = off + n
+			if !data {
+				holes++
+				b := make([]byte, n)
+				if _, err := f.ReadAt(b, off); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(b, make([]byte, n)) {
+					t.Fatalf("range %v: hole [%d, +%d) holds data", r, off, n)
+				}
+				for w := range written {
+					if w >= off && w < off+n {
+						t.Fatalf("range %v: written byte %d in hole [%d, +%d)", r, w, off, n)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil || next != r[1] {
+			t.Fatalf("range %v: %v, covered up to %d", r, err, next)
+		}
+		if r == [2]int64{0, 16 * mib} && holes == 0 {
+			t.Fatal("a 16 MiB file with three bytes written reported no hole")
+		}
+	}
+}
