@@ -166,20 +166,7 @@ func TestWarmDatastoreSpaceHonoursWorkingDir(t *testing.T) {
 	}
 	defer e.host.SetDatastoreCapacity("datastore1", 0)
 	defer e.host.SetDatastoreCapacity("datastore2", 0)
-	check := func() preflight.Check {
-		t.Helper()
-		p, err := e.engine().Preview(e.ctx(20*time.Second), spec, engine.PreviewOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range p.Checks.Checks {
-			if c.ID == engine.CheckWarmDatastoreSpace {
-				return c
-			}
-		}
-		t.Fatalf("no %s check", engine.CheckWarmDatastoreSpace)
-		return preflight.Check{}
-	}
+	check := func() preflight.Check { t.Helper(); return warmSpaceCheck(t, e, spec) }
 	tight("datastore1") // the VM's folder is full: it does not matter
 	if c := check(); !c.Passed || !strings.Contains(c.Message, `Datastore "datastore2"`) || !strings.Contains(c.Message, "workingDir /vmfs/volumes/datastore2/wd-snaps") {
 		t.Errorf("with room on the working directory's datastore: %+v", c)
@@ -201,20 +188,7 @@ func TestWarmDatastoreSpaceCountsRoundsLeft(t *testing.T) {
 	spec := e.spec("left", "left")
 	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 3
 	per := int64(capacity / 100 * engine.WarmDeltaGrowthPercent)
-	space := func() preflight.Check {
-		t.Helper()
-		p, err := e.engine().Preview(e.ctx(20*time.Second), spec, engine.PreviewOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range p.Checks.Checks {
-			if c.ID == engine.CheckWarmDatastoreSpace {
-				return c
-			}
-		}
-		t.Fatalf("no %s check", engine.CheckWarmDatastoreSpace)
-		return preflight.Check{}
-	}
+	space := func() preflight.Check { t.Helper(); return warmSpaceCheck(t, e, spec) }
 	if c := space(); !strings.Contains(c.Message, "estimated at "+engine.WarmBytes(3*per)) {
 		t.Errorf("before any snapshot: %s", c.Message)
 	}
@@ -228,4 +202,20 @@ func TestWarmDatastoreSpaceCountsRoundsLeft(t *testing.T) {
 	if c := space(); !strings.Contains(c.Message, "estimated at "+engine.WarmBytes(2*per)) || !strings.Contains(c.Message, "2 precopy snapshot(s) still to take") || !strings.Contains(c.Message, "the 1 taken already") {
 		t.Errorf("after the first round's snapshot: %s", c.Message)
 	}
+}
+
+// warmSpaceCheck is the warm_datastore_space check of spec's preview.
+func warmSpaceCheck(t *testing.T, e *env, spec engine.Spec) preflight.Check {
+	t.Helper()
+	p, err := e.engine().Preview(e.ctx(20*time.Second), spec, engine.PreviewOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Checks.Checks {
+		if c.ID == engine.CheckWarmDatastoreSpace {
+			return c
+		}
+	}
+	t.Fatalf("no %s check", engine.CheckWarmDatastoreSpace)
+	return preflight.Check{}
 }
