@@ -28,6 +28,12 @@ type Process struct {
 // Start starts path with args and env (nil: this program's environment);
 // its stdout and stderr go to the given writers.
 func Start(path string, args, env []string, stdout, stderr io.Writer) (*Process, error) {
+	return StartIn("", path, args, env, stdout, stderr)
+}
+
+// StartIn is Start with the child's working folder dir ("": this
+// program's).
+func StartIn(dir, path string, args, env []string, stdout, stderr io.Writer) (*Process, error) {
 	p := &Process{done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
@@ -37,6 +43,7 @@ func Start(path string, args, env []string, stdout, stderr io.Writer) (*Process,
 		defer close(p.done)
 		cmd := exec.Command(path, args...)
 		cmd.Env = env
+		cmd.Dir = dir
 		cmd.Stdout = stdout
 		cmd.Stderr = stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -89,6 +89,10 @@ type V2V struct {
 	// in its own cache (LIBGUESTFS_CACHEDIR, default /var/tmp), built on
 	// the first run and reused after.
 	TempDir string
+	// StallTimeout is how long a tool may print nothing before it is
+	// killed with its helper VM and the conversion fails with
+	// ErrV2VStalled; DefaultV2VStallTimeout when zero.
+	StallTimeout time.Duration
 }
 
 // V2VTools is what Probe found.
@@ -402,36 +406,6 @@ func (v *V2V) env() []string {
 		env = append(env, "VIRT_V2V_TMPDIR="+v.TempDir)
 	}
 	return env
-}
-
-// maxToolOutput bounds what is kept of a tool's stdout and stderr (its
-// first bytes; without -v virt-v2v writes a few kilobytes).
-const maxToolOutput = 4 << 20
-
-// run runs a virt-v2v tool in dir and returns its standard output; a
-// failure wraps ErrV2VFailed with the tail of its standard error.
-func (v *V2V) run(ctx context.Context, path string, args []string, dir string) ([]byte, error) {
-	stdout, _, err := v.run2(ctx, path, args, dir)
-	return stdout, err
-}
-
-// run2 is run returning standard error too.
-func (v *V2V) run2(ctx context.Context, path string, args []string, dir string) ([]byte, []byte, error) {
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Env = v.env()
-	cmd.Dir = dir
-	cmd.Stdin = nil
-	stdout := &limitedBuffer{limit: maxToolOutput}
-	stderr := &limitedBuffer{limit: maxToolOutput}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("%s: %w", filepath.Base(path), ctx.Err())
-		}
-		return nil, nil, fmt.Errorf("%w: %s: %v: %s", ErrV2VFailed, filepath.Base(path), err, tail(stderr.Bytes(), 20))
-	}
-	return stdout.Bytes(), stderr.Bytes(), nil
 }
 
 // inputArgs selects the disks: -i disk for one, else a minimal libvirt

@@ -272,6 +272,10 @@ func (r *run) convertGuest(ctx context.Context) error {
 		return r.noSpace("converting the guest", err)
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case errors.Is(err, convert.ErrV2VStalled):
+		// Killed with its helper VM; the images are as they were, so a
+		// new attempt converts them again from the start.
+		return transient("ConversionStalled", "virt-v2v stopped making progress", err)
 	case errors.Is(err, convert.ErrNoVirtioWin):
 		return needsHuman("VirtioWinMissing", err.Error(),
 			"put the virtio-win drivers where the provider's virtio_win points (or $VIRTIO_WIN), then run apply again", err)

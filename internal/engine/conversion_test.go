@@ -92,3 +92,66 @@ func TestConversionIsACheckpoint(t *testing.T) {
 		t.Errorf("third Run = %v in %s after %d conversions", err, rec.Phase, starts.Load())
 	}
 }
+
+// fakeV2VTools puts stand-ins for virt-v2v's tools first in PATH: the
+// inspector reports a Debian guest, and virt-v2v-in-place runs the given
+// shell body (its count of runs so far is in $n).
+func fakeV2VTools(t *testing.T, inPlace string) (runs string) {
+	t.Helper()
+	dir := t.TempDir()
+	runs = filepath.Join(dir, "runs")
+	tools := map[string]string{
+		"virt-v2v":           `echo "virt-v2v 2.2.0"`,
+		"virt-v2v-inspector": `exit 1`,
+		"virt-inspector": `cat <<'X'
+<operatingsystems><operatingsystem><name>linux</name><distro>debian</distro><major_version>12</major_version><minor_version>4</minor_version><arch>x86_64</arch><osinfo>debian12</osinfo></operatingsystem></operatingsystems>
+X`,
+		"nbdkit":            `echo "nbdkit 1.32.5"`,
+		"nbdinfo":           `echo "nbdinfo 1.14.2"`,
+		"virt-v2v-in-place": "n=$(cat " + runs + " 2>/dev/null || echo 0); echo $((n+1)) > " + runs + "\n" + inPlace,
+	}
+	for name, body := range tools {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return runs
+}
+
+// A virt-v2v whose helper VM hangs is killed once it has printed nothing
+// for the stall timeout, and the conversion is retried from the unchanged
+// copied image instead of holding the powered-off source's migration
+// until the apply times out.
+func TestConversionStallIsRetried(t *testing.T) {
+	runs := fakeV2VTools(t, `echo "libguestfs: launch: backend=direct" >&2
+if [ "$n" = 0 ]; then sleep 600 & wait; fi
+echo '{ "message": "Converting 12.4 to run on KVM", "timestamp": "", "type": "message" }'
+`)
+	e := newEnv(t)
+	e.host.AddVM(t, esxisim.VMSpec{Name: "hangs01", GuestOS: "debian12-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 8 << 20, Content: []esxisim.Extent{{Offset: 0, Length: 1 << 20, Seed: 7}}}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}}})
+	spec := e.spec("hangs01", "hangs01")
+	spec.Conversion = engine.ConversionVirtV2V
+	rec, err := e.engine(func(d *engine.Deps) { d.ConversionStallTimeout = 2 * time.Second }).Run(e.ctx(2*time.Minute), spec)
+	if err != nil || rec.Phase != engine.PhaseCompleted {
+		t.Fatalf("Run = %v in %s", err, rec.Phase)
+	}
+	if b, _ := os.ReadFile(runs); strings.TrimSpace(string(b)) != "2" {
+		t.Errorf("virt-v2v-in-place ran %q times, want 2", b)
+	}
+	var stalled []engine.ErrorEntry
+	for _, x := range rec.Errors {
+		if x.Reason == "ConversionStalled" {
+			stalled = append(stalled, x)
+		}
+	}
+	if len(stalled) != 1 || stalled[0].Phase != engine.PhaseConverting || stalled[0].Class != engine.ClassTransient ||
+		!strings.Contains(stalled[0].Message, "printed nothing for") {
+		t.Errorf("error history %+v: want one transient ConversionStalled in Converting", rec.Errors)
+	}
+	if rec.Conversion == nil || rec.Conversion.Converted != "Converting 12.4 to run on KVM" {
+		t.Errorf("conversion evidence %+v", rec.Conversion)
+	}
+}

@@ -60,6 +60,10 @@ type Deps struct {
 	// drivers (a folder or ISO); $VIRTIO_WIN, else
 	// convert.DefaultVirtioWin, when empty.
 	VirtioWin string
+	// ConversionStallTimeout is how long virt-v2v may print nothing before
+	// it is killed and the conversion retried;
+	// convert.DefaultV2VStallTimeout when zero.
+	ConversionStallTimeout time.Duration
 	// LeaseDuration defaults to DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// PollInterval defaults to DefaultPollInterval.
@@ -147,7 +151,7 @@ func New(deps Deps) (*Engine, error) {
 		identity: id,
 		limiter:  newHostLimiter(deps.HostLimits),
 		tool:     &convert.Tool{Path: deps.QemuImg},
-		v2v:      &v2vState{tool: convert.V2V{VirtioWin: deps.VirtioWin, Accel: guestboot.ProbeAccel()}},
+		v2v:      &v2vState{tool: convert.V2V{VirtioWin: deps.VirtioWin, Accel: guestboot.ProbeAccel(), StallTimeout: deps.ConversionStallTimeout}},
 	}, nil
 }
 
