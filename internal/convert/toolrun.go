@@ -155,4 +155,3 @@ func (o *toolOutput) results() (stdout, messages, tailText []byte) {
 	defer o.mu.Unlock()
 	return bytes.Clone(o.stdout.Bytes()), bytes.Clone(o.messages.Bytes()), bytes.Clone(o.tail)
 }
-
