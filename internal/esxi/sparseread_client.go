@@ -139,14 +139,28 @@ func (c *Client) ReadRangeSparse(ctx context.Context, path string, offset, lengt
 // so that zero runs do not cross the network. Hosts without Python (ESXi
 // 6.x) get dd, whose ranges must be aligned to 512 bytes.
 func (c *Client) ReadRangeSkippingZeros(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error) {
+	n, _, _, err := c.ReadRangeChecked(ctx, path, offset, length, w)
+	return n, err
+}
+
+// ReadRangeChecked is [Client.ReadRangeSkippingZeros] that also returns
+// the range's SHA-256 when the sparse reader ran: computed on the host,
+// checked against what arrived, so the caller need not hash the range
+// again (checked is true). Through dd there is no such digest (checked is
+// false).
+func (c *Client) ReadRangeChecked(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, sum [32]byte, checked bool, err error) {
 	ok, err := c.HasPython(ctx)
 	if err != nil {
-		return 0, err
+		return 0, sum, false, err
 	}
 	if !ok {
-		return c.ReadRange(ctx, path, offset, length, w)
+		n, err = c.ReadRange(ctx, path, offset, length, w)
+		return n, sum, false, err
 	}
 	d := &denseSink{w: w}
-	_, err = c.ReadRangeSparse(ctx, path, offset, length, d)
-	return d.n, err
+	st, err := c.ReadRangeSparse(ctx, path, offset, length, d)
+	if err != nil {
+		return d.n, sum, false, err
+	}
+	return d.n, st.SHA256, true, nil
 }

@@ -4,6 +4,9 @@ package transfer
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -11,15 +14,24 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
-// The ESXi client offers zero-skipping reads, and Copy uses them.
-var _ ZeroSkippingReader = (*esxi.Client)(nil)
+// The ESXi client offers zero-skipping reads with checked digests, and
+// Copy uses them.
+var (
+	_ ZeroSkippingReader = (*esxi.Client)(nil)
+	_ CheckedRangeReader = (*esxi.Client)(nil)
+)
 
 // TestCopyWithZeroSkippingReads copies a thin disk with the ESXi client as
 // the source, as a migration does: with
 // Python on the host only the data crosses the wire, without it everything
-// does, and both copies verify against the disk's digest.
+// does, and both copies verify against the disk's digest. The journal's
+// chunk digests, taken from the host's checked digests with Python and
+// from the staging file without it, are those of the disk's content,
+// with one stream and with two.
 func TestCopyWithZeroSkippingReads(t *testing.T) {
-	const size = 96 * mib
+	// Three whole chunks and a last one with a tail under 1 MiB, read as
+	// two ranges.
+	const size = 96*mib + 1536
 	// 3 MiB of data in three runs; the rest of the disk is zeros.
 	content := []esxisim.Extent{
 		{Offset: 0, Length: mib, Seed: 1},
@@ -35,27 +47,53 @@ func TestCopyWithZeroSkippingReads(t *testing.T) {
 		{"python", "python3", 3 * mib, 3*mib + 64*1024},
 		{"no python", "", size, size + 4096},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			env := newSim(t)
-			env.srv.SetPython(tc.python)
-			_, disk := env.addDisk(t, "thin", size, content)
-			env.srv.ResetStats()
-			res, err := Copy(context.Background(), env.c, diskOf(disk),
-				filepath.Join(t.TempDir(), "disk.raw"), Options{ChunkSize: 32 * mib})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.SHA256 != disk.SHA256() {
-				t.Fatalf("copy digest %s, want %s", res.SHA256, disk.SHA256())
-			}
-			// Stdout bytes include a few small commands (stat, probe) besides the reads.
-			sent := env.srv.Stats().StdoutBytes
-			if sent < tc.minWire || sent > tc.maxWire {
-				t.Errorf("host sent %d bytes, want between %d and %d", sent, tc.minWire, tc.maxWire)
-			}
-			if res.ZeroBytes < size-4*mib {
-				t.Errorf("ZeroBytes %d: the staging file should keep the zero runs as holes", res.ZeroBytes)
-			}
-		})
+		for _, streams := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d streams", tc.name, streams), func(t *testing.T) {
+				copyZeroSkipping(t, tc.python, streams, size, content, tc.minWire, tc.maxWire)
+			})
+		}
+	}
+}
+
+// copyZeroSkipping copies a disk holding content through the simulated
+// host's client and checks the copy, its wire bytes and its journal.
+func copyZeroSkipping(t *testing.T, python string, streams int, size int64, content []esxisim.Extent, minWire, maxWire int64) {
+	env := newSim(t)
+	env.srv.SetPython(python)
+	_, disk := env.addDisk(t, "thin", size, content)
+	env.srv.ResetStats()
+	dest := filepath.Join(t.TempDir(), "disk.raw")
+	opts := Options{ChunkSize: 32 * mib, Streams: streams}
+	if streams > 1 {
+		opts.Sources = []RangeReader{env.c, env.c}
+	}
+	res, err := Copy(context.Background(), env.c, diskOf(disk), dest, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SHA256 != disk.SHA256() {
+		t.Fatalf("copy digest %s, want %s", res.SHA256, disk.SHA256())
+	}
+	// Stdout bytes include a few small commands (stat, probe) besides the reads.
+	sent := env.srv.Stats().StdoutBytes
+	if sent < minWire || sent > maxWire {
+		t.Errorf("host sent %d bytes, want between %d and %d", sent, minWire, maxWire)
+	}
+	j, err := loadJournal(dest)
+	if err != nil || j == nil || len(j.Chunks) != 4 {
+		t.Fatalf("journal %+v, %v: want 4 chunks", j, err)
+	}
+	src, err := os.ReadFile(disk.LocalFlat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range j.Chunks {
+		part := src[int64(i)*32*mib : min(int64(i+1)*32*mib, size)]
+		if want := fmt.Sprintf("%x", sha256.Sum256(part)); c.SHA256 != want {
+			t.Errorf("chunk %d: journal digest %s, content %s", i, c.SHA256, want)
+		}
+	}
+	if res.ZeroBytes < size-4*mib {
+		t.Errorf("ZeroBytes %d: the staging file should keep the zero runs as holes", res.ZeroBytes)
 	}
 }

@@ -48,6 +48,15 @@ type ZeroSkippingReader interface {
 	ReadRangeSkippingZeros(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error)
 }
 
+// CheckedRangeReader is optionally implemented by a ZeroSkippingReader
+// whose read also yields the range's SHA-256, computed by the source and
+// checked against what arrived ((*esxi.Client) does through its sparse
+// reader; checked is false where it fell back to dd). A chunk read in one
+// such range takes that digest instead of hashing its bytes again.
+type CheckedRangeReader interface {
+	ReadRangeChecked(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, sum [32]byte, checked bool, err error)
+}
+
 // Sizer is optionally implemented by a RangeReader that can stat files on
 // the source ((*esxi.Client) does). When available, Copy checks that the
 // source file is exactly Disk.SizeBytes long before starting.
@@ -504,8 +513,23 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 // readChunk reads [off, off+n) in at most two ranges: whole MiBs (so the
 // host's dd runs with 1 MiB blocks) and the sector-aligned tail of the
 // last chunk.
-func (c *copier) readChunk(ctx context.Context, src RangeReader, off, n int64, w io.Writer) error {
+func (c *copier) readChunk(ctx context.Context, src RangeReader, off, n int64, w *chunkWriter) error {
 	main := n &^ (chunkAlign - 1)
+	if cr, ok := src.(CheckedRangeReader); ok && (main == n || main == 0) {
+		// One range: the reader's checked digest is the chunk's.
+		w.takeDigest()
+		got, sum, checked, err := cr.ReadRangeChecked(ctx, c.disk.Path, off, n, w)
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("read %d bytes at offset %d, expected %d", got, off, n)
+		}
+		if checked {
+			w.setDigest(sum)
+		}
+		return nil
+	}
 	for _, r := range [][2]int64{{off, main}, {off + main, n - main}} {
 		if r[1] == 0 {
 			continue

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"sync"
 
@@ -52,10 +53,32 @@ type chunkWriter struct {
 	// data follows; an all-zero chunk's digest comes from zerosum.
 	unhashed int64
 	hashed   bool
+	// external: the chunk's digest comes from the reader (setDigest), or
+	// when it has none, from the staging file once the chunk is complete;
+	// arriving bytes are not hashed for it. start is the chunk's offset.
+	external bool
+	digest   *[32]byte
+	start    int64
 }
 
 func newChunkWriter(f *os.File, off, length int64, whole hash.Hash, buf []byte, onBytes func(int64)) *chunkWriter {
-	return &chunkWriter{f: f, base: off, length: length, buf: buf[:0], whole: whole, chunk: sha256.New(), onBytes: onBytes}
+	return &chunkWriter{f: f, base: off, start: off, length: length, buf: buf[:0], whole: whole, chunk: sha256.New(), onBytes: onBytes}
+}
+
+// takeDigest makes the chunk's digest the reader's (setDigest) instead of
+// one taken of the arriving bytes: the reader already hashed and checked
+// exactly these bytes. Called before the first byte arrives.
+func (w *chunkWriter) takeDigest() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.external = true
+}
+
+// setDigest is the checked digest of the whole chunk, from the reader.
+func (w *chunkWriter) setDigest(sum [32]byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.digest = &sum
 }
 
 // Write implements io.Writer.
@@ -77,8 +100,10 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 	if w.whole != nil {
 		w.whole.Write(p)
 	}
-	w.hashChunkZeros()
-	w.chunk.Write(p)
+	if !w.external {
+		w.hashChunkZeros()
+		w.chunk.Write(p)
+	}
 	w.n += int64(len(p))
 	written := len(p)
 	for len(p) > 0 {
@@ -223,10 +248,23 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 	}
 	w.closed = true
 	var sum [32]byte
-	if w.hashed {
+	switch {
+	case w.external && w.digest != nil:
+		sum = *w.digest
+	case w.external:
+		// The reader had no digest (dd): hash the chunk as written. A chunk
+		// cut short is discarded by the caller, unhashed.
+		if w.localErr == nil && w.n == w.length {
+			h := sha256.New()
+			if _, err := io.Copy(h, io.NewSectionReader(w.f, w.start, w.n)); err != nil {
+				w.localErr = fmt.Errorf("read back the staging file: %w", err)
+			}
+			h.Sum(sum[:0])
+		}
+	case w.hashed:
 		w.hashChunkZeros()
 		w.chunk.Sum(sum[:0])
-	} else {
+	default:
 		sum = zerosum.SHA256(w.n)
 	}
 	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero}, w.n, w.localErr
