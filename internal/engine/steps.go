@@ -444,15 +444,47 @@ func (r *run) copyDisks(ctx context.Context) error {
 	for _, s := range c.StreamClients(streams) {
 		sources = append(sources, s)
 	}
-	results, err := transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
+	opts := transfer.Options{
 		ChunkSize: r.chunkSize(),
 		Streams:   streams,
 		Sources:   sources,
 		Progress: func(p transfer.Progress) {
-			r.emit(Event{Kind: EventProgress, Disk: byDest[p.Dest], BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+			// From the copy's goroutines: the phase is given, not read
+			// from the record the main goroutine saves.
+			r.emit(Event{Kind: EventProgress, Phase: PhasePreparing, Disk: byDest[p.Dest], BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
 				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
 		},
-	})
+	}
+	// The copies run in their own goroutines; this one owns the record.
+	// When disks need no conversion, each disk verified while others still
+	// copy is recorded and sent to its DataVolume at once (pipeline.go).
+	finished := make(chan transfer.JobResult, len(jobs))
+	var results []transfer.JobResult
+	copied := make(chan error, 1)
+	go func() {
+		var err error
+		results, err = transfer.CopyEach(ctx, c, jobs, len(jobs), opts, func(jr transfer.JobResult) { finished <- jr })
+		copied <- err
+	}()
+	for running := len(jobs); ; {
+		select {
+		case jr := <-finished:
+			running--
+			if jr.Err != nil || !r.pipelined() || running == 0 {
+				continue
+			}
+			i := byDest[jr.Job.Dest]
+			d := &rec.Disks[i]
+			d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+			if serr := r.save(ctx); serr != nil {
+				continue
+			}
+			r.uploadEarly(ctx, i)
+			continue
+		case err = <-copied:
+		}
+		break
+	}
 	var worst error
 	worstRank := -1
 	for _, jr := range results {
@@ -513,65 +545,75 @@ func (r *run) stepConvert(ctx context.Context) error {
 		return err
 	}
 	for i := range rec.Disks {
-		d := &rec.Disks[i]
 		if err := r.flattenChain(ctx, i); err != nil { // disks on snapshots, see chain.go
 			return err
 		}
-		art, staged := r.spec.artifactPath(i), r.spec.stagedPath(i)
-		st, err := transfer.Inspect(transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, staged, r.chunkSize())
-		if err != nil {
+		if err := r.prepareImage(ctx, i); err != nil {
 			return err
 		}
-		if st.State != transfer.StateComplete {
-			if d.ArtifactSHA256 != "" && art != staged && r.artifactIntact(ctx, d, art) {
-				continue
-			}
-			return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the staged copy of disk %d (%s) is %s", i, staged, st.State)}
-		}
-		format := convert.Format(r.spec.TargetFormat)
-		if art == staged {
-			if _, err := r.e.tool.Check(ctx, art, convert.Raw, d.SizeBytes); err != nil {
-				return err
-			}
-			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(convert.Raw), d.SourceSHA256, d.SizeBytes
-		} else {
-			mkdir := func() error { return os.MkdirAll(filepath.Dir(art), 0o700) }
-			if r.spec.Transport.Kind == TransportHTTP {
-				mkdir = r.spec.makeHTTPFolder
-			}
-			if err := mkdir(); err != nil {
-				return needsHuman("StagingDirUnusable", "cannot create "+filepath.Dir(art), "make the folder writable, then run apply again", err)
-			}
-			a, err := r.e.tool.Convert(ctx, staged, convert.Raw, art, format)
-			if isNoSpace(err) {
-				return r.noSpace(fmt.Sprintf("converting disk %d", i), err)
-			}
-			if err != nil {
-				return err
-			}
-			if _, err := r.e.tool.Check(ctx, a.Path, format, d.SizeBytes); err != nil {
-				_ = convert.Remove(art)
-				return err
-			}
-			// Only the provider's user (and an HTTP server running as it)
-			// reads the images.
-			for _, p := range []string{art, art + convert.SidecarSuffix} {
-				if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return needsHuman("StagingDirUnusable", "cannot restrict the permissions of "+p, "make the folder writable, then run apply again", err)
-				}
-			}
-			d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(a.Format), a.SHA256, a.SizeBytes
-		}
-		if r.spec.Transport.Kind == TransportHTTP {
-			d.ArtifactURL = r.spec.imageURL(i)
-		}
-		r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
-			Message: fmt.Sprintf("disk %d: %s image ready (sha256 %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
 	}
 	if err := r.convertGuest(ctx); err != nil {
 		return err
 	}
 	return r.converted()
+}
+
+// prepareImage makes disk i's image to import from its verified staged
+// copy (or its chain, flattened): the staged raw file itself, or qemu-img's
+// conversion to the target format, checked and recorded.
+func (r *run) prepareImage(ctx context.Context, i int) error {
+	d := &r.rec().Disks[i]
+	art, staged := r.spec.artifactPath(i), r.spec.stagedPath(i)
+	st, err := transfer.Inspect(transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, staged, r.chunkSize())
+	if err != nil {
+		return err
+	}
+	if st.State != transfer.StateComplete {
+		if d.ArtifactSHA256 != "" && art != staged && r.artifactIntact(ctx, d, art) {
+			return nil
+		}
+		return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the staged copy of disk %d (%s) is %s", i, staged, st.State)}
+	}
+	format := convert.Format(r.spec.TargetFormat)
+	if art == staged {
+		if _, err := r.e.tool.Check(ctx, art, convert.Raw, d.SizeBytes); err != nil {
+			return err
+		}
+		d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(convert.Raw), d.SourceSHA256, d.SizeBytes
+	} else {
+		mkdir := func() error { return os.MkdirAll(filepath.Dir(art), 0o700) }
+		if r.spec.Transport.Kind == TransportHTTP {
+			mkdir = r.spec.makeHTTPFolder
+		}
+		if err := mkdir(); err != nil {
+			return needsHuman("StagingDirUnusable", "cannot create "+filepath.Dir(art), "make the folder writable, then run apply again", err)
+		}
+		a, err := r.e.tool.Convert(ctx, staged, convert.Raw, art, format)
+		if isNoSpace(err) {
+			return r.noSpace(fmt.Sprintf("converting disk %d", i), err)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := r.e.tool.Check(ctx, a.Path, format, d.SizeBytes); err != nil {
+			_ = convert.Remove(art)
+			return err
+		}
+		// Only the provider's user (and an HTTP server running as it)
+		// reads the images.
+		for _, p := range []string{art, art + convert.SidecarSuffix} {
+			if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return needsHuman("StagingDirUnusable", "cannot restrict the permissions of "+p, "make the folder writable, then run apply again", err)
+			}
+		}
+		d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(a.Format), a.SHA256, a.SizeBytes
+	}
+	if r.spec.Transport.Kind == TransportHTTP {
+		d.ArtifactURL = r.spec.imageURL(i)
+	}
+	r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+		Message: fmt.Sprintf("disk %d: %s image ready (sha256 %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
+	return nil
 }
 
 // converted records that the images CDI receives are ready.

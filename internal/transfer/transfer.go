@@ -713,6 +713,14 @@ type JobResult struct {
 // time); the returned error joins the failures. Two jobs with the same Dest
 // are refused.
 func CopyAll(ctx context.Context, src RangeReader, jobs []Job, parallel int, opts Options) ([]JobResult, error) {
+	return CopyEach(ctx, src, jobs, parallel, opts, nil)
+}
+
+// CopyEach is CopyAll that also calls done with each job's outcome as
+// soon as that job ends, from the goroutine that ran it, so that a caller
+// can use a finished disk while the others still copy. done must not
+// block for long.
+func CopyEach(ctx context.Context, src RangeReader, jobs []Job, parallel int, opts Options, done func(JobResult)) ([]JobResult, error) {
 	seen := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
 		abs, err := filepath.Abs(j.Dest)
@@ -752,6 +760,9 @@ func CopyAll(ctx context.Context, src RangeReader, jobs []Job, parallel int, opt
 			}
 			defer func() { <-sem }()
 			out[i].Result, out[i].Err = Copy(ctx, src, j.Disk, j.Dest, opts)
+			if done != nil {
+				done(out[i])
+			}
 		}()
 	}
 	wg.Wait()

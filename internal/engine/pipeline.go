@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// Copy and import overlap: when a VM's disks need no guest conversion, a
+// disk whose copy is verified is sent to its DataVolume while the VM's
+// other disks are still copying, so that the upload of one disk and the
+// copy of the next share the downtime instead of adding up.
+//
+// Only the plain path is taken here: create the DataVolume if it is
+// absent, wait until CDI is ready for the upload, send the image, record
+// it as sent. Anything else (a DataVolume that fails, is not ours, or an
+// upload that fails) is left as it is, to Importing, which observes the
+// same objects and handles every case with its retries. So an early
+// upload changes when the work is done, never what is recorded or how a
+// failure is handled, and a crash at any line resumes as before: the
+// record says per disk whether its DataVolume exists (DataVolumeUID) and
+// whether its image arrived (Uploaded).
+
+// pipelined reports whether disks may be uploaded during the copy: each
+// disk's image is then its own (no guest conversion spans the disks),
+// sent through CDI's upload proxy, and made from a plain staged copy.
+func (r *run) pipelined() bool {
+	return r.spec.Conversion == ConversionNone && r.spec.Transport.Kind == TransportCDIUpload && r.spec.Mode != ModeWarm
+}
+
+// uploadEarly sends disk i's image while other disks copy. What it cannot
+// do is reported and left to Importing.
+func (r *run) uploadEarly(ctx context.Context, i int) {
+	if err := r.tryUploadEarly(ctx, i); err != nil && ctx.Err() == nil {
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent during the copy (%v); Importing sends it", i, err)})
+	}
+}
+
+func (r *run) tryUploadEarly(ctx context.Context, i int) error {
+	d := &r.rec().Disks[i]
+	if d.onChain() || d.Uploaded || d.Imported {
+		return nil
+	}
+	if err := r.prepareImage(ctx, i); err != nil {
+		return err
+	}
+	if err := r.importDisk(ctx, i, importCreated); err != nil {
+		return err
+	}
+	kc := r.e.deps.Kube
+	wait := r.poller()
+	for {
+		dv, err := kc.GetDataVolume(ctx, r.spec.Namespace, d.DataVolume)
+		if err != nil {
+			return err
+		}
+		if string(dv.UID) != d.DataVolumeUID || dv.Spec.Source == nil || dv.Spec.Source.Upload == nil {
+			return fmt.Errorf("DataVolume %s changed", d.DataVolume)
+		}
+		switch dv.Status.Phase {
+		case cdiv1beta1.UploadReady:
+			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image while the other disks copy", i)})
+			if err := r.upload(ctx, i); err != nil {
+				return err
+			}
+			d.Uploaded = true
+			return r.save(ctx)
+		case "", cdiv1beta1.Pending, cdiv1beta1.PVCBound, cdiv1beta1.UploadScheduled, cdiv1beta1.WaitForFirstConsumer:
+			// CDI is preparing its upload pod.
+		default:
+			return fmt.Errorf("DataVolume %s is %s", d.DataVolume, dv.Status.Phase)
+		}
+		if err := wait(ctx); err != nil {
+			return err
+		}
+	}
+}
