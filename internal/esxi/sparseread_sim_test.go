@@ -35,7 +35,7 @@ func sixteenRuns() []esxisim.Extent {
 
 func TestReadRangeSparseSim(t *testing.T) {
 	env := newSim(t, esxisim.Options{})
-	env.srv.SetPython("python3")
+	env.srv.SetPython(esxisim.HostPython())
 	const size = 64 * mib
 	disk := thinDisk(t, env, "thin", size, esxisim.PoweredOff, sixteenRuns())
 	c := env.client(t)
@@ -137,7 +137,7 @@ func sha256Of(p []byte) []byte { s := sha256.Sum256(p); return s[:] }
 
 func TestReadRangeSparseSimErrors(t *testing.T) {
 	env := newSim(t, esxisim.Options{})
-	env.srv.SetPython("python3")
+	env.srv.SetPython(esxisim.HostPython())
 	off := thinDisk(t, env, "off", 4*mib, esxisim.PoweredOff, sixteenRuns())
 	on := thinDisk(t, env, "on", 4*mib, esxisim.PoweredOn, sixteenRuns())
 	c := env.client(t)
@@ -183,7 +183,7 @@ func TestReadRangeSparseSimErrors(t *testing.T) {
 // The decoder's view of the stream must stop the host when a sink fails.
 func TestReadRangeSparseSinkFailure(t *testing.T) {
 	env := newSim(t, esxisim.Options{})
-	env.srv.SetPython("python3")
+	env.srv.SetPython(esxisim.HostPython())
 	disk := thinDisk(t, env, "d", 16*mib, esxisim.PoweredOff, []esxisim.Extent{{Offset: 0, Length: 16 * mib, Seed: 3}})
 	c := env.client(t)
 	boom := errors.New("staging disk full")

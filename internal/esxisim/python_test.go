@@ -2,6 +2,7 @@ package esxisim
 
 import (
 	"bytes"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,13 @@ func TestPythonFileRules(t *testing.T) {
 	r := mustRun(t, c, "python - /vmfs/volumes/ds1/vm/vm-flat.vmdk 0 1")
 	if r.code != 2 {
 		t.Errorf("python - ...: code %d, want 2", r.code)
+	}
+}
+
+// HostPython names an interpreter that runs.
+func TestHostPythonRuns(t *testing.T) {
+	out, err := exec.Command(HostPython(), "-c", "import hashlib, os, struct, sys; print(sys.version_info[0])").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "3" {
+		t.Fatalf("%s: %q, %v", HostPython(), out, err)
 	}
 }

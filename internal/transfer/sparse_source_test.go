@@ -44,7 +44,7 @@ func TestCopyWithZeroSkippingReads(t *testing.T) {
 		minWire int64
 		maxWire int64
 	}{
-		{"python", "python3", 3 * mib, 3*mib + 64*1024},
+		{"python", esxisim.HostPython(), 3 * mib, 3*mib + 64*1024},
 		{"no python", "", size, size + 4096},
 	} {
 		for _, streams := range []int{1, 2} {

@@ -159,7 +159,7 @@ func hostMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	s.SetPython("python3") // ESXi 7 and 8 have /bin/python
+	s.SetPython(esxisim.HostPython()) // ESXi 7 and 8 have /bin/python
 	type vm struct {
 		id    int
 		files *esxisim.VMFiles
