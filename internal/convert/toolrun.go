@@ -59,7 +59,7 @@ func (v *V2V) run2(ctx context.Context, path string, args []string, dir string) 
 		return nil, nil, fmt.Errorf("%w: %v", ErrV2VMissing, err)
 	}
 	stall := v.stallTimeout()
-	tick := time.NewTicker(min(stall/4, 5*time.Second))
+	tick := time.NewTicker(max(min(stall/4, 5*time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {

@@ -221,13 +221,7 @@ func TestChainCopyResumes(t *testing.T) {
 			cancel()
 		}
 	}
-	e.onEvent.Store(&stop)
-	rec, err := e.engine().Run(ctx, spec)
-	e.onEvent.Store(nil)
-	var se *engine.StopError
-	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != engine.PhasePreparing {
-		t.Fatalf("first Run = %v, want an interruption in Preparing", err)
-	}
+	rec := e.runInterrupted(ctx, spec, engine.PhasePreparing, stop)
 	// The base's flat file is the big one: its copy stopped part way.
 	base := ch.Links[2].Extent
 	var verified int64

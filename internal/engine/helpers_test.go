@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -206,6 +207,20 @@ func (e *env) eventsOf(kind engine.EventKind) []engine.Event {
 }
 
 // mustComplete runs spec and fails unless it completes.
+// runInterrupted runs spec with onEvent watching its events until ctx
+// ends, and checks that the run stopped interrupted in phase.
+func (e *env) runInterrupted(ctx context.Context, spec engine.Spec, phase engine.Phase, onEvent func(engine.Event)) engine.Record {
+	e.t.Helper()
+	e.onEvent.Store(&onEvent)
+	rec, err := e.engine().Run(ctx, spec)
+	e.onEvent.Store(nil)
+	var se *engine.StopError
+	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != phase {
+		e.t.Fatalf("first Run = %v, want an interruption in %s", err, phase)
+	}
+	return rec
+}
+
 func (e *env) mustComplete(en *engine.Engine, spec engine.Spec) engine.Record {
 	e.t.Helper()
 	rec, err := en.Run(e.ctx(60*time.Second), spec)

@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,13 +88,7 @@ func TestEarlyUploadSurvivesInterruption(t *testing.T) {
 			}
 		}()
 	}
-	e.onEvent.Store(&stop)
-	rec, err := e.engine().Run(ctx, spec)
-	e.onEvent.Store(nil)
-	var se *engine.StopError
-	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != engine.PhasePreparing {
-		t.Fatalf("first Run = %v, want an interruption in Preparing", err)
-	}
+	rec := e.runInterrupted(ctx, spec, engine.PhasePreparing, stop)
 	if !rec.Disks[0].Uploaded || rec.Disks[0].DataVolumeUID == "" || rec.Disks[1].Acquired {
 		t.Fatalf("after the interruption: disk 0 uploaded %v (DataVolume %q), disk 1 acquired %v",
 			rec.Disks[0].Uploaded, rec.Disks[0].DataVolumeUID, rec.Disks[1].Acquired)

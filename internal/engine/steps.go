@@ -460,30 +460,22 @@ func (r *run) copyDisks(ctx context.Context) error {
 	// copy is recorded and sent to its DataVolume at once (pipeline.go).
 	finished := make(chan transfer.JobResult, len(jobs))
 	var results []transfer.JobResult
-	copied := make(chan error, 1)
 	go func() {
-		var err error
 		results, err = transfer.CopyEach(ctx, c, jobs, len(jobs), opts, func(jr transfer.JobResult) { finished <- jr })
-		copied <- err
+		close(finished)
 	}()
-	for running := len(jobs); ; {
-		select {
-		case jr := <-finished:
-			running--
-			if jr.Err != nil || !r.pipelined() || running == 0 {
-				continue
-			}
-			i := byDest[jr.Job.Dest]
-			d := &rec.Disks[i]
-			d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
-			if serr := r.save(ctx); serr != nil {
-				continue
-			}
-			r.uploadEarly(ctx, i)
+	running := len(jobs)
+	for jr := range finished {
+		running--
+		if jr.Err != nil || !r.pipelined() || running == 0 {
 			continue
-		case err = <-copied:
 		}
-		break
+		i := byDest[jr.Job.Dest]
+		d := &rec.Disks[i]
+		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+		if r.save(ctx) == nil {
+			r.uploadEarly(ctx, i)
+		}
 	}
 	var worst error
 	worstRank := -1
