@@ -30,9 +30,10 @@ var zeroBlock = make([]byte, ZeroBlockSize)
 var errWriterClosed = errors.New("transfer: write after the chunk attempt ended")
 
 // chunkWriter receives one attempt at one chunk from a RangeReader. It
-// hashes every byte twice as it arrives (the chunk's own SHA-256 and the
-// whole-file SHA-256) and writes the data at the chunk's offset in the
-// staging file, skipping all-zero blocks (the region is a hole beforehand).
+// hashes every byte as it arrives into the whole-file SHA-256 and, unless
+// the reader supplies the chunk's checked digest (takeDigest), into the
+// chunk's own, and writes the data at the chunk's offset in the staging
+// file, skipping all-zero blocks (the region is a hole beforehand).
 // whole may be nil: a chunk read out of order is added to the whole-file
 // hash later, from the staging file.
 // It is safe against writes racing with close.
