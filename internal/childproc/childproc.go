@@ -6,7 +6,9 @@
 //     OS thread, which stays blocked in Wait while the child lives (the
 //     kernel sends Pdeathsig when the thread that forked the child exits,
 //     so that thread must outlive the child): if this program dies, so does
-//     the child;
+//     the child. Once the child is reaped the thread goes back to the
+//     scheduler rather than being retired, so no other process forked
+//     from it with Pdeathsig is killed;
 //   - each runs in its own process group, killed as a whole.
 package childproc
 
@@ -37,9 +39,14 @@ func StartIn(dir, path string, args, env []string, stdout, stderr io.Writer) (*P
 	p := &Process{done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
-		// Never unlocked: when this goroutine returns, after the child has
-		// been reaped, the runtime retires the thread with it.
+		// Unlocked once the child is reaped, never before. A goroutine that
+		// ends still locked makes the runtime retire its thread, and that
+		// thread may earlier have forked a process that another part of
+		// this program started with Pdeathsig from an unlocked goroutine
+		// (terraform-exec starts terraform that way): retiring it would
+		// SIGKILL that process.
 		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		defer close(p.done)
 		cmd := exec.Command(path, args...)
 		cmd.Env = env

@@ -2,9 +2,12 @@ package childproc
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,5 +62,42 @@ func TestStartAndKill(t *testing.T) {
 func TestStartMissingBinary(t *testing.T) {
 	if _, err := Start("/nonexistent/binary", nil, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "/nonexistent/binary") {
 		t.Fatalf("Start = %v, want an error naming the binary", err)
+	}
+}
+
+// A process another part of the program started with Pdeathsig, from any
+// thread (as terraform-exec starts terraform), survives children started
+// and reaped here: the kernel signals such a process when the thread that
+// forked it exits, so a reaped child's thread must go back to the
+// scheduler, not be retired.
+func TestOtherPdeathsigChildSurvivesReapedChildren(t *testing.T) {
+	sleeper := exec.Command("/bin/sleep", "300")
+	sleeper.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- sleeper.Wait() }()
+	t.Cleanup(func() { _ = sleeper.Process.Kill() })
+	// Children started and reaped one after another and side by side,
+	// on whatever threads the scheduler gives them.
+	for range 20 {
+		var ps []*Process
+		for range 3 {
+			p, err := Start("/bin/true", nil, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			<-p.Done()
+		}
+		runtime.Gosched()
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("the process started elsewhere with Pdeathsig died while children here were reaped: %v", err)
+	case <-time.After(200 * time.Millisecond):
 	}
 }
