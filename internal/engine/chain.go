@@ -362,17 +362,35 @@ func (r *run) flattenChain(ctx context.Context, i int) error {
 }
 
 // chainContent reads ranges of a snapshot chain's guest-visible content,
-// for flattening it with the journaled copy. All-zero reads reach a writer
-// that takes zero runs as runs.
+// for flattening it with the journaled copy. A writer that takes zero runs
+// as runs gets them without reading: what no link allocates over the
+// base's holes, and what a delta zeroes (vmdk.Chain.ZeroRun); reads that
+// turn out all zeros reach it as runs too.
 type chainContent struct{ c *vmdk.Chain }
 
 func (cc chainContent) ReadRange(ctx context.Context, _ string, offset, length int64, w io.Writer) (int64, error) {
 	zw, zeroRuns := w.(interface{ WriteZeros(int64) error })
-	buf := make([]byte, min(length, 1<<20))
+	var buf []byte
 	var done int64
 	for done < length {
 		if err := ctx.Err(); err != nil {
 			return done, err
+		}
+		if zeroRuns {
+			z, err := cc.c.ZeroRun(offset+done, length-done)
+			if err != nil {
+				return done, err
+			}
+			if z > 0 {
+				if err := zw.WriteZeros(z); err != nil {
+					return done, err
+				}
+				done += z
+				continue
+			}
+		}
+		if buf == nil {
+			buf = make([]byte, min(length, 1<<20))
 		}
 		p := buf[:min(int64(len(buf)), length-done)]
 		if _, err := cc.c.ReadAt(p, offset+done); err != nil && !errors.Is(err, io.EOF) {

@@ -51,3 +51,20 @@ func Walk(f *os.File, off, end int64, fn func(off, n int64, data bool) error) er
 	}
 	return nil
 }
+
+// HoleLen returns how many bytes of f from off, up to end, are a hole: 0
+// when off holds data or the file system does not report holes. Past the
+// end of the file is a hole.
+func HoleLen(f *os.File, off, end int64) int64 {
+	if off >= end {
+		return 0
+	}
+	data, err := f.Seek(off, seekData)
+	switch {
+	case errors.Is(err, syscall.ENXIO):
+		return end - off
+	case err != nil:
+		return 0
+	}
+	return max(min(data, end)-off, 0)
+}

@@ -2,6 +2,7 @@ package sparsefile
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,3 +60,49 @@ func TestWalk(t *testing.T) {
 		}
 	}
 }
+
+// HoleLen agrees with Walk's first span: the hole's length when the range
+// starts in a hole, 0 when it starts with data; past the end of the file
+// is a hole.
+func TestHoleLen(t *testing.T) {
+	const mib = 1 << 20
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(16 * mib); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{7}, 8*mib); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int64{{0, 16 * mib}, {2 * mib, 3 * mib}, {8 * mib, 9 * mib}, {8*mib + 1, 16 * mib}, {12 * mib, 20 * mib}, {20 * mib, 30 * mib}, {5, 5}} {
+		var first int64
+		if r[0] < r[1] {
+			if err := Walk(f, r[0], r[1], func(off, n int64, data bool) error {
+				if !data {
+					first = n
+				}
+				return errStop
+			}); err != errStop {
+				t.Fatal(err)
+			}
+		}
+		got := HoleLen(f, r[0], r[1])
+		if got != first {
+			t.Fatalf("HoleLen(%v) = %d, Walk's first hole %d", r, got, first)
+		}
+		if b := make([]byte, got); got > 0 {
+			n, _ := f.ReadAt(b, r[0])
+			if !bytes.Equal(b[:n], make([]byte, n)) {
+				t.Fatalf("HoleLen(%v) = %d covers data", r, got)
+			}
+		}
+	}
+	if HoleLen(f, 8*mib, 16*mib) != 0 {
+		t.Fatal("a range starting on written data is reported as a hole")
+	}
+}
+
+var errStop = errors.New("stop")

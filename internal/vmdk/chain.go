@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 )
 
 // Errors matched with errors.Is.
@@ -324,6 +326,60 @@ func (c *Chain) read(i int, p []byte, off int64) error {
 		off += n
 	}
 	return nil
+}
+
+// ZeroRun returns how many bytes from off, at most limit, read as zeros
+// without reading any data: grains no link allocates, grains a delta
+// zeroes, holes of a flat extent, and past the disk's end. 0 means the
+// content at off may hold data; ReadAt tells.
+func (c *Chain) ZeroRun(off, limit int64) (int64, error) {
+	if off < 0 || limit <= 0 {
+		return 0, nil
+	}
+	return c.zeroRun(0, off, limit)
+}
+
+func (c *Chain) zeroRun(i int, off, limit int64) (int64, error) {
+	var done int64
+	for done < limit {
+		if i >= len(c.layers) || off >= c.layers[i].capacity {
+			return limit, nil // read as zeros, as read does
+		}
+		l := c.layers[i]
+		var x *layerExtent
+		for k := range l.extents {
+			if off < l.extents[k].end {
+				x = &l.extents[k]
+				break
+			}
+		}
+		n := min(limit-done, x.end-off)
+		var z int64
+		if x.flat != nil {
+			pos := x.flatOff + off - x.start
+			z = sparsefile.HoleLen(x.flat, pos, pos+n)
+		} else {
+			st, _, run, err := x.sparse.lookup(off - x.start)
+			if err != nil {
+				return done, err
+			}
+			n = min(n, run)
+			switch st {
+			case stateZero:
+				z = n
+			case stateUnallocated:
+				if z, err = c.zeroRun(i+1, off, n); err != nil {
+					return done, err
+				}
+			}
+		}
+		done += z
+		off += z
+		if z < n {
+			return done, nil
+		}
+	}
+	return done, nil
 }
 
 // WriteTo streams the guest-visible content to w.

@@ -120,7 +120,46 @@ func TestChainReaderMatchesModelAndQemu(t *testing.T) {
 			if int64(len(raw)) != capacity || shaHex(raw) != got {
 				t.Fatalf("qemu-img: %d bytes sha %s; Go reader: %d bytes sha %s", len(raw), shaHex(raw), capacity, got)
 			}
+			checkZeroRuns(t, c, model)
 		})
+	}
+}
+
+// checkZeroRuns walks the chain as a flattening copy does: every run
+// ZeroRun reports reads as zeros in the model, runs end where data may
+// begin, and the runs cover what no link holds (here all but the grains
+// and flat blocks the links write: less than 4 MiB of the disk).
+func checkZeroRuns(t *testing.T, c *Chain, model []byte) {
+	t.Helper()
+	capacity := int64(len(model))
+	var covered int64
+	for off := int64(0); off < capacity; {
+		z, err := c.ZeroRun(off, capacity-off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if z < 0 || off+z > capacity {
+			t.Fatalf("ZeroRun(%d) = %d, past the disk's %d bytes", off, z, capacity)
+		}
+		if z == 0 {
+			off = min(off+4096, capacity)
+			continue
+		}
+		if !bytes.Equal(model[off:off+z], make([]byte, z)) {
+			t.Fatalf("ZeroRun(%d) = %d covers data", off, z)
+		}
+		covered += z
+		off += z
+	}
+	if covered < capacity-4*mib {
+		t.Fatalf("zero runs cover %d of %d bytes: the reader would read most holes", covered, capacity)
+	}
+	// A limit bounds the run; data ends it.
+	if z, _ := c.ZeroRun(30*mib+64*1024, 4096); z != 4096 {
+		t.Fatalf("ZeroRun with a limit of 4096 in unwritten space = %d", z)
+	}
+	if z, _ := c.ZeroRun(0, capacity); z != 0 {
+		t.Fatalf("ZeroRun at the base's data = %d", z)
 	}
 }
 
