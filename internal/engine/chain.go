@@ -252,32 +252,124 @@ func removeIfExists(p string) error {
 	return nil
 }
 
-// flattenChain makes disk i's staged raw copy from its copied chain, when
-// it runs on one and that was not done yet: the copied files are checked
-// against their recorded SHA-256 (a file that fails goes back to
-// Preparing), the chain is rebuilt and flattened with qemu-img, and the
-// flattened image is staged with the same journaled copy as any disk, so
-// that the per-disk conversion that follows finds a complete staged copy.
-// A crash anywhere redoes the flatten from the verified files.
-func (r *run) flattenChain(ctx context.Context, i int) error {
+// maxParallelFlattens bounds the chains flattened at once: each is bound
+// by one core (reading, hashing, writing), and more would only share the
+// same disk.
+const maxParallelFlattens = 2
+
+// flattenChains makes the staged raw copy of every disk that runs on a
+// snapshot chain, up to maxParallelFlattens at once. The flattens run in
+// their own goroutines; this one owns the record, records each as it ends
+// and, when the images need no conversion, sends a flattened disk to its
+// DataVolume while others still flatten (as copies do, pipeline.go). Every
+// flatten runs to its end even when another fails, so its staged copy is
+// complete for the next attempt; the first failure is returned.
+func (r *run) flattenChains(ctx context.Context) error {
+	var plans []*flattenPlan
+	for i := range r.rec().Disks {
+		f, err := r.planFlatten(i)
+		if err != nil {
+			for _, f := range plans {
+				f.chain.Close()
+			}
+			return err
+		}
+		if f != nil {
+			plans = append(plans, f)
+		}
+	}
+	type ended struct {
+		f   *flattenPlan
+		res transfer.Result
+		err error
+	}
+	done := make(chan ended, len(plans))
+	slots := make(chan struct{}, maxParallelFlattens)
+	for _, f := range plans {
+		go func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			res, err := f.copy(ctx)
+			done <- ended{f, res, err}
+		}()
+	}
+	var first error
+	for left := len(plans); left > 0; left-- {
+		e := <-done
+		if err := r.recordFlatten(ctx, e.f, e.res, e.err); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		if first == nil && left > 1 && r.uploadsEachDisk() {
+			r.uploadEarly(ctx, e.f.i, true)
+		}
+	}
+	return first
+}
+
+// flattenPlan is one disk's flatten: its chain, checked and open, and
+// where its guest-visible content goes.
+type flattenPlan struct {
+	i      int
+	chain  *vmdk.Chain
+	disk   transfer.Disk
+	staged string
+	chunk  int64
+}
+
+// copy runs the journaled copy of the chain's content into the staged
+// file, then closes the chain. It reads nothing of the record, so it may
+// run beside the goroutine that owns it.
+func (f *flattenPlan) copy(ctx context.Context) (transfer.Result, error) {
+	defer f.chain.Close()
+	return transfer.Copy(ctx, chainContent{f.chain}, f.disk, f.staged, transfer.Options{ChunkSize: f.chunk})
+}
+
+// recordFlatten records the end of disk i's flatten (or its failure, as
+// what to do next) and saves the record.
+func (r *run) recordFlatten(ctx context.Context, f *flattenPlan, res transfer.Result, err error) error {
+	i := f.i
+	if isNoSpace(err) {
+		return r.noSpace(fmt.Sprintf("flattening the snapshot chain of disk %d", i), err)
+	}
+	if err != nil {
+		return fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
+	}
+	d := &r.rec().Disks[i]
+	d.GuestSHA256, d.SourceSHA256, d.ZeroBytes = res.SHA256, res.SHA256, res.ZeroBytes
+	r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+		Message: fmt.Sprintf("disk %d: snapshot chain (%s) flattened (guest sha256 %s)", i, chainSummary(d.Chain), d.GuestSHA256)})
+	return r.save(ctx)
+}
+
+// planFlatten prepares disk i's flatten, or returns nil when the disk runs
+// on no chain or was flattened (or converted) already: the copied files
+// are checked against their recorded SHA-256 (a file that fails goes back
+// to Preparing) and the chain is rebuilt and opened. Its guest-visible
+// content is then staged with the same journaled copy as any disk, so that
+// the per-disk conversion that follows finds a complete staged copy. A
+// crash anywhere redoes the flatten from the verified files.
+func (r *run) planFlatten(i int) (*flattenPlan, error) {
 	rec := r.rec()
 	d := &rec.Disks[i]
 	if !d.onChain() {
-		return nil
+		return nil, nil
 	}
 	staged := r.spec.stagedPath(i)
 	disk := transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}
 	st, err := transfer.Inspect(disk, staged, r.chunkSize())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if st.State == transfer.StateComplete && d.GuestSHA256 != "" && st.Result.SHA256 == d.GuestSHA256 && d.SourceSHA256 == d.GuestSHA256 {
-		return nil
+		return nil, nil
 	}
 	if d.ArtifactSHA256 != "" && d.GuestSHA256 != "" && r.spec.artifactPath(i) != staged {
 		if _, err := os.Stat(r.spec.artifactPath(i)); err == nil {
 			// Converted already; the staged copy is not needed again.
-			return nil
+			return nil, nil
 		}
 	}
 	back := func(why string) error {
@@ -289,7 +381,7 @@ func (r *run) flattenChain(ctx context.Context, i int) error {
 	for _, f := range d.Chain {
 		local := r.spec.chainLocalPath(i, f)
 		if f.SHA256 == "" {
-			return back(f.SourcePath + " was not copied")
+			return nil, back(f.SourcePath + " was not copied")
 		}
 		l := links[f.Link]
 		if l == nil {
@@ -300,31 +392,31 @@ func (r *run) flattenChain(ctx context.Context, i int) error {
 		if f.Kind == ChainFileDescriptor {
 			b, err := os.ReadFile(local)
 			if err != nil {
-				return back(fmt.Sprintf("%s: %v", local, err))
+				return nil, back(fmt.Sprintf("%s: %v", local, err))
 			}
 			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != f.SHA256 {
-				return back(local + " no longer matches its recorded SHA-256")
+				return nil, back(local + " no longer matches its recorded SHA-256")
 			}
 			l.Descriptor = string(b)
 			continue
 		}
 		est, err := transfer.Inspect(transfer.Disk{Path: f.SourcePath, SizeBytes: f.Bytes}, local, r.chunkSize())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if est.State != transfer.StateComplete || est.Result.SHA256 != f.SHA256 {
-			return back(fmt.Sprintf("the copy of %s is %s", f.SourcePath, est.State))
+			return nil, back(fmt.Sprintf("the copy of %s is %s", f.SourcePath, est.State))
 		}
 		l.ExtentNames = append(l.ExtentNames, filepath.Base(local))
 	}
 	if len(order) > vmdk.MaxChainDepth {
-		return permanent("ChainTooDeep", fmt.Sprintf("disk %d runs on %d links, more than %d", i, len(order), vmdk.MaxChainDepth), "consolidate the snapshots on the source, then run apply again", nil)
+		return nil, permanent("ChainTooDeep", fmt.Sprintf("disk %d runs on %d links, more than %d", i, len(order), vmdk.MaxChainDepth), "consolidate the snapshots on the source, then run apply again", nil)
 	}
 	var chain []convert.ChainLink
 	for k := range order {
 		l := links[k]
 		if l == nil {
-			return back(fmt.Sprintf("link %d is missing from the recorded chain", k))
+			return nil, back(fmt.Sprintf("link %d is missing from the recorded chain", k))
 		}
 		chain = append(chain, *l)
 	}
@@ -334,31 +426,22 @@ func (r *run) flattenChain(ctx context.Context, i int) error {
 	// and leaves zeros as holes in one pass, and resumes after a crash.
 	c, pc, err := convert.OpenPreparedChain(r.spec.stagingDir(), chain)
 	if errors.Is(err, vmdk.ErrCIDMismatch) || errors.Is(err, vmdk.ErrParentMissing) {
-		return needsHuman("ChainInconsistent", fmt.Sprintf("disk %d: the copied snapshot chain cannot be read consistently: %v", i, err),
+		return nil, needsHuman("ChainInconsistent", fmt.Sprintf("disk %d: the copied snapshot chain cannot be read consistently: %v", i, err),
 			"check the chain on the host (a parent written after its snapshot was taken, or a missing parent); consolidate the snapshots in the host client, then run apply again", err)
 	}
 	if err != nil {
-		return fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
+		return nil, fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
 	}
-	defer c.Close()
 	if pc.CapacityBytes != d.SizeBytes {
-		return permanent("ChainSizeMismatch", fmt.Sprintf("disk %d: the flattened chain holds %d bytes, the disk %d", i, pc.CapacityBytes, d.SizeBytes),
+		c.Close()
+		return nil, permanent("ChainSizeMismatch", fmt.Sprintf("disk %d: the flattened chain holds %d bytes, the disk %d", i, pc.CapacityBytes, d.SizeBytes),
 			"report this as a bug with the disk's descriptors", nil)
 	}
 	if err := convert.Remove(r.spec.flattenedPath(i)); err != nil { // left by an earlier version
-		return err
+		c.Close()
+		return nil, err
 	}
-	res, err := transfer.Copy(ctx, chainContent{c}, disk, staged, transfer.Options{ChunkSize: r.chunkSize()})
-	if isNoSpace(err) {
-		return r.noSpace(fmt.Sprintf("flattening the snapshot chain of disk %d", i), err)
-	}
-	if err != nil {
-		return fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
-	}
-	d.GuestSHA256, d.SourceSHA256, d.ZeroBytes = res.SHA256, res.SHA256, res.ZeroBytes
-	r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
-		Message: fmt.Sprintf("disk %d: snapshot chain (%s) flattened (guest sha256 %s)", i, chainSummary(d.Chain), d.GuestSHA256)})
-	return r.save(ctx)
+	return &flattenPlan{i: i, chain: c, disk: disk, staged: staged, chunk: r.chunkSize()}, nil
 }
 
 // chainContent reads ranges of a snapshot chain's guest-visible content,

@@ -25,21 +25,32 @@ import (
 // pipelined reports whether disks may be uploaded during the copy: each
 // disk's image is then its own (no guest conversion spans the disks),
 // sent through CDI's upload proxy, and made from a plain staged copy.
+//
+// In warm mode the copies made while the VM runs are not the disks' final
+// content; the disks' snapshot chains are flattened after the cutover, and
+// a disk flattened while others still flatten is sent the same way.
 func (r *run) pipelined() bool {
-	return r.spec.Conversion == ConversionNone && r.spec.Transport.Kind == TransportCDIUpload && r.spec.Mode != ModeWarm
+	return r.uploadsEachDisk() && r.spec.Mode != ModeWarm
 }
 
-// uploadEarly sends disk i's image while other disks copy. What it cannot
-// do is reported and left to Importing.
-func (r *run) uploadEarly(ctx context.Context, i int) {
-	if err := r.tryUploadEarly(ctx, i); err != nil && ctx.Err() == nil {
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent during the copy (%v); Importing sends it", i, err)})
+// uploadsEachDisk reports whether each disk's image is its own (no guest
+// conversion spans the disks) and is sent through CDI's upload proxy.
+func (r *run) uploadsEachDisk() bool {
+	return r.spec.Conversion == ConversionNone && r.spec.Transport.Kind == TransportCDIUpload
+}
+
+// uploadEarly sends disk i's image while other disks are copied or
+// flattened (flattened: its snapshot chain was just flattened into its
+// staged copy). What it cannot do is reported and left to Importing.
+func (r *run) uploadEarly(ctx context.Context, i int, flattened bool) {
+	if err := r.tryUploadEarly(ctx, i, flattened); err != nil && ctx.Err() == nil {
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent early (%v); Importing sends it", i, err)})
 	}
 }
 
-func (r *run) tryUploadEarly(ctx context.Context, i int) error {
+func (r *run) tryUploadEarly(ctx context.Context, i int, flattened bool) error {
 	d := &r.rec().Disks[i]
-	if d.onChain() || d.Uploaded || d.Imported {
+	if (d.onChain() && !flattened) || d.Uploaded || d.Imported {
 		return nil
 	}
 	if err := r.prepareImage(ctx, i); err != nil {
@@ -60,7 +71,7 @@ func (r *run) tryUploadEarly(ctx context.Context, i int) error {
 		}
 		switch dv.Status.Phase {
 		case cdiv1beta1.UploadReady:
-			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image while the other disks copy", i)})
+			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image while the other disks are prepared", i)})
 			if err := r.upload(ctx, i); err != nil {
 				return err
 			}

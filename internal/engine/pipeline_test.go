@@ -38,7 +38,7 @@ func TestDiskUploadsWhileTheNextCopies(t *testing.T) {
 	var copiedAfter atomic.Int64
 	watch := func(ev engine.Event) {
 		switch {
-		case strings.HasPrefix(ev.Message, "disk 0: sending its image while the other disks copy"):
+		case strings.HasPrefix(ev.Message, "disk 0: sending its image while the other disks are prepared"):
 			sentEarly.Store(true)
 		case sentEarly.Load() && ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing && ev.Disk == 1 &&
 			strings.Contains(ev.Message, "copied"):
@@ -102,5 +102,71 @@ func TestEarlyUploadSurvivesInterruption(t *testing.T) {
 		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.SourceSHA256 {
 			t.Errorf("disk %d: DataVolume received %s, want %s", i, got, d.SourceSHA256)
 		}
+	}
+}
+
+// In warm mode the disks' chains are flattened after the cutover, side by
+// side; without guest conversion, the disk flattened first is sent to its
+// DataVolume while the other still flattens. Each DataVolume receives its
+// disk's final content, and each disk is sent once.
+func TestWarmDiskUploadsWhileTheNextFlattens(t *testing.T) {
+	e := newEnv(t)
+	id, files := e.host.AddVM(t, esxisim.VMSpec{
+		Name: "pipew", GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{
+			{CapacityBytes: 4 << 20, Thin: true, Content: []esxisim.Extent{{Offset: 0, Length: 1 << 20, Seed: 21}}},
+			{CapacityBytes: 64 << 20, Content: []esxisim.Extent{{Offset: 0, Length: 64 << 20, Seed: 22}}},
+		},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.7"},
+	})
+	spec := e.spec("pipew", "pipew")
+	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 1
+	// The guest writes into both disks' snapshot deltas during the precopy.
+	var once atomic.Bool
+	var sentEarly atomic.Int64
+	sentEarly.Store(-1)
+	hook := func(ev engine.Event) {
+		if ev.Kind == engine.EventProgress && strings.HasPrefix(ev.Message, "precopy:") && once.CompareAndSwap(false, true) {
+			for i, d := range files.Disks {
+				b := make([]byte, 8<<10)
+				esxisim.PatternBytes(b, uint64(30+i), 2<<20)
+				if err := e.host.GuestWrite(id, d.Controller, 2<<20, b); err != nil {
+					t.Errorf("guest write: %v", err)
+				}
+			}
+		}
+		if strings.HasSuffix(ev.Message, ": sending its image while the other disks are prepared") {
+			var i int64
+			if strings.HasPrefix(ev.Message, "disk 1") {
+				i = 1
+			}
+			sentEarly.Store(i)
+		}
+	}
+	e.onEvent.Store(&hook)
+	rec := e.mustComplete(e.engine(), spec)
+	e.onEvent.Store(nil)
+	if !once.Load() {
+		t.Fatal("the guest never wrote during the precopy")
+	}
+	if sentEarly.Load() < 0 {
+		t.Error("no disk was sent while the other flattened")
+	}
+	for i, d := range rec.Disks {
+		if !d.Uploaded || d.GuestSHA256 == "" {
+			t.Errorf("disk %d: uploaded %v, guest sha %q", i, d.Uploaded, d.GuestSHA256)
+		}
+		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.GuestSHA256 {
+			t.Errorf("disk %d: DataVolume %s received %s, want the flattened %s", i, d.DataVolume, got, d.GuestSHA256)
+		}
+		// The guest's write is in the flattened content: it differs from
+		// the base the precopy copied.
+		if d.GuestSHA256 == files.Disks[i].SHA256() {
+			t.Errorf("disk %d: the flattened content is the base's, without the guest's write", i)
+		}
+	}
+	if n := len(e.sim.IssuedUploadTokens()); n != 2 {
+		t.Errorf("%d uploads, want one per disk", n)
 	}
 }

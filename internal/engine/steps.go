@@ -474,7 +474,7 @@ func (r *run) copyDisks(ctx context.Context) error {
 		d := &rec.Disks[i]
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
 		if r.save(ctx) == nil {
-			r.uploadEarly(ctx, i)
+			r.uploadEarly(ctx, i, false)
 		}
 	}
 	var worst error
@@ -536,9 +536,12 @@ func (r *run) stepConvert(ctx context.Context) error {
 	if err := r.ensureStagingToken(ctx); err != nil {
 		return err
 	}
+	if err := r.flattenChains(ctx); err != nil { // disks on snapshots, see chain.go
+		return err
+	}
 	for i := range rec.Disks {
-		if err := r.flattenChain(ctx, i); err != nil { // disks on snapshots, see chain.go
-			return err
+		if d := &rec.Disks[i]; d.Uploaded && d.ArtifactSHA256 != "" {
+			continue // its image was made and sent while others were prepared
 		}
 		if err := r.prepareImage(ctx, i); err != nil {
 			return err
