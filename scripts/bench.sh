@@ -259,6 +259,8 @@ if [[ $vms == 1 ]]; then
 	# BENCH_CPUPROFILE=file writes the provider's CPU profile of the cold
 	# migration (go tool pprof).
 	[[ -n ${BENCH_CPUPROFILE:-} ]] && smoke_flag+=(-cpuprofile "$BENCH_CPUPROFILE")
+	# BENCH_WARM_CPUPROFILE=file: the same for the warm migration's cutover.
+	[[ -n ${BENCH_WARM_CPUPROFILE:-} ]] && smoke_flag+=(-warm-cpuprofile "$BENCH_WARM_CPUPROFILE")
 	mkdir -p "$work/migrate.d"
 	"$work/migrate" run -work "$work/migrate.d" -root "$root/vmfs/volumes" -listen "$esxi_ip:2222" \
 		-netns-exec "ip netns exec $ns" -ssh-cat "ssh ${ssh_opts[*]} root@$esxi_ip" -wave "$wave" "${smoke_flag[@]}"

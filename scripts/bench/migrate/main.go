@@ -391,7 +391,7 @@ type runFlags struct {
 	work, root, listen, netnsExec, sshCat string
 	smoke                                 bool
 	wave                                  int
-	cpuProfile                            string
+	cpuProfile, warmCPUProfile            string
 }
 
 func runMain(args []string) error {
@@ -405,6 +405,7 @@ func runMain(args []string) error {
 	fl.BoolVar(&f.smoke, "smoke", false, "tiny disks")
 	fl.IntVar(&f.wave, "wave", 4, "VMs in the wave")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the provider's CPU profile of the cold migration to this file")
+	fl.StringVar(&f.warmCPUProfile, "warm-cpuprofile", "", "write the provider's CPU profile of the warm migration's cutover (from the power-off) to this file")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -570,9 +571,24 @@ func run(ctx context.Context, f runFlags) error {
 			})
 		}
 	})
+	stopWarmProfile := func() {}
+	if f.warmCPUProfile != "" {
+		pf, err := os.Create(f.warmCPUProfile)
+		if err != nil {
+			return err
+		}
+		var started sync.Once
+		hooks = append(hooks, func(ev engine.Event) {
+			if ev.Name == "warm" && strings.HasPrefix(ev.Message, "powering off source VM") {
+				started.Do(func() { _ = pprof.StartCPUProfile(pf) })
+			}
+		})
+		stopWarmProfile = func() { pprof.StopCPUProfile(); pf.Close() }
+	}
 	evMu.Unlock()
 	dropPageCache()
 	warm, err := measure(ctx, en, cl, host, warmSpec)
+	stopWarmProfile()
 	if err != nil {
 		return err
 	}
