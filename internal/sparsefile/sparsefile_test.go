@@ -8,24 +8,35 @@ import (
 	"testing"
 )
 
-// The spans Walk reports cover the range exactly, in order, and every
-// byte of a hole span reads as zero while every written byte lies in a
-// data span; a file with holes reports some.
-func TestWalk(t *testing.T) {
-	const mib = 1 << 20
+const mib = 1 << 20
+
+// sparseFile is a 16 MiB file, all holes but a byte 7 at each offset.
+func sparseFile(t *testing.T, offs ...int64) *os.File {
+	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	if err := f.Truncate(16 * mib); err != nil {
 		t.Fatal(err)
 	}
-	written := map[int64]bool{}
-	for _, off := range []int64{0, 5*mib + 3, 16*mib - 1} {
+	for _, off := range offs {
 		if _, err := f.WriteAt([]byte{7}, off); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return f
+}
+
+// The spans Walk reports cover the range exactly, in order, and every
+// byte of a hole span reads as zero while every written byte lies in a
+// data span; a file with holes reports some.
+func TestWalk(t *testing.T) {
+	offs := []int64{0, 5*mib + 3, 16*mib - 1}
+	f := sparseFile(t, offs...)
+	written := map[int64]bool{}
+	for _, off := range offs {
 		written[off] = true
 	}
 	for _, r := range [][2]int64{{0, 16 * mib}, {mib, 6 * mib}, {5*mib + 3, 5*mib + 4}, {8 * mib, 9 * mib}} {
@@ -65,18 +76,7 @@ func TestWalk(t *testing.T) {
 // starts in a hole, 0 when it starts with data; past the end of the file
 // is a hole.
 func TestHoleLen(t *testing.T) {
-	const mib = 1 << 20
-	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(16 * mib); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte{7}, 8*mib); err != nil {
-		t.Fatal(err)
-	}
+	f := sparseFile(t, 8*mib)
 	for _, r := range [][2]int64{{0, 16 * mib}, {2 * mib, 3 * mib}, {8 * mib, 9 * mib}, {8*mib + 1, 16 * mib}, {12 * mib, 20 * mib}, {20 * mib, 30 * mib}, {5, 5}} {
 		var first int64
 		if r[0] < r[1] {

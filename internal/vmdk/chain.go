@@ -246,6 +246,16 @@ func (l *layer) close() {
 	}
 }
 
+// extentAt is the extent holding byte off of the layer (off < capacity).
+func (l *layer) extentAt(off int64) *layerExtent {
+	for k := range l.extents {
+		if off < l.extents[k].end {
+			return &l.extents[k]
+		}
+	}
+	return nil
+}
+
 // Close closes every extent file.
 func (c *Chain) Close() error {
 	for _, l := range c.layers {
@@ -290,14 +300,7 @@ func (c *Chain) read(i int, p []byte, off int64) error {
 			clear(p)
 			return nil
 		}
-		l := c.layers[i]
-		var x *layerExtent
-		for k := range l.extents {
-			if off < l.extents[k].end {
-				x = &l.extents[k]
-				break
-			}
-		}
+		x := c.layers[i].extentAt(off)
 		n := min(int64(len(p)), x.end-off)
 		if x.flat != nil {
 			if err := readFull(x.flat, p[:n], x.flatOff+off-x.start); err != nil {
@@ -345,14 +348,7 @@ func (c *Chain) zeroRun(i int, off, limit int64) (int64, error) {
 		if i >= len(c.layers) || off >= c.layers[i].capacity {
 			return limit, nil // read as zeros, as read does
 		}
-		l := c.layers[i]
-		var x *layerExtent
-		for k := range l.extents {
-			if off < l.extents[k].end {
-				x = &l.extents[k]
-				break
-			}
-		}
+		x := c.layers[i].extentAt(off)
 		n := min(limit-done, x.end-off)
 		var z int64
 		if x.flat != nil {
