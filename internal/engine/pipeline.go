@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-
-	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 // Copy and import overlap: when a VM's disks need no guest conversion, a
@@ -59,31 +57,13 @@ func (r *run) tryUploadEarly(ctx context.Context, i int, flattened bool) error {
 	if err := r.importDisk(ctx, i, importCreated); err != nil {
 		return err
 	}
-	kc := r.e.deps.Kube
-	wait := r.poller()
-	for {
-		dv, err := kc.GetDataVolume(ctx, r.spec.Namespace, d.DataVolume)
-		if err != nil {
-			return err
-		}
-		if string(dv.UID) != d.DataVolumeUID || dv.Spec.Source == nil || dv.Spec.Source.Upload == nil {
-			return fmt.Errorf("DataVolume %s changed", d.DataVolume)
-		}
-		switch dv.Status.Phase {
-		case cdiv1beta1.UploadReady:
-			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image while the other disks are prepared", i)})
-			if err := r.upload(ctx, i); err != nil {
-				return err
-			}
-			d.Uploaded = true
-			return r.save(ctx)
-		case "", cdiv1beta1.Pending, cdiv1beta1.PVCBound, cdiv1beta1.UploadScheduled, cdiv1beta1.WaitForFirstConsumer:
-			// CDI is preparing its upload pod.
-		default:
-			return fmt.Errorf("DataVolume %s is %s", d.DataVolume, dv.Status.Phase)
-		}
-		if err := wait(ctx); err != nil {
-			return err
-		}
+	if err := r.waitUploadReady(ctx, i); err != nil {
+		return err
 	}
+	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image while the other disks are prepared", i)})
+	if err := r.upload(ctx, i); err != nil {
+		return err
+	}
+	d.Uploaded = true
+	return r.save(ctx)
 }

@@ -170,3 +170,97 @@ func TestWarmDiskUploadsWhileTheNextFlattens(t *testing.T) {
 		t.Errorf("%d uploads, want one per disk", n)
 	}
 }
+
+// pauseLastCopy makes disk 1's copy wait at half way until the engine
+// says it is sending disk 1 as its copy is verified (or 60 s pass), so
+// that the send starts while the copy still runs; after that, stop (if
+// set) is called once when disk 1's copy reaches three quarters.
+func pauseLastCopy(stop func()) (hook func(engine.Event), streamed, reached *atomic.Bool, copiedAfter *atomic.Int64) {
+	streamed, reached, copiedAfter = new(atomic.Bool), new(atomic.Bool), new(atomic.Int64)
+	release := make(chan struct{})
+	var paused, stopped atomic.Bool
+	hook = func(ev engine.Event) {
+		switch {
+		case strings.HasPrefix(ev.Message, "disk 1: sending its image to DataVolume") && strings.HasSuffix(ev.Message, "as its copy is verified"):
+			if streamed.CompareAndSwap(false, true) {
+				close(release)
+			}
+		case strings.HasPrefix(ev.Message, "disk 1: its image reached DataVolume"):
+			reached.Store(true)
+		case ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing && ev.Disk == 1 && strings.HasPrefix(ev.Message, "disk 1: copied"):
+			if streamed.Load() {
+				copiedAfter.Add(1)
+			}
+			if ev.Percent >= 50 && paused.CompareAndSwap(false, true) {
+				select {
+				case <-release:
+				case <-time.After(60 * time.Second):
+				}
+			}
+			if stop != nil && streamed.Load() && ev.Percent >= 75 && stopped.CompareAndSwap(false, true) {
+				stop()
+			}
+		}
+	}
+	return hook, streamed, reached, copiedAfter
+}
+
+// The last disk still copying is sent to its DataVolume as its copy
+// verifies it: the send starts before the copy ends, and the DataVolume
+// holds exactly the source disk, recorded as sent raw with the copy's
+// SHA-256.
+func TestLastDiskUploadsAsItCopies(t *testing.T) {
+	e := newEnv(t)
+	files := twoDiskVM(e, "pipe03")
+	hook, streamed, reached, copiedAfter := pauseLastCopy(nil)
+	e.onEvent.Store(&hook)
+	rec := e.mustComplete(e.engine(), e.spec("pipe03", "pipe03"))
+	e.onEvent.Store(nil)
+	if !streamed.Load() || !reached.Load() || copiedAfter.Load() == 0 {
+		t.Errorf("disk 1 sent as it copied: %v, arrived with its copy: %v, copy progress after the send began: %d", streamed.Load(), reached.Load(), copiedAfter.Load())
+	}
+	d := rec.Disks[1]
+	if !d.Uploaded || d.UploadFormat != "raw" || d.UploadSHA256 != d.SourceSHA256 || d.UploadBytes != d.SizeBytes {
+		t.Errorf("disk 1's upload evidence: uploaded %v, %s, %d bytes, sha %s (copy %s)", d.Uploaded, d.UploadFormat, d.UploadBytes, d.UploadSHA256, d.SourceSHA256)
+	}
+	for i, d := range rec.Disks {
+		if d.SourceSHA256 != files.Disks[i].SHA256() {
+			t.Errorf("disk %d: copied %s, source %s", i, d.SourceSHA256, files.Disks[i].SHA256())
+		}
+		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.SourceSHA256 {
+			t.Errorf("disk %d: DataVolume %s received %s, want %s", i, d.DataVolume, got, d.SourceSHA256)
+		}
+	}
+	if n := len(e.sim.IssuedUploadTokens()); n != 2 {
+		t.Errorf("%d uploads, want one per disk", n)
+	}
+}
+
+// A run stopped while the last disk is sent as it copies leaves neither
+// the disk recorded as sent nor its DataVolume taken as imported: the
+// resumed run finishes the copy from its journal, sends the disk again,
+// and its DataVolume holds exactly the source disk.
+func TestLastDiskUploadSurvivesInterruption(t *testing.T) {
+	e := newEnv(t)
+	files := twoDiskVM(e, "pipe04")
+	spec := e.spec("pipe04", "pipe04")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hook, streamed, _, _ := pauseLastCopy(cancel)
+	rec := e.runInterrupted(ctx, spec, engine.PhasePreparing, hook)
+	if !streamed.Load() {
+		t.Fatal("disk 1 was never sent as it copied")
+	}
+	if d := rec.Disks[1]; d.Uploaded || d.Acquired || d.Imported {
+		t.Fatalf("after the interruption disk 1 is uploaded %v, acquired %v, imported %v", d.Uploaded, d.Acquired, d.Imported)
+	}
+	rec = e.mustComplete(e.engine(), spec)
+	for i, d := range rec.Disks {
+		if d.SourceSHA256 != files.Disks[i].SHA256() {
+			t.Errorf("disk %d: copied %s, source %s", i, d.SourceSHA256, files.Disks[i].SHA256())
+		}
+		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.SourceSHA256 {
+			t.Errorf("disk %d: DataVolume %s received %s, want %s", i, d.DataVolume, got, d.SourceSHA256)
+		}
+	}
+}

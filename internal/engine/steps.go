@@ -444,11 +444,13 @@ func (r *run) copyDisks(ctx context.Context) error {
 	for _, s := range c.StreamClients(streams) {
 		sources = append(sources, s)
 	}
+	watch := newCopyWatch(r.chunkSize())
 	opts := transfer.Options{
 		ChunkSize: r.chunkSize(),
 		Streams:   streams,
 		Sources:   sources,
 		Progress: func(p transfer.Progress) {
+			watch.progress(p)
 			// From the copy's goroutines: the phase is given, not read
 			// from the record the main goroutine saves.
 			r.emit(Event{Kind: EventProgress, Phase: PhasePreparing, Disk: byDest[p.Dest], BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
@@ -465,8 +467,11 @@ func (r *run) copyDisks(ctx context.Context) error {
 		close(finished)
 	}()
 	running := len(jobs)
+	ended := map[string]bool{}
+	var last *lastUpload
 	for jr := range finished {
 		running--
+		ended[jr.Job.Dest] = true
 		if jr.Err != nil || !r.pipelined() || running == 0 {
 			continue
 		}
@@ -475,6 +480,15 @@ func (r *run) copyDisks(ctx context.Context) error {
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
 		if r.save(ctx) == nil {
 			r.uploadEarly(ctx, i, false)
+		}
+		if running == 1 && len(jobs) > 1 {
+			// One disk still copies: send it as its copy is verified
+			// (stream.go).
+			for _, j := range jobs {
+				if !ended[j.Dest] {
+					last = r.startLastUpload(ctx, byDest[j.Dest], watch)
+				}
+			}
 		}
 	}
 	var worst error
@@ -494,6 +508,18 @@ func (r *run) copyDisks(ctx context.Context) error {
 			continue
 		}
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+	}
+	if last != nil {
+		var copyErr error
+		for _, jr := range results {
+			if jr.Job.Dest == last.dest {
+				copyErr = jr.Err
+			}
+		}
+		if copyErr == nil && err != nil {
+			copyErr = err
+		}
+		r.finishLastUpload(ctx, last, copyErr)
 	}
 	if worst == nil && err != nil {
 		worst = err

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -15,6 +16,9 @@ type UploadRequest struct {
 	// Path is the local image; Size its length.
 	Path string
 	Size int64
+	// Body, when set, is sent instead of the file at Path (a staging file
+	// read as its copy verifies it); Seek to the start sends it again.
+	Body io.ReadSeeker
 	// ProxyURL, CAPEM and Insecure reach CDI's upload proxy.
 	ProxyURL string
 	CAPEM    string
@@ -41,14 +45,18 @@ func (u cdiUploader) Upload(ctx context.Context, req UploadRequest) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(req.Path)
-	if err != nil {
-		return permanent("ArtifactMissing", fmt.Sprintf("cannot open the image %s to upload", req.Path), "", err)
+	body := req.Body
+	if body == nil {
+		f, err := os.Open(req.Path)
+		if err != nil {
+			return permanent("ArtifactMissing", fmt.Sprintf("cannot open the image %s to upload", req.Path), "", err)
+		}
+		defer f.Close()
+		body = f
 	}
-	defer f.Close()
 	return kube.Upload(ctx, kube.UploadOptions{
 		ProxyURL: req.ProxyURL, CACertPEM: []byte(req.CAPEM), InsecureSkipVerify: req.Insecure,
-		Token: token, Body: f, Size: req.Size, Progress: req.Progress,
+		Token: token, Body: body, Size: req.Size, Progress: req.Progress,
 		Namespace: req.Namespace, Name: req.DataVolume,
 	})
 }
