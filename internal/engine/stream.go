@@ -204,7 +204,7 @@ func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *las
 	}
 	prefix := watch.verifiedPrefix(dest)
 	if prefix < d.SizeBytes/8 {
-		return nil // too little copied to judge, or nearly done
+		return nil // too little copied to tell whether the disk is dense
 	}
 	var data int64
 	f, err := os.Open(dest)
