@@ -478,18 +478,19 @@ func (r *run) copyDisks(ctx context.Context) error {
 		i := byDest[jr.Job.Dest]
 		d := &rec.Disks[i]
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
-		if r.save(ctx) == nil {
-			r.uploadEarly(ctx, i, false)
+		if r.save(ctx) != nil {
+			continue
 		}
 		if running == 1 && len(jobs) > 1 {
-			// One disk still copies: send it as its copy is verified
-			// (stream.go).
+			// One disk still copies: it is sent as its copy is verified
+			// (stream.go), from now on, beside this disk's upload.
 			for _, j := range jobs {
 				if !ended[j.Dest] {
 					last = r.startLastUpload(ctx, byDest[j.Dest], watch)
 				}
 			}
 		}
+		r.uploadEarly(ctx, i, false)
 	}
 	var worst error
 	worstRank := -1
