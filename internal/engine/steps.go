@@ -469,28 +469,44 @@ func (r *run) copyDisks(ctx context.Context) error {
 	running := len(jobs)
 	ended := map[string]bool{}
 	var last *lastUpload
-	for jr := range finished {
-		running--
-		ended[jr.Job.Dest] = true
-		if jr.Err != nil || !r.pipelined() || running == 0 {
-			continue
+	lastTried, failed := false, false
+	// Once one disk still copies and enough of it is verified to judge
+	// it, it is sent as its copy is verified (stream.go), from then on.
+	tryLast := func() {
+		if lastTried || failed || running != 1 || len(jobs) < 2 || !r.pipelined() {
+			return
 		}
-		i := byDest[jr.Job.Dest]
-		d := &rec.Disks[i]
-		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
-		if r.save(ctx) != nil {
-			continue
-		}
-		if running == 1 && len(jobs) > 1 {
-			// One disk still copies: it is sent as its copy is verified
-			// (stream.go), from now on, beside this disk's upload.
-			for _, j := range jobs {
-				if !ended[j.Dest] {
-					last = r.startLastUpload(ctx, byDest[j.Dest], watch)
-				}
+		for _, j := range jobs {
+			if !ended[j.Dest] && watch.verifiedPrefix(j.Dest) >= j.Disk.SizeBytes/8 {
+				lastTried = true
+				last = r.startLastUpload(ctx, byDest[j.Dest], watch)
 			}
 		}
-		r.uploadEarly(ctx, i, false)
+	}
+	for open := true; open; {
+		select {
+		case <-watch.wake:
+			tryLast()
+		case jr, ok := <-finished:
+			if !ok {
+				open = false
+				continue
+			}
+			running--
+			ended[jr.Job.Dest] = true
+			failed = failed || jr.Err != nil
+			if jr.Err != nil || !r.pipelined() || running == 0 {
+				continue
+			}
+			i := byDest[jr.Job.Dest]
+			d := &rec.Disks[i]
+			d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+			if r.save(ctx) != nil {
+				continue
+			}
+			tryLast() // before this disk's upload, so that the two overlap
+			r.uploadEarly(ctx, i, false)
+		}
 	}
 	var worst error
 	worstRank := -1

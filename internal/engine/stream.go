@@ -36,16 +36,18 @@ import (
 // least 7/8 data. A disk with more zeros goes as a qcow2 copy after its
 // copy (uploadImage), keeping its zeros off the wire.
 
-// copyWatch follows the verified prefix of every disk being copied.
+// copyWatch follows the verified prefix of every disk being copied; wake
+// receives a value (without blocking the copy) when one grows.
 type copyWatch struct {
 	chunk  int64
+	wake   chan struct{}
 	mu     sync.Mutex
 	prefix map[string]int64
 	images map[string]*growingImage
 }
 
 func newCopyWatch(chunk int64) *copyWatch {
-	return &copyWatch{chunk: chunk, prefix: map[string]int64{}, images: map[string]*growingImage{}}
+	return &copyWatch{chunk: chunk, wake: make(chan struct{}, 1), prefix: map[string]int64{}, images: map[string]*growingImage{}}
 }
 
 // progress takes a copy's progress report (from the copy's goroutines):
@@ -53,13 +55,20 @@ func newCopyWatch(chunk int64) *copyWatch {
 func (w *copyWatch) progress(p transfer.Progress) {
 	v := min(int64(p.ChunksDone)*w.chunk, p.BytesTotal)
 	w.mu.Lock()
-	if v > w.prefix[p.Dest] {
+	grew := v > w.prefix[p.Dest]
+	if grew {
 		w.prefix[p.Dest] = v
 	}
 	g := w.images[p.Dest]
 	w.mu.Unlock()
 	if g != nil {
 		g.verified(v)
+	}
+	if grew {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
