@@ -27,6 +27,20 @@ func twoDiskVM(e *env, name string) *esxisim.VMFiles {
 	return files
 }
 
+// checkDataVolumesHoldSources checks that every disk's copy is its source
+// disk and that its DataVolume received exactly that.
+func (e *env) checkDataVolumesHoldSources(rec engine.Record, files *esxisim.VMFiles) {
+	e.t.Helper()
+	for i, d := range rec.Disks {
+		if d.SourceSHA256 != files.Disks[i].SHA256() {
+			e.t.Errorf("disk %d: copied %s, source %s", i, d.SourceSHA256, files.Disks[i].SHA256())
+		}
+		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.SourceSHA256 {
+			e.t.Errorf("disk %d: DataVolume %s received %s, want %s", i, d.DataVolume, got, d.SourceSHA256)
+		}
+	}
+}
+
 // Without guest conversion, a disk whose copy is verified is sent to its
 // DataVolume while the VM's other disks still copy: the upload of disk 0
 // starts before disk 1's copy ends, and both DataVolumes receive exactly
@@ -51,14 +65,7 @@ func TestDiskUploadsWhileTheNextCopies(t *testing.T) {
 	if !sentEarly.Load() || copiedAfter.Load() == 0 {
 		t.Errorf("disk 0 sent during the copy: %v; disk 1 copy reports after it: %d", sentEarly.Load(), copiedAfter.Load())
 	}
-	for i, d := range rec.Disks {
-		if d.SourceSHA256 != files.Disks[i].SHA256() {
-			t.Errorf("disk %d: copied %s, source %s", i, d.SourceSHA256, files.Disks[i].SHA256())
-		}
-		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.SourceSHA256 {
-			t.Errorf("disk %d: DataVolume %s received %s, want %s", i, d.DataVolume, got, d.SourceSHA256)
-		}
-	}
+	e.checkDataVolumesHoldSources(rec, files)
 	if n := len(e.sim.IssuedUploadTokens()); n != 2 {
 		t.Errorf("%d uploads, want one per disk", n)
 	}
@@ -223,14 +230,7 @@ func TestLastDiskUploadsAsItCopies(t *testing.T) {
 	if !d.Uploaded || d.UploadFormat != "raw" || d.UploadSHA256 != d.SourceSHA256 || d.UploadBytes != d.SizeBytes {
 		t.Errorf("disk 1's upload evidence: uploaded %v, %s, %d bytes, sha %s (copy %s)", d.Uploaded, d.UploadFormat, d.UploadBytes, d.UploadSHA256, d.SourceSHA256)
 	}
-	for i, d := range rec.Disks {
-		if d.SourceSHA256 != files.Disks[i].SHA256() {
-			t.Errorf("disk %d: copied %s, source %s", i, d.SourceSHA256, files.Disks[i].SHA256())
-		}
-		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.SourceSHA256 {
-			t.Errorf("disk %d: DataVolume %s received %s, want %s", i, d.DataVolume, got, d.SourceSHA256)
-		}
-	}
+	e.checkDataVolumesHoldSources(rec, files)
 	if n := len(e.sim.IssuedUploadTokens()); n != 2 {
 		t.Errorf("%d uploads, want one per disk", n)
 	}
@@ -255,12 +255,5 @@ func TestLastDiskUploadSurvivesInterruption(t *testing.T) {
 		t.Fatalf("after the interruption disk 1 is uploaded %v, acquired %v, imported %v", d.Uploaded, d.Acquired, d.Imported)
 	}
 	rec = e.mustComplete(e.engine(), spec)
-	for i, d := range rec.Disks {
-		if d.SourceSHA256 != files.Disks[i].SHA256() {
-			t.Errorf("disk %d: copied %s, source %s", i, d.SourceSHA256, files.Disks[i].SHA256())
-		}
-		if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.SourceSHA256 {
-			t.Errorf("disk %d: DataVolume %s received %s, want %s", i, d.DataVolume, got, d.SourceSHA256)
-		}
-	}
+	e.checkDataVolumesHoldSources(rec, files)
 }
