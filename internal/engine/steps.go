@@ -910,22 +910,10 @@ func (r *run) upload(ctx context.Context, i int) error {
 	size := send.SizeBytes
 	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%s, %d bytes for a %d-byte disk) to DataVolume %s",
 		i, send.Path, send.Format, size, d.SizeBytes, d.DataVolume)})
-	last := time.Time{}
 	err = r.e.deps.Uploader.Upload(ctx, UploadRequest{
 		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: send.Path, Size: size,
 		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
-		Progress: func(sent int64) {
-			if time.Since(last) < time.Second && sent < size {
-				return
-			}
-			last = time.Now()
-			pct := 0.0
-			if size > 0 {
-				pct = 100 * float64(sent) / float64(size)
-			}
-			r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: sent, BytesTotal: size, Percent: pct,
-				Message: fmt.Sprintf("disk %d: uploaded %d of %d bytes (%.1f%%)", i, sent, size, pct)})
-		},
+		Progress: r.uploadProgress(i, size, "", fmt.Sprintf("disk %d", i)),
 	})
 	if err != nil {
 		return err
@@ -937,6 +925,25 @@ func (r *run) upload(ctx context.Context, i int) error {
 		}
 	}
 	return nil
+}
+
+// uploadProgress reports an upload of disk i as progress events, at most
+// about once a second and at its end, under label (the transfer's name in
+// throughput figures) and in phase ("": the record's).
+func (r *run) uploadProgress(i int, size int64, phase Phase, label string) func(sent int64) {
+	var last time.Time
+	return func(sent int64) {
+		if time.Since(last) < time.Second && sent < size {
+			return
+		}
+		last = time.Now()
+		pct := 0.0
+		if size > 0 {
+			pct = 100 * float64(sent) / float64(size)
+		}
+		r.emit(Event{Kind: EventProgress, Phase: phase, Disk: i, BytesDone: sent, BytesTotal: size, Percent: pct,
+			Message: fmt.Sprintf("%s: uploaded %d of %d bytes (%.1f%%)", label, sent, size, pct)})
+	}
 }
 
 // qcow2MinSaving: a raw image is sent as a qcow2 copy only when its holes

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"time"
 
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -246,20 +245,12 @@ func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *las
 	}
 	uctx, cancel := context.WithCancel(ctx)
 	lu := &lastUpload{i: i, dest: dest, img: watch.follow(uctx, dest, d.SizeBytes), cancel: cancel, done: make(chan error, 1)}
-	size, last := d.SizeBytes, time.Time{}
+	size := d.SizeBytes
 	req := UploadRequest{
 		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: dest, Size: size, Body: lu.img,
 		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
-		Progress: func(sent int64) {
-			// From the upload's goroutine: the phase is given.
-			if time.Since(last) < time.Second && sent < size {
-				return
-			}
-			last = time.Now()
-			pct := 100 * float64(sent) / float64(size)
-			r.emit(Event{Kind: EventProgress, Phase: PhasePreparing, Disk: i, BytesDone: sent, BytesTotal: size, Percent: pct,
-				Message: fmt.Sprintf("disk %d, sent as it copies: uploaded %d of %d bytes (%.1f%%)", i, sent, size, pct)})
-		},
+		// From the upload's goroutine: the phase is given.
+		Progress: r.uploadProgress(i, size, PhasePreparing, fmt.Sprintf("disk %d, sent as it copies", i)),
 	}
 	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image to DataVolume %s as its copy is verified", i, d.DataVolume)})
 	go func() { lu.done <- r.e.deps.Uploader.Upload(uctx, req) }()
