@@ -661,7 +661,10 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	if denseCopy > 0 && linkRate > 0 {
 		r := float64(coldVM.Disks[0].Capacity) / denseCopy
-		fmt.Printf("dense disk copy, beside the thin one: %.1f MB/s = %.2f x `ssh cat` (goal >= 0.9x: %s)\n", r/1e6, r/linkRate, verdict(r/linkRate >= 0.9))
+		// The thin disk's data shares the link, so this is not the dense
+		// copy's goal: the journaled copy of the dense disk on its own is
+		// (the stream comparison before the migrations).
+		fmt.Printf("dense disk copy, sharing the link with the thin one: %.1f MB/s = %.2f x `ssh cat`\n", r/1e6, r/linkRate)
 	}
 	fmt.Printf("warm downtime = %.0f%% of cold (goal <= 15%%: %s)\n", 100*warm.downtime.Seconds()/cold.downtime.Seconds(),
 		verdict(warm.downtime.Seconds() <= 0.15*cold.downtime.Seconds()))
