@@ -44,6 +44,7 @@ func run(args []string) error {
 	hostKeyFile := fl.String("host-key", "", "host private key file (PEM/OpenSSH); an ECDSA key is generated and written if missing")
 	fips := fl.Bool("fips", false, "behave like ESXi 8 in FIPS mode")
 	demo := fl.Bool("demo", false, "populate --root with demo VMs and register them")
+	python := fl.String("python", esxisim.HostPython(), "local Python 3 run as the host's /bin/python (ESXi 7 and 8), for the provider's zero-skipping reader; \"none\" for a host without Python (ESXi 6.x)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +83,9 @@ func run(args []string) error {
 		return err
 	}
 	defer s.Close()
+	if *python != "none" {
+		s.SetPython(*python)
+	}
 	if *demo {
 		if err := populateDemo(s); err != nil {
 			return err

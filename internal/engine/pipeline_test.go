@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -241,7 +242,19 @@ func TestLastDiskUploadsAsItCopies(t *testing.T) {
 // resumed run finishes the copy from its journal, sends the disk again,
 // and its DataVolume holds exactly the source disk.
 func TestLastDiskUploadSurvivesInterruption(t *testing.T) {
+	// With dd reads (ESXi 6.x) and through the host's Python (7 and 8).
+	for _, python := range []string{"", esxisim.HostPython()} {
+		name := "dd"
+		if python != "" {
+			name = "python"
+		}
+		t.Run(name, func(t *testing.T) { lastDiskUploadSurvivesInterruption(t, python) })
+	}
+}
+
+func lastDiskUploadSurvivesInterruption(t *testing.T, python string) {
 	e := newEnv(t)
+	e.host.SetPython(python)
 	files := twoDiskVM(e, "pipe04")
 	spec := e.spec("pipe04", "pipe04")
 	ctx, cancel := context.WithCancel(t.Context())
@@ -256,4 +269,7 @@ func TestLastDiskUploadSurvivesInterruption(t *testing.T) {
 	}
 	rec = e.mustComplete(e.engine(), spec)
 	e.checkDataVolumesHoldSources(rec, files)
+	if python != "" && !slices.ContainsFunc(e.host.Commands(), func(c string) bool { return strings.HasPrefix(c, "/bin/python -c ") }) {
+		t.Error("the host has Python, but no disk was read through it")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -290,3 +291,102 @@ func TestUploadNotReady(t *testing.T) {
 }
 
 var progressRE = regexp.MustCompile(`^\d{1,2}\.\d\d%$`)
+
+// As CDI's upload server: a body cut off part way fails with 500 and
+// leaves the DataVolume UploadReady, nothing kept; the next upload, with
+// the same token, is taken in full from its first byte (CDI's e2e test
+// "Upload datavolume should succeed on retry after failure"). A second
+// upload while one is under way is refused with 503. The provider's
+// Importing step relies on this when a disk sent as it copies is cut off.
+func TestUploadRetryAfterCutOff(t *testing.T) {
+	c := cluster.Get(t)
+	cl := c.AdminClient()
+	ns := namespace(t, cl)
+	s := startSim(t, fast(c, ns))
+	kc := kube.NewForRESTConfig(c.RESTConfig())
+	path, sum := image(t, "raw", "64M")
+	if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "retry", "100Mi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
+		t.Fatal(err)
+	}
+	waitDVPhase(t, cl, ns, "retry", cdiv1.UploadReady)
+	token, err := kc.RequestUploadToken(t.Context(), ns, "retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	opts := func(body io.Reader) kube.UploadOptions {
+		return kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
+			Body: body, Size: st.Size(), Namespace: ns, Name: "retry", Attempts: 1}
+	}
+
+	// Cut off after 8 MiB, while a second upload tries to start.
+	held := make(chan struct{})
+	release := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- kube.Upload(t.Context(), opts(io.MultiReader(
+			io.LimitReader(f, 8<<20),
+			// Then the sender stops, as a client that dies part way.
+			readerFunc(func([]byte) (int, error) { close(held); <-release; return 0, errors.New("the sender stopped") }),
+		)))
+	}()
+	select {
+	case <-held:
+	case err := <-first:
+		t.Fatalf("the first upload ended before it was cut off: %v", err)
+	}
+	eventually(t, 10*time.Second, "the first upload under way", func() string {
+		if s.UploadProxyBytes() == 0 {
+			return "nothing received yet"
+		}
+		return ""
+	})
+	other, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	err = kube.Upload(t.Context(), opts(other))
+	var ue *kube.UploadError
+	if !errors.As(err, &ue) || ue.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("upload beside one under way: %v, want 503", err)
+	}
+	close(release)
+	if err := <-first; err == nil {
+		t.Fatal("an upload cut off part way reported success")
+	}
+	if _, ok := s.ReceivedSHA256(ns, "retry"); ok {
+		t.Error("the cut-off upload was kept as received")
+	}
+	if dv := getDV(t, cl, ns, "retry"); dv.Status.Phase == cdiv1.Failed || dv.Status.Phase == cdiv1.Succeeded {
+		t.Fatalf("DataVolume %s after a cut-off upload, want it still taking uploads", dv.Status.Phase)
+	}
+
+	// The retry, same token, whole image.
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	// Until the server has seen the first request end, it still counts as
+	// under way (503); the provider's client retries that, as here.
+	retry := opts(f)
+	retry.Attempts = 5
+	if err := kube.Upload(t.Context(), retry); err != nil {
+		t.Fatalf("retry after the cut-off upload: %v", err)
+	}
+	waitDVPhase(t, cl, ns, "retry", cdiv1.Succeeded)
+	if got, ok := s.ReceivedSHA256(ns, "retry"); !ok || got != sum {
+		t.Errorf("ReceivedSHA256 = %q, %v; want %q", got, ok, sum)
+	}
+	if fileSHA(t, s.ReceivedPath(ns, "retry")) != sum {
+		t.Error("the claim does not hold the retried image")
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

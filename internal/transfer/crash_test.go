@@ -43,7 +43,13 @@ func TestCrashChild(t *testing.T) {
 // TestCopySurvivesKill9 kills a process running Copy with SIGKILL at
 // arbitrary points (twice), then finishes the copy in this process.
 func TestCopySurvivesKill9(t *testing.T) {
-	env := newSim(t)
+	for _, m := range readModes {
+		t.Run(m.name, func(t *testing.T) { copySurvivesKill9(t, m.python) })
+	}
+}
+
+func copySurvivesKill9(t *testing.T, python string) {
+	env := newSimWith(t, python)
 	const size = 40 * mib
 	const chunk = 2 * mib
 	_, df := env.addDisk(t, "crash", size, append(mixedContent(size), esxisim.Extent{Offset: 22 * mib, Length: 12 * mib, Seed: 77}))
@@ -91,7 +97,8 @@ func TestCopySurvivesKill9(t *testing.T) {
 	if res.SHA256 != df.SHA256() || res.ChunksSkipped < verified || res.ChunksSkipped+res.ChunksCopied != size/chunk {
 		t.Errorf("result %+v after kills at %d verified chunks; want sha %s", res, verified, df.SHA256())
 	}
-	assertNoReadBelow(t, ddReads(env.srv), int64(res.ChunksSkipped)*chunk)
+	assertNoReadBelow(t, hostReads(env.srv), int64(res.ChunksSkipped)*chunk)
+	assertReadMode(t, env.srv, python)
 	if !sameBytes(t, dest, df.LocalFlat) {
 		t.Error("staging file differs from the source")
 	}

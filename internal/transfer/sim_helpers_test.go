@@ -28,12 +28,28 @@ type simEnv struct {
 	c   *esxi.Client
 }
 
+// readModes are the two ways a disk is read from a host: dd chunks where
+// the host has no Python (ESXi 6.x), the zero-skipping reader where it has
+// (ESXi 7 and 8). Every resume guarantee is tested in both.
+var readModes = []struct{ name, python string }{
+	{"dd", ""},
+	{"python", esxisim.HostPython()},
+}
+
 func newSim(tb testing.TB) *simEnv {
+	tb.Helper()
+	return newSimWith(tb, "")
+}
+
+// newSimWith is newSim on a host with the given Python interpreter ("" for
+// none), set before the client first connects and probes for it.
+func newSimWith(tb testing.TB, python string) *simEnv {
 	tb.Helper()
 	srv, err := esxisim.New(esxisim.Options{Root: tb.TempDir(), Users: []esxisim.User{{Name: "root", Password: simPassword}}})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	srv.SetPython(python)
 	if err := srv.Start("127.0.0.1:0"); err != nil {
 		tb.Fatal(err)
 	}
@@ -104,6 +120,48 @@ func ddReads(srv *esxisim.Server) []ddRange {
 		out = append(out, ddRange{path: m[1], off: bs * skip, length: bs * count})
 	}
 	return out
+}
+
+var pythonReadRe = regexp.MustCompile(`(?s)^/bin/python -c '.*' '([^']*)' (\d+) (\d+)$`)
+
+// hostReads parses the reads the host was asked for, by dd or by the
+// zero-skipping reader.
+func hostReads(srv *esxisim.Server) []ddRange {
+	out := ddReads(srv)
+	for _, cmd := range srv.Commands() {
+		m := pythonReadRe.FindStringSubmatch(cmd)
+		if m == nil {
+			continue
+		}
+		off, _ := strconv.ParseInt(m[2], 10, 64)
+		n, _ := strconv.ParseInt(m[3], 10, 64)
+		out = append(out, ddRange{path: m[1], off: off, length: n})
+	}
+	return out
+}
+
+// assertReadMode fails unless the host's reads went through its Python
+// where it has one (dd only for the one-sector probe), and never where it
+// has none.
+func assertReadMode(t *testing.T, srv *esxisim.Server, python string) {
+	t.Helper()
+	var py, dd int
+	for _, cmd := range srv.Commands() {
+		if pythonReadRe.MatchString(cmd) {
+			py++
+		}
+	}
+	for _, r := range ddReads(srv) {
+		if r.length > 512 {
+			dd++
+		}
+	}
+	if python != "" && (py == 0 || dd > 0) {
+		t.Errorf("the host has Python, but it read %d ranges through it and %d with dd", py, dd)
+	}
+	if python == "" && py > 0 {
+		t.Errorf("the host has no Python, but %d reads ran it", py)
+	}
 }
 
 // assertNoReadBelow fails if any dd range (other than the one-sector probe
