@@ -10,17 +10,8 @@ import (
 // file system's holes tell. A file system that does not report holes makes
 // every byte data.
 func DataBytes(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
 	var data int64
-	err = sparsefile.Walk(f, 0, fi.Size(), func(_, n int64, isData bool) error {
+	err := sparsefile.WalkFile(path, func(_ *os.File, _, n int64, isData bool) error {
 		if isData {
 			data += n
 		}

@@ -78,11 +78,7 @@ func TestAPIServiceServesUploadTokens(t *testing.T) {
 func TestUploadEndToEnd(t *testing.T) {
 	for _, format := range []string{"qcow2", "raw"} {
 		t.Run(format, func(t *testing.T) {
-			c := cluster.Get(t)
-			cl := c.AdminClient()
-			ns := namespace(t, cl)
-			s := startSim(t, fast(c, ns))
-			kc := kube.NewForRESTConfig(c.RESTConfig())
+			s, cl, ns, kc := uploadSim(t)
 			// The claim holds the guest-visible raw disk whatever format
 			// is sent: sum is that content's hash, sentSum the file's.
 			path, sum := image(t, "raw", "64M")
@@ -119,22 +115,17 @@ func TestUploadEndToEnd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			st, _ := f.Stat()
+			f, size := openImage(t, path)
 			var last int64
 			err = kube.Upload(t.Context(), kube.UploadOptions{
 				ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
-				Body: f, Size: st.Size(), Progress: func(n int64) { last = n }, Namespace: ns, Name: "disk-0",
+				Body: f, Size: size, Progress: func(n int64) { last = n }, Namespace: ns, Name: "disk-0",
 			})
 			if err != nil {
 				t.Fatalf("Upload: %v", err)
 			}
-			if last != st.Size() {
-				t.Errorf("Progress ended at %d, want %d", last, st.Size())
+			if last != size {
+				t.Errorf("Progress ended at %d, want %d", last, size)
 			}
 			dv = waitDVPhase(t, cl, ns, "disk-0", cdiv1.Succeeded)
 			if dv.Status.Progress != "100.0%" {
@@ -152,11 +143,11 @@ func TestUploadEndToEnd(t *testing.T) {
 			}
 			rec, _ := s.ReceivedImage(ns, "disk-0")
 			if rec.Format != "raw" || rec.Size != 64<<20 || rec.VirtualSize != 64<<20 ||
-				rec.SentFormat != format || rec.SentBytes != st.Size() || rec.SentSHA256 != sentSum {
-				t.Errorf("ReceivedImage = %+v, want raw in the claim, 64MiB, %s sent (%d bytes, sha256 %s)", rec, format, st.Size(), sentSum)
+				rec.SentFormat != format || rec.SentBytes != size || rec.SentSHA256 != sentSum {
+				t.Errorf("ReceivedImage = %+v, want raw in the claim, 64MiB, %s sent (%d bytes, sha256 %s)", rec, format, size, sentSum)
 			}
-			if n := s.UploadProxyBytes(); n != st.Size() {
-				t.Errorf("UploadProxyBytes = %d, want %d", n, st.Size())
+			if n := s.UploadProxyBytes(); n != size {
+				t.Errorf("UploadProxyBytes = %d, want %d", n, size)
 			}
 			if _, err := os.Stat(s.ReceivedPath(ns, "disk-0") + ".scratch"); !os.IsNotExist(err) {
 				t.Errorf("scratch file left behind: %v", err)
@@ -164,7 +155,7 @@ func TestUploadEndToEnd(t *testing.T) {
 
 			// A second upload into a finished DataVolume is refused.
 			_, _ = f.Seek(0, 0)
-			err = kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Size: st.Size(), Attempts: 1})
+			err = kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Size: size, Attempts: 1})
 			var ue *kube.UploadError
 			if !errors.As(err, &ue) || ue.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ue.Message, "already finished uploading") {
 				t.Errorf("second upload: %v, want 503 already finished uploading", err)
@@ -182,11 +173,7 @@ func toStrings(ps []cdiv1.DataVolumePhase) []string {
 }
 
 func TestUploadRefusals(t *testing.T) {
-	c := cluster.Get(t)
-	cl := c.AdminClient()
-	ns := namespace(t, cl)
-	s := startSim(t, fast(c, ns))
-	kc := kube.NewForRESTConfig(c.RESTConfig())
+	s, cl, ns, kc := uploadSim(t)
 	small, _ := image(t, "qcow2", "1G")
 	up := func(token, path string) error {
 		f, err := os.Open(path)
@@ -299,11 +286,7 @@ var progressRE = regexp.MustCompile(`^\d{1,2}\.\d\d%$`)
 // upload while one is under way is refused with 503. The provider's
 // Importing step relies on this when a disk sent as it copies is cut off.
 func TestUploadRetryAfterCutOff(t *testing.T) {
-	c := cluster.Get(t)
-	cl := c.AdminClient()
-	ns := namespace(t, cl)
-	s := startSim(t, fast(c, ns))
-	kc := kube.NewForRESTConfig(c.RESTConfig())
+	s, cl, ns, kc := uploadSim(t)
 	path, sum := image(t, "raw", "64M")
 	if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "retry", "100Mi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
 		t.Fatal(err)
@@ -313,15 +296,10 @@ func TestUploadRetryAfterCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
+	f, size := openImage(t, path)
 	opts := func(body io.Reader) kube.UploadOptions {
 		return kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
-			Body: body, Size: st.Size(), Namespace: ns, Name: "retry", Attempts: 1}
+			Body: body, Size: size, Namespace: ns, Name: "retry", Attempts: 1}
 	}
 
 	// Cut off after 8 MiB, while a second upload tries to start.
@@ -346,11 +324,7 @@ func TestUploadRetryAfterCutOff(t *testing.T) {
 		}
 		return ""
 	})
-	other, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other, _ := openImage(t, path)
 	err = kube.Upload(t.Context(), opts(other))
 	var ue *kube.UploadError
 	if !errors.As(err, &ue) || ue.StatusCode != http.StatusServiceUnavailable {

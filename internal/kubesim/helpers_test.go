@@ -22,6 +22,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
@@ -162,3 +163,30 @@ func fileSHA(t *testing.T, path string) string {
 }
 
 func openFile(path string) (*os.File, error) { return os.Open(path) }
+
+// uploadSim starts the simulator on a new namespace of the shared cluster
+// and returns it with an admin client, the namespace and the provider's
+// client, for the upload tests.
+func uploadSim(t *testing.T) (*Sim, client.Client, string, *kube.Client) {
+	t.Helper()
+	c := cluster.Get(t)
+	cl := c.AdminClient()
+	ns := namespace(t, cl)
+	return startSim(t, fast(c, ns)), cl, ns, kube.NewForRESTConfig(c.RESTConfig())
+}
+
+// openImage opens the image at path for an upload, closed when the test
+// ends, and returns its size.
+func openImage(t *testing.T, path string) (*os.File, int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, st.Size()
+}

@@ -52,6 +52,21 @@ func Walk(f *os.File, off, end int64, fn func(off, n int64, data bool) error) er
 	return nil
 }
 
+// WalkFile opens the file at path and walks the whole of it as Walk does,
+// handing fn the open file so that it can read the spans.
+func WalkFile(path string, fn func(f *os.File, off, n int64, data bool) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return Walk(f, 0, fi.Size(), func(off, n int64, data bool) error { return fn(f, off, n, data) })
+}
+
 // HoleLen returns how many bytes of f from off, up to end, are a hole: 0
 // when off holds data or the file system does not report holes. Past the
 // end of the file is a hole.

@@ -72,6 +72,34 @@ func TestWalk(t *testing.T) {
 	}
 }
 
+// WalkFile walks the whole file at path and reads it: the data spans hold
+// every written byte, and a missing file is an error.
+func TestWalkFile(t *testing.T) {
+	offs := []int64{0, 5*mib + 3, 16*mib - 1}
+	f := sparseFile(t, offs...)
+	var covered, sevens int64
+	err := WalkFile(f.Name(), func(g *os.File, off, n int64, data bool) error {
+		if off != covered {
+			t.Fatalf("span at %d after %d", off, covered)
+		}
+		covered += n
+		if data {
+			b := make([]byte, n)
+			if _, err := g.ReadAt(b, off); err != nil {
+				return err
+			}
+			sevens += int64(bytes.Count(b, []byte{7}))
+		}
+		return nil
+	})
+	if err != nil || covered != 16*mib || sevens != int64(len(offs)) {
+		t.Fatalf("WalkFile: %v, covered %d, read %d written bytes; want nil, %d, %d", err, covered, sevens, 16*mib, len(offs))
+	}
+	if err := WalkFile(filepath.Join(t.TempDir(), "missing"), func(*os.File, int64, int64, bool) error { return nil }); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("WalkFile of a missing file: %v, want not exist", err)
+	}
+}
+
 // HoleLen agrees with Walk's first span: the hole's length when the range
 // starts in a hole, 0 when it starts with data; past the end of the file
 // is a hole.

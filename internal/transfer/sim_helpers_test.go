@@ -108,18 +108,12 @@ type ddRange struct {
 
 // ddReads parses the dd commands the host received.
 func ddReads(srv *esxisim.Server) []ddRange {
-	var out []ddRange
-	for _, cmd := range srv.Commands() {
-		m := ddRe.FindStringSubmatch(cmd)
-		if m == nil {
-			continue
-		}
+	return parseReads(srv, ddRe, func(m []string) ddRange {
 		bs, _ := strconv.ParseInt(m[2], 10, 64)
 		skip, _ := strconv.ParseInt(m[3], 10, 64)
 		count, _ := strconv.ParseInt(m[4], 10, 64)
-		out = append(out, ddRange{path: m[1], off: bs * skip, length: bs * count})
-	}
-	return out
+		return ddRange{path: m[1], off: bs * skip, length: bs * count}
+	})
 }
 
 var pythonReadRe = regexp.MustCompile(`(?s)^/bin/python -c '.*' '([^']*)' (\d+) (\d+)$`)
@@ -127,15 +121,21 @@ var pythonReadRe = regexp.MustCompile(`(?s)^/bin/python -c '.*' '([^']*)' (\d+) 
 // hostReads parses the reads the host was asked for, by dd or by the
 // zero-skipping reader.
 func hostReads(srv *esxisim.Server) []ddRange {
-	out := ddReads(srv)
-	for _, cmd := range srv.Commands() {
-		m := pythonReadRe.FindStringSubmatch(cmd)
-		if m == nil {
-			continue
-		}
+	return append(ddReads(srv), parseReads(srv, pythonReadRe, func(m []string) ddRange {
 		off, _ := strconv.ParseInt(m[2], 10, 64)
 		n, _ := strconv.ParseInt(m[3], 10, 64)
-		out = append(out, ddRange{path: m[1], off: off, length: n})
+		return ddRange{path: m[1], off: off, length: n}
+	})...)
+}
+
+// parseReads turns each command the host received that re matches into
+// the range it read.
+func parseReads(srv *esxisim.Server, re *regexp.Regexp, read func(m []string) ddRange) []ddRange {
+	var out []ddRange
+	for _, cmd := range srv.Commands() {
+		if m := re.FindStringSubmatch(cmd); m != nil {
+			out = append(out, read(m))
+		}
 	}
 	return out
 }

@@ -804,17 +804,8 @@ func dropPageCache(root string, vms ...string) {
 // readData reads the data spans of the file at path, not its holes, and
 // returns how many bytes it read.
 func readData(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
 	var total int64
-	err = sparsefile.Walk(f, 0, fi.Size(), func(off, n int64, data bool) error {
+	err := sparsefile.WalkFile(path, func(f *os.File, off, n int64, data bool) error {
 		if !data {
 			return nil
 		}
