@@ -1,25 +1,73 @@
 #!/usr/bin/env bash
 # Runs every Go test. The acceptance tests of internal/provider are the
 # longest package by far (they drive real migrations through the Terraform
-# CLI, one at a time); they run as their own `go test` beside the other
-# packages instead of after them, each with its own test cluster, so that
-# the suite takes about as long as that one package.
+# CLI, one at a time, mostly waiting on the simulated cluster, on guests
+# and on the Terraform CLI rather than computing); they run as two
+# `go test` processes beside the other packages instead of after them,
+# each with its own test cluster and about half of the work: the tests
+# are dealt longest first (scripts/acctest-seconds, measured by a run with
+# TEST_LOG_DIR) to the shard with less so far.
+#
+# TEST_LOG_DIR=dir keeps each process's verbose output (-v, with every
+# test's duration) in dir and prints only results and failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-timeout=${TEST_TIMEOUT:-60m}
+timeout=${TEST_TIMEOUT:-70m}
 acc=github.com/vmmigration/terraform-provider-vmmigration/internal/provider
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+logdir=${TEST_LOG_DIR:-}
+verbose=()
+if [[ -n $logdir ]]; then
+	mkdir -p "$logdir"
+	verbose=(-v)
+fi
+outs=()
+pids=()
+cleanup() { [[ -n $logdir ]] || rm -f "${outs[@]}"; }
+trap cleanup EXIT
 
-TF_ACC=1 go test -count=1 -timeout "$timeout" "$acc" >"$out" 2>&1 &
-acc_pid=$!
+tests=$(go test -list '^Test' "$acc" | grep '^Test' || true)
+if [[ -z $tests ]]; then
+	echo "no tests listed in $acc" >&2
+	exit 1
+fi
+# Seconds per test (unlisted tests count 30), longest first, each to the
+# shard with fewer seconds so far.
+shards=$(awk 'NR == FNR { if ($1 !~ /^#/ && NF == 2) s[$1] = $2; next }
+	{ print (($1 in s) ? s[$1] : 30), $1 }' scripts/acctest-seconds - <<<"$tests" |
+	sort -k1,1nr -k2 |
+	awk '{ i = (load[0] <= load[1]) ? 0 : 1; load[i] += $1; names[i] = names[i] (names[i] == "" ? "" : "|") $2 }
+	END { print names[0]; print names[1] }')
+shard=0
+while IFS= read -r names; do
+	[[ -n $names ]] || continue
+	if [[ -n $logdir ]]; then
+		out=$logdir/acceptance-$shard.log
+	else
+		out=$(mktemp)
+	fi
+	outs+=("$out")
+	TF_ACC=1 go test -count=1 "${verbose[@]}" -timeout "$timeout" -run "^($names)\$" "$acc" >"$out" 2>&1 &
+	pids+=($!)
+	shard=$((shard + 1))
+done <<<"$shards"
 
 rest_status=0
-TF_ACC=1 go test -count=1 -timeout "$timeout" $(go list ./... | grep -vx "$acc") || rest_status=$?
+if [[ -n $logdir ]]; then
+	TF_ACC=1 go test -count=1 -v -timeout "$timeout" $(go list ./... | grep -vx "$acc") >"$logdir/packages.log" 2>&1 || rest_status=$?
+	grep -E '^(ok|FAIL|panic:|--- FAIL|\?)' "$logdir/packages.log" || true
+else
+	TF_ACC=1 go test -count=1 -timeout "$timeout" $(go list ./... | grep -vx "$acc") || rest_status=$?
+fi
 
 acc_status=0
-wait "$acc_pid" || acc_status=$?
-cat "$out"
+for i in "${!pids[@]}"; do
+	wait "${pids[$i]}" || acc_status=$?
+	if [[ -n $logdir ]]; then
+		grep -E '^(ok|FAIL|panic:|--- FAIL)' "${outs[$i]}" || true
+	else
+		cat "${outs[$i]}"
+	fi
+done
 if ((rest_status != 0 || acc_status != 0)); then
 	exit 1
 fi

@@ -161,6 +161,8 @@ func run(ctx context.Context, keep bool) error {
 		"work_dir":         filepath.Join(work, "staging"),
 		"upload_proxy_url": sim.UploadProxyURL(),
 		"upload_proxy_ca":  string(sim.UploadProxyCACertPEM()),
+		// The proxy's certificate names its Service, not 127.0.0.1.
+		"upload_proxy_server_name": sim.UploadProxyServerName(),
 	}
 	b, err := json.MarshalIndent(vars, "", "  ")
 	if err != nil {

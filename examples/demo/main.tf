@@ -15,6 +15,7 @@ variable "kube_context" { type = string }
 variable "work_dir" { type = string }
 variable "upload_proxy_url" { type = string }
 variable "upload_proxy_ca" { type = string }
+variable "upload_proxy_server_name" { type = string }
 variable "esxi_password" {
   type      = string
   sensitive = true
@@ -91,6 +92,7 @@ resource "vmmigration_migration" "wave" {
   transport = {
     upload_proxy_url            = var.upload_proxy_url
     upload_proxy_ca_certificate = var.upload_proxy_ca
+    upload_proxy_server_name    = var.upload_proxy_server_name
   }
   validation = {
     guest_agent = true

@@ -52,6 +52,12 @@ variable "upload_proxy_ca_certificate" {
   default     = null
 }
 
+variable "upload_proxy_server_name" {
+  description = "Name to check the upload proxy's certificate against when the URL's host is not in it (a port-forward, a NodePort, an IP), e.g. cdi-uploadproxy.cdi.svc; null checks the URL's host."
+  type        = string
+  default     = null
+}
+
 variable "work_dir" {
   description = "Local staging directory with room for the VM's disks; null uses $VMMIGRATION_WORK_DIR or the user cache directory."
   type        = string

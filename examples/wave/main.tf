@@ -94,6 +94,7 @@ resource "vmmigration_migration" "wave" {
   transport = {
     upload_proxy_url            = var.upload_proxy_url
     upload_proxy_ca_certificate = var.upload_proxy_ca_certificate
+    upload_proxy_server_name    = var.upload_proxy_server_name
   }
 
   validation = {

@@ -106,6 +106,7 @@ resource "vmmigration_migration" "databases" {
   transport = {
     upload_proxy_url            = var.upload_proxy_url
     upload_proxy_ca_certificate = var.upload_proxy_ca_certificate
+    upload_proxy_server_name    = var.upload_proxy_server_name
   }
 
   # A database counts as migrated once its guest is up and has an address.
@@ -145,6 +146,7 @@ resource "vmmigration_migration" "apps" {
   transport = {
     upload_proxy_url            = var.upload_proxy_url
     upload_proxy_ca_certificate = var.upload_proxy_ca_certificate
+    upload_proxy_server_name    = var.upload_proxy_server_name
   }
 
   validation = {

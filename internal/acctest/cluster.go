@@ -109,6 +109,24 @@ func (c *Cluster) EnsureStorageClass(t testing.TB, name string) {
 	}
 }
 
+// EnsureWaitForFirstConsumerStorageClass is EnsureStorageClass for a
+// StorageClass that binds claims on first consumer, as many CSI drivers'
+// classes do. Its provisioner, <name>.csi.vmmigration.test, is a CSI
+// driver (a CSIDriver of that name is made too), so that CDI fills its
+// claims through populators, as CDI's released configuration does.
+func (c *Cluster) EnsureWaitForFirstConsumerStorageClass(t testing.TB, name string) {
+	t.Helper()
+	driver := name + ".csi.vmmigration.test"
+	if err := c.cl.Create(t.Context(), &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create CSIDriver %s: %v", driver, err)
+	}
+	mode := storagev1.VolumeBindingWaitForFirstConsumer
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: driver, VolumeBindingMode: &mode}
+	if err := c.cl.Create(t.Context(), sc); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create StorageClass %s: %v", name, err)
+	}
+}
+
 // CreateStorageQuota creates a ResourceQuota limiting requests.storage to
 // hard, and records used as already consumed in its status (no quota
 // controller runs in the test cluster). Quantities are Kubernetes
@@ -196,6 +214,27 @@ func (c *Cluster) AnnotateRecord(t testing.TB, namespace, name, key, value strin
 	cm.Annotations[key] = value
 	if err := c.cl.Update(t.Context(), cm); err != nil {
 		t.Fatalf("annotating ConfigMap %s/%s: %v", namespace, cm.Name, err)
+	}
+}
+
+// RewindRecord sets migration name's checkpoint back to phase, as an
+// apply that was killed after acting in phase but before recording it
+// leaves it.
+func (c *Cluster) RewindRecord(t testing.TB, namespace, name string, phase engine.Phase) {
+	t.Helper()
+	cm, err := c.recordMap(t, namespace, name)
+	if err != nil {
+		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, engine.RecordName(name), err)
+	}
+	rec := decodeRecord(t, cm)
+	rec.Phase = phase
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[engine.RecordKey] = string(b)
+	if err := c.cl.Update(t.Context(), cm); err != nil {
+		t.Fatalf("rewinding ConfigMap %s/%s: %v", namespace, cm.Name, err)
 	}
 }
 

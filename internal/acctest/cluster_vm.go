@@ -21,10 +21,13 @@ type VM struct {
 	// EFISecureBoot: the firmware boots by EFI with secure boot on.
 	EFISecureBoot bool
 	// SMM: the SMM feature is present in the domain.
-	SMM        bool
-	Disks      []VMDisk
-	Interfaces []VMInterface
-	Networks   []VMNetwork
+	SMM bool
+	// FirmwareUUID and FirmwareSerial are the guest's SMBIOS identity
+	// (spec.template.spec.domain.firmware.uuid and serial).
+	FirmwareUUID, FirmwareSerial string
+	Disks                        []VMDisk
+	Interfaces                   []VMInterface
+	Networks                     []VMNetwork
 	// DataVolumes names the DataVolume volumes, in order.
 	DataVolumes []string
 }
@@ -65,6 +68,9 @@ func vmFromKube(vm *kubevirtv1.VirtualMachine) VM {
 		out.EFISecureBoot = true
 	}
 	out.SMM = spec.Domain.Features != nil && spec.Domain.Features.SMM != nil
+	if fw := spec.Domain.Firmware; fw != nil {
+		out.FirmwareUUID, out.FirmwareSerial = string(fw.UUID), fw.Serial
+	}
 	for _, d := range spec.Domain.Devices.Disks {
 		disk := VMDisk{Name: d.Name}
 		if d.Disk != nil {

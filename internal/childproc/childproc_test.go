@@ -101,3 +101,70 @@ func TestOtherPdeathsigChildSurvivesReapedChildren(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// Demand grows while the group's children work, counts a grandchild, and
+// stands still while they only sleep.
+func TestDemand(t *testing.T) {
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	// A grandchild spins until the file "stop" exists; then the group sleeps.
+	stop := filepath.Join(t.TempDir(), "stop")
+	p, err := Start("/bin/sh", []string{"-c", `(while [ ! -e "$1" ]; do :; done) & wait; sleep 300`, "sh", stop}, nil, out, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	// Spinning: demand grows by a good share of the wall time that passes,
+	// however busy the machine is (a runnable thread that does not run
+	// waits on a run queue, which counts too).
+	start, d0 := time.Now(), p.Demand()
+	for p.Demand()-d0 < 200*time.Millisecond {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("a spinning group's demand grew by %s in %s", p.Demand()-d0, time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if p.CPUTime() <= 0 {
+		t.Errorf("CPUTime %s while spinning", p.CPUTime())
+	}
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Sleeping: after the spinner ends, demand stops growing.
+	var prev time.Duration
+	for i := 0; ; i++ {
+		time.Sleep(300 * time.Millisecond)
+		d := p.Demand()
+		if i > 0 && d-prev < 30*time.Millisecond {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("a sleeping group's demand still grows: %s then %s", prev, d)
+		}
+		prev = d
+	}
+	p.Kill()
+	if p.Demand() != 0 || p.CPUTime() != 0 {
+		t.Errorf("after exit: demand %s, cpu %s", p.Demand(), p.CPUTime())
+	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	for in, want := range map[string][2]time.Duration{
+		"4846387 2738294 17\n": {4846387, 2738294},
+		"1 2":                  {1, 2},
+	} {
+		run, wait, ok := parseSchedstat([]byte(in))
+		if !ok || run != want[0] || wait != want[1] {
+			t.Errorf("%q: %s %s %v", in, run, wait, ok)
+		}
+	}
+	for _, in := range []string{"", "1", "x 2 3", "-1 2 3"} {
+		if _, _, ok := parseSchedstat([]byte(in)); ok {
+			t.Errorf("%q parsed", in)
+		}
+	}
+}

@@ -10,18 +10,29 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/childproc"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestslot"
 )
 
-// ErrV2VStalled: a virt-v2v tool printed nothing for V2V.StallTimeout and
-// was killed with its helper VM. Nothing was changed that a new attempt
+// ErrV2VStalled: a virt-v2v tool printed nothing and its processes (the
+// helper VM included) wanted almost no CPU for V2V.StallTimeout, and it was
+// killed with its helper VM. Nothing was changed that a new attempt
 // does not redo (conversions run on copies), so running it again is safe.
 var ErrV2VStalled = errors.New("virt-v2v stalled")
 
-// DefaultV2VStallTimeout is how long a virt-v2v tool may print nothing
-// before it is taken for hung. With -v -x the tools print the helper VM's
-// kernel log and every call into it; the longest silence measured under
-// TCG on 2 busy cores is the initramfs rebuild's, well under this.
+// DefaultV2VStallTimeout is how long a virt-v2v tool may neither print
+// nor work before it is taken for hung. With -v -x the tools print the
+// helper VM's kernel log and every call into it, but some steps are long
+// and silent (the initramfs rebuild under TCG on a busy machine prints
+// nothing for more than 10 minutes): a tool whose processes keep wanting
+// CPU (running, or runnable and waiting for a core) is working, however
+// slowly, and is not stopped.
 const DefaultV2VStallTimeout = 10 * time.Minute
+
+// workingShare is the share of one CPU a tool's process group must want
+// (childproc's Demand) over a watchdog tick for the tick to count as
+// progress. A TCG helper VM that works wants a whole CPU per busy vCPU;
+// one whose guest sleeps, or a tool blocked forever, wants next to none.
+const workingShare = 0.25
 
 // Bounds of what is kept of a tool's output: its standard output whole up
 // to maxToolOutput (reports, JSON messages), the JSON message lines of its
@@ -48,19 +59,27 @@ func (v *V2V) run(ctx context.Context, path string, args []string, dir string) (
 }
 
 // run2 runs a virt-v2v tool verbosely (-v -x) in its own process group,
-// which ctx's end or a silence of StallTimeout kills whole, helper VM
-// included. It returns the tool's standard output and the JSON message
-// lines of its standard error.
+// once one of the machine's guest slots is free (the tool starts a helper
+// VM). ctx's end, or StallTimeout with neither output nor work, kills the
+// group whole, helper VM included. It returns the tool's standard output
+// and the JSON message lines of its standard error.
 func (v *V2V) run2(ctx context.Context, path string, args []string, dir string) ([]byte, []byte, error) {
-	out := newToolOutput()
 	name := filepath.Base(path)
+	release, err := guestslot.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	defer release()
+	out := newToolOutput()
 	p, err := childproc.StartIn(dir, path, append([]string{"-v", "-x"}, args...), v.env(), out.stdoutWriter(), out.stderrWriter())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrV2VMissing, err)
 	}
 	stall := v.stallTimeout()
-	tick := time.NewTicker(max(min(stall/4, 5*time.Second), 10*time.Millisecond))
+	every := max(min(stall/4, 5*time.Second), 10*time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	lastDemand, lastTick := p.Demand(), time.Now()
 	for {
 		select {
 		case <-p.Done():
@@ -72,12 +91,17 @@ func (v *V2V) run2(ctx context.Context, path string, args []string, dir string) 
 		case <-ctx.Done():
 			p.Kill()
 			return nil, nil, fmt.Errorf("%s: %w", name, ctx.Err())
-		case <-tick.C:
+		case now := <-tick.C:
+			d := p.Demand()
+			if float64(d-lastDemand) >= workingShare*float64(now.Sub(lastTick)) {
+				out.touch(now)
+			}
+			lastDemand, lastTick = d, now
 			if idle := out.idle(); idle >= stall {
 				p.Kill()
 				_, _, tailText := out.results()
-				return nil, nil, fmt.Errorf("%w: %s printed nothing for %s and was stopped with its helper VM (a hung helper VM, or a machine too busy to run it); the end of its output:\n%s",
-					ErrV2VStalled, name, idle.Round(time.Second), tail(tailText, 20))
+				return nil, nil, fmt.Errorf("%w: %s printed nothing and wanted less than %d%% of a CPU for %s, and was stopped with its helper VM (a hung helper VM); the end of its output:\n%s",
+					ErrV2VStalled, name, int(workingShare*100), idle.Round(time.Second), tail(tailText, 20))
 			}
 		}
 	}
@@ -141,6 +165,15 @@ func (o *toolOutput) stderrWriter() writerFunc {
 			o.line, o.longLine = o.line[:0], false
 		}
 		return len(p), nil
+	}
+}
+
+// touch records progress other than output (the tool worked).
+func (o *toolOutput) touch(t time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t.After(o.last) {
+		o.last = t
 	}
 }
 

@@ -10,12 +10,18 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestslot"
 )
 
 // script writes an executable shell script standing in for a virt-v2v
 // tool.
+//
+// The stand-ins start no helper VM: they take guest slots of their own, not
+// the machine's, which other test packages' real guests hold.
 func script(t *testing.T, body string) string {
 	t.Helper()
+	t.Setenv(guestslot.EnvDir, t.TempDir())
 	p := filepath.Join(t.TempDir(), "tool")
 	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 		t.Fatal(err)
@@ -43,7 +49,7 @@ wait
 	if took := time.Since(start); took > time.Minute {
 		t.Errorf("the stalled tool ran %s", took)
 	}
-	for _, want := range []string{"printed nothing for", "libguestfs: launch: backend=direct", "helper VM"} {
+	for _, want := range []string{"printed nothing and wanted less than 25% of a CPU for", "libguestfs: launch: backend=direct", "helper VM"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -89,6 +95,51 @@ echo report
 	ev.readMessages(messages)
 	if len(ev.Messages) != 12 || ev.Messages[0] != "step 0" || ev.Messages[11] != "step 11" {
 		t.Errorf("messages %q: want step 0 to step 11", ev.Messages)
+	}
+}
+
+// A tool that prints nothing for longer than StallTimeout but keeps
+// working (a helper VM rebuilding an initramfs under TCG) is slow, not
+// hung: it is left to finish.
+func TestRunKeepsASilentToolThatWorks(t *testing.T) {
+	stop := filepath.Join(t.TempDir(), "stop")
+	tool := script(t, `(while [ ! -e '`+stop+`' ]; do :; done) &
+wait
+echo done
+`)
+	v := &V2V{StallTimeout: 1 * time.Second}
+	time.AfterFunc(4*v.StallTimeout, func() { _ = os.WriteFile(stop, nil, 0o600) })
+	stdout, _, err := v.run2(context.Background(), tool, nil, "")
+	if err != nil || string(stdout) != "done\n" {
+		t.Fatalf("a silent tool that works: %q, %v", stdout, err)
+	}
+}
+
+// A tool starts only once one of the machine's guest slots is free.
+func TestRunWaitsForAGuestSlot(t *testing.T) {
+	ran := filepath.Join(t.TempDir(), "ran")
+	tool := script(t, "touch "+ran+"\n")
+	t.Setenv(guestslot.EnvDir, t.TempDir())
+	t.Setenv(guestslot.EnvSlots, "1")
+	release, err := guestslot.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := (&V2V{}).run2(context.Background(), tool, nil, "")
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the tool ran while the only guest slot was held")
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Fatal("the tool never ran once the slot was free")
 	}
 }
 

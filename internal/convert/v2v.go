@@ -26,8 +26,7 @@ package convert
 // and TCG is forced whenever guestboot.ProbeAccel finds KVM unusable
 // (libguestfs otherwise opens a nested /dev/kvm by itself and hangs).
 // Under TCG on 2 cores a Debian conversion takes 90-170 s, most of it the
-// initramfs rebuild; Inspect costs about as much (virt-v2v-inspector runs
-// the conversion on a throw-away overlay to estimate sizes).
+// initramfs rebuild.
 
 import (
 	"bufio"
@@ -137,10 +136,6 @@ type InspectedOS struct {
 	// Firmware is FirmwareUEFI when the first disk has a GPT with an EFI
 	// system partition (the rule virt-v2v applies), else FirmwareBIOS.
 	Firmware string
-	// DiskAllocated is virt-v2v-inspector's estimate, per disk, of the
-	// bytes a converted disk occupies (for sizing target volumes); empty
-	// when the OS came from elsewhere.
-	DiskAllocated []int64
 }
 
 // V2VEvidence records a conversion, for the migration's status and logs.
@@ -167,19 +162,17 @@ type V2VEvidence struct {
 	Duration time.Duration
 }
 
-// Probe checks that virt-v2v-in-place, virt-v2v, virt-v2v-inspector,
-// virt-inspector, nbdkit (with its file plugin) and nbdinfo are installed
+// Probe checks that virt-v2v-in-place, virt-v2v, virt-inspector, nbdkit (with its file plugin) and nbdinfo are installed
 // and run, and returns their versions. Its error wraps ErrV2VMissing and
 // names the Debian packages to install.
 func (v *V2V) Probe(ctx context.Context) (V2VTools, error) {
 	tools := V2VTools{Paths: map[string]string{}}
 	needs := map[string]string{
-		"virt-v2v":           "virt-v2v",
-		"virt-v2v-in-place":  "virt-v2v",
-		"virt-v2v-inspector": "virt-v2v",
-		"virt-inspector":     "guestfs-tools",
-		"nbdkit":             "nbdkit",
-		"nbdinfo":            "libnbd-bin",
+		"virt-v2v":          "virt-v2v",
+		"virt-v2v-in-place": "virt-v2v",
+		"virt-inspector":    "guestfs-tools",
+		"nbdkit":            "nbdkit",
+		"nbdinfo":           "libnbd-bin",
 	}
 	var problems []string
 	missing := map[string]bool{}
@@ -227,45 +220,9 @@ func (v *V2V) Probe(ctx context.Context) (V2VTools, error) {
 
 var versionRe = regexp.MustCompile(`\b(\d+\.\d+\.\d+)\b`)
 
-// Inspect inspects the guest on disks with virt-v2v-inspector. It does not
-// modify the images (the inspector works on an overlay) but costs about as
-// much as a conversion.
-func (v *V2V) Inspect(ctx context.Context, disks []V2VDisk) (InspectedOS, error) {
-	tools, err := v.Probe(ctx)
-	if err != nil {
-		return InspectedOS{}, err
-	}
-	dir, err := os.MkdirTemp(v.TempDir, "v2v-inspect-")
-	if err != nil {
-		return InspectedOS{}, err
-	}
-	defer os.RemoveAll(dir)
-	input, err := inputArgs(disks, dir)
-	if err != nil {
-		return InspectedOS{}, err
-	}
-	out := filepath.Join(dir, "inspection.xml")
-	args := append(input, "-O", out)
-	if _, err := v.run(ctx, tools.Paths["virt-v2v-inspector"], args, dir); err != nil {
-		return InspectedOS{}, err
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		return InspectedOS{}, fmt.Errorf("%w: virt-v2v-inspector wrote no report: %v", ErrV2VFailed, err)
-	}
-	osInfo, err := parseInspection(b)
-	if err != nil {
-		return InspectedOS{}, err
-	}
-	if osInfo.Firmware, err = detectFirmware(ctx, disks[0]); err != nil {
-		return InspectedOS{}, err
-	}
-	return osInfo, nil
-}
-
 // V2VOptions tune Convert.
 type V2VOptions struct {
-	// OS is the guest's inspection, when the caller has it (Inspect). When
+	// OS is the guest's inspection, when the caller has it. When
 	// nil, Convert first identifies the guest with virt-inspector (about
 	// 20-40 s under TCG) to refuse a Windows guest with no virtio-win
 	// drivers before changing anything.
@@ -457,8 +414,7 @@ func checkDisk(d V2VDisk) (string, error) {
 	return abs, nil
 }
 
-// inspectedXML is an <operatingsystem> element of virt-v2v-inspector's or
-// virt-inspector's report.
+// inspectedXML is an <operatingsystem> element of virt-inspector's report.
 type inspectedXML struct {
 	Name        string `xml:"name"`
 	Distro      string `xml:"distro"`
@@ -480,28 +436,6 @@ func (x inspectedXML) os() InspectedOS {
 		Arch:        x.Arch,
 		ProductName: x.ProductName,
 	}
-}
-
-// parseInspection reads virt-v2v-inspector's XML report.
-func parseInspection(b []byte) (InspectedOS, error) {
-	var doc struct {
-		XMLName xml.Name `xml:"v2v-inspection"`
-		Disks   []struct {
-			Allocated int64 `xml:"allocated"`
-		} `xml:"disks>disk"`
-		OS *inspectedXML `xml:"operatingsystem"`
-	}
-	if err := xml.Unmarshal(b, &doc); err != nil {
-		return InspectedOS{}, fmt.Errorf("%w: virt-v2v-inspector's report: %v", ErrV2VFailed, err)
-	}
-	if doc.OS == nil || doc.OS.Name == "" {
-		return InspectedOS{}, fmt.Errorf("%w: virt-v2v-inspector's report names no operating system", ErrV2VFailed)
-	}
-	osInfo := doc.OS.os()
-	for _, d := range doc.Disks {
-		osInfo.DiskAllocated = append(osInfo.DiskAllocated, d.Allocated)
-	}
-	return osInfo, nil
 }
 
 // v2vMessage is one line of virt-v2v's --machine-readable standard output.

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +23,7 @@ func TestV2VProbe(t *testing.T) {
 	if !strings.HasPrefix(tools.Version, "2.") || tools.NBDKitVersion == "" {
 		t.Errorf("versions: virt-v2v %q nbdkit %q, want virt-v2v 2.x and an nbdkit version", tools.Version, tools.NBDKitVersion)
 	}
-	for _, name := range []string{"virt-v2v", "virt-v2v-in-place", "virt-v2v-inspector", "virt-inspector", "nbdkit", "nbdinfo"} {
+	for _, name := range []string{"virt-v2v", "virt-v2v-in-place", "virt-inspector", "nbdkit", "nbdinfo"} {
 		if tools.Paths[name] == "" {
 			t.Errorf("no path for %s", name)
 		}
@@ -78,25 +76,6 @@ func TestV2VWindowsWithoutDrivers(t *testing.T) {
 	})
 	if after, _ := os.ReadFile(disk); string(after) != string(before) {
 		t.Error("the disk changed")
-	}
-}
-
-func TestParseInspection(t *testing.T) {
-	b, err := os.ReadFile("testdata/v2v-inspection-debian12.xml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := parseInspection(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := InspectedOS{Type: "linux", Distro: "debian", Version: "12.15", Major: 12, Minor: 15, OSInfo: "debian12",
-		Arch: "x86_64", ProductName: "12.15", DiskAllocated: []int64{433541120}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %+v\nwant %+v", got, want)
-	}
-	if _, err := parseInspection([]byte("<v2v-inspection><disks/></v2v-inspection>")); !errors.Is(err, ErrV2VFailed) {
-		t.Errorf("a report without an OS: %v, want ErrV2VFailed", err)
 	}
 }
 
@@ -224,22 +203,7 @@ func TestV2VDebian(t *testing.T) {
 	img := testguest.Image(t)
 	converted := filepath.Join(t.TempDir(), "converted.raw")
 	v := V2V{TempDir: t.TempDir()}
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-
-	var (
-		wg         sync.WaitGroup
-		inspected  InspectedOS
-		inspectErr error
-		inspectDur time.Duration
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		start := time.Now()
-		inspected, inspectErr = v.Inspect(ctx, []V2VDisk{{Path: img, Format: Raw}})
-		inspectDur = time.Since(start)
-	}()
+	ctx := testguest.Context(t)
 
 	// The conversion runs on a copy of the image, which stays as it was.
 	ev, images, err := v.ConvertCopies(ctx, []V2VDisk{{Path: img, Format: Raw}}, []string{converted}, V2VOptions{})
@@ -271,17 +235,6 @@ func TestV2VDebian(t *testing.T) {
 		}
 	}
 
-	wg.Wait()
-	if inspectErr != nil {
-		t.Fatalf("Inspect: %v", inspectErr)
-	}
-	t.Logf("inspected in %s: %+v", inspectDur.Round(time.Second), inspected)
-	if inspected.Type != "linux" || inspected.Distro != "debian" || inspected.Major != 12 ||
-		inspected.Arch != "x86_64" || inspected.OSInfo != "debian12" || inspected.Firmware != FirmwareBIOS ||
-		len(inspected.DiskAllocated) != 1 || inspected.DiskAllocated[0] <= 0 {
-		t.Errorf("Inspect: %+v, want linux debian 12 x86_64 debian12 bios with one disk estimate", inspected)
-	}
-
 	g, err := guestboot.Start(ctx, guestboot.Spec{
 		Disks: []guestboot.Disk{{Path: converted, Format: string(Raw), Bus: guestboot.BusVirtio}},
 		NIC:   guestboot.NICVirtio,
@@ -290,8 +243,7 @@ func TestV2VDebian(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Stop()
-	bootCtx, cancelBoot := context.WithTimeout(ctx, 8*time.Minute)
-	defer cancelBoot()
+	bootCtx := testguest.BootContext(t, g)
 	if _, err := g.WaitConsole(bootCtx, testguest.Marker); err != nil {
 		t.Fatalf("converted guest on virtio: %v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(40), "\n"))
 	}

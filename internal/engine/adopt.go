@@ -612,21 +612,3 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 	rec.setCondition(now, CondReady, true, "Adopted", msg)
 	return rec
 }
-
-// sourceInventoryOf is the inventory snapshot of a source VM.
-func sourceInventoryOf(vm *esxi.VM) *SourceInventory {
-	inv := &SourceInventory{
-		VMID: vm.VMID, Name: vm.Name, VMXPath: vm.VMXPath, GuestOS: vm.GuestOS, HardwareVersion: vm.HardwareVersion,
-		Firmware: string(vm.Firmware), SecureBoot: vm.SecureBoot, CPUs: vm.CPUs, CoresPerSocket: vm.CoresPerSocket,
-		VTPM: vm.VTPM, MemoryMiB: vm.MemoryMiB,
-		PowerState: string(vm.PowerState), ToolsRunning: vm.ToolsRunning,
-	}
-	for _, d := range vm.Disks {
-		inv.Disks = append(inv.Disks, SourceDisk{Device: d.Device, Bus: d.Bus, DescriptorPath: d.DescriptorPath,
-			DataPath: d.DataPath, CapacityBytes: d.CapacityBytes, Thin: d.Thin})
-	}
-	for _, n := range vm.NICs {
-		inv.NICs = append(inv.NICs, SourceNIC{Device: n.Device, Network: n.NetworkName, MAC: n.MAC, Adapter: n.AdapterType})
-	}
-	return inv
-}

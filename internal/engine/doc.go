@@ -1,8 +1,8 @@
 // Package engine is the checkpoint engine that migrates one VM from a
-// VMware ESXi host to KubeVirt, cold or warm (warm.go).
+// VMware ESXi host to KubeVirt, cold or warm (prepare_warm.go).
 //
 // A migration is a sequence of reconciliation checkpoints, not a script.
-// The phases are data (see the step table in steps.go): Pending,
+// The phases are data (see the step table in run.go): Pending,
 // Discovering, Validated, Preparing, Converting, Importing, CreatingVM,
 // Starting, Validating and Completed, plus the stop states Retryable,
 // ManualInterventionRequired and Failed. Every step observes the real
@@ -10,6 +10,31 @@
 // only after the step's goal has been observed, and the evidence and the new
 // phase are written in one update of the durable record ("record before you
 // advance").
+//
+// Each checkpoint's step, with what it observes, does and records, is in
+// the file named for it; Run, the step table and the loop that drives the
+// steps are in run.go:
+//
+//	Pending      run.go (stepPending)
+//	Discovering  discover.go
+//	Validated    validate.go; the claim of the source in claim.go
+//	Preparing    prepare_power.go: the step and the power-off guard;
+//	             prepare_copy.go: the copy of every disk and its checksums;
+//	             prepare_warm.go: the warm precopy and cutover
+//	Converting   convert.go
+//	Importing    import.go; DataVolume phases in datavolume.go, the
+//	             uploader in upload.go
+//	CreatingVM   create_vm.go
+//	Starting     start.go
+//	Validating   validate_guest.go
+//	Completed    complete.go
+//
+// The other public verbs each have a file: Preview (preview.go), Observe
+// (observe.go), Forget (forget.go), Adopt (adopt.go). What several
+// checkpoints share is named for what it is: record.go, spec.go,
+// errors.go, fields.go, paths.go, render.go, source.go, store.go,
+// chain.go (snapshot chains), pipeline.go (uploads while other disks are
+// copied or flattened).
 //
 // The record lives in the destination cluster, in the ConfigMap
 // "vmmigration-<name>" of the destination namespace (JSON under the key

@@ -144,3 +144,12 @@ func actionOf(err error) string {
 	}
 	return fault.ErrnoAdvice(err)
 }
+
+// backTo sends the migration back to an earlier checkpoint because what
+// that checkpoint made is gone.
+type backTo struct {
+	phase  Phase
+	reason string
+}
+
+func (b *backTo) Error() string { return b.reason }

@@ -62,7 +62,7 @@ type env struct {
 
 var nsSeq atomic.Int64
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, simOpts ...func(*kubesim.Options)) *env {
 	t.Helper()
 	c := cluster.Get(t)
 	e := &env{t: t, c: c, admin: c.AdminClient()}
@@ -75,10 +75,14 @@ func newEnv(t *testing.T) *env {
 	if err := e.admin.Create(ctx, sc); err != nil && !kube.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	sim, err := kubesim.Start(ctx, kubesim.Options{
+	opts := kubesim.Options{
 		Cluster: c, Namespaces: []string{e.ns}, Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond,
 		AgentDelay: 100 * time.Millisecond, UploadReadyWait: 2 * time.Second,
-	})
+	}
+	for _, o := range simOpts {
+		o(&opts)
+	}
+	sim, err := kubesim.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +138,7 @@ func (e *env) spec(vmName, name string) engine.Spec {
 		// The simulated disks hold test data, not an OS to convert.
 		Conversion: engine.ConversionNone,
 		Transport: engine.Transport{Kind: engine.TransportCDIUpload, UploadProxyURL: e.sim.UploadProxyURL(),
-			UploadProxyCAPEM: string(e.sim.UploadProxyCACertPEM())},
+			UploadProxyCAPEM: string(e.sim.UploadProxyCACertPEM()), UploadProxyServerName: e.sim.UploadProxyServerName()},
 		Validation:    engine.Validation{GuestAgent: true, IPReported: true, Timeout: 10 * time.Second},
 		StartTimeout:  10 * time.Second,
 		Retry:         engine.RetryPolicy{Attempts: 3, Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond},

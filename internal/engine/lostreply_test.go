@@ -73,7 +73,7 @@ func TestLostRepliesAreReobserved(t *testing.T) {
 		{method: http.MethodPost, path: "/datavolumes", lose: 1},
 		{method: http.MethodPost, path: "/namespaces/" + e.ns + "/configmaps", lose: 1},
 		{method: http.MethodPost, path: "/namespaces/" + engine.DefaultClaimNamespace + "/configmaps", lose: 1},
-		{method: http.MethodPost, path: "/virtualmachines", lose: 1},
+		{method: http.MethodPatch, path: "/virtualmachines/lost1", lose: 1},
 	}}
 	cfg := rest.CopyConfig(e.c.RESTConfig())
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { lossy.rt = rt; return lossy }

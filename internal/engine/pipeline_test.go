@@ -85,7 +85,10 @@ func TestEarlyUploadSurvivesInterruption(t *testing.T) {
 		if !strings.HasPrefix(ev.Message, "disk 0: sending its image") || !once.CompareAndSwap(false, true) {
 			return
 		}
-		// Stop the run once the record says disk 0 arrived.
+		// Disk 1's copy waits on the host from now on, so that disk 0
+		// arrives while it still copies however slow the upload is on a
+		// busy machine; the run is stopped once the record says so.
+		e.host.SetCommandDelay(2 * time.Second)
 		go func() {
 			for ctx.Err() == nil {
 				if r, err := e.engine().Load(t.Context(), e.ns, "pipe02"); err == nil && r.Disks[0].Uploaded {
@@ -101,6 +104,7 @@ func TestEarlyUploadSurvivesInterruption(t *testing.T) {
 		t.Fatalf("after the interruption: disk 0 uploaded %v (DataVolume %q), disk 1 acquired %v",
 			rec.Disks[0].Uploaded, rec.Disks[0].DataVolumeUID, rec.Disks[1].Acquired)
 	}
+	e.host.SetCommandDelay(40 * time.Millisecond)
 	tokens := len(e.sim.IssuedUploadTokens())
 	rec = e.mustComplete(e.engine(), spec)
 	if n := len(e.sim.IssuedUploadTokens()) - tokens; n != 1 {

@@ -142,7 +142,7 @@ func TestValidateFields(t *testing.T) {
 		{"https://p", "/srv", "", "", FieldTransport},
 		{"", "/srv", "", TransportHTTP, FieldHTTPStagingURL},
 		{"", "relative", "http://h", TransportHTTP, FieldHTTPStagingDir},
-		{"", "", "", "", FieldTransport},
+		{"", "", "", TransportCDIUpload, ""}, // the URL the cluster publishes
 		{"not a url", "", "", TransportCDIUpload, FieldUploadProxyURL},
 	} {
 		tr, err := TransportOf(tc.proxy, "", false, tc.dir, tc.url)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
@@ -135,7 +137,8 @@ func (s Spec) destination() preflight.Destination {
 		nm = map[string]string{}
 	}
 	return preflight.Destination{Namespace: s.Namespace, Name: s.Name, StorageClass: s.StorageClass,
-		NetworkMap: nm, PowerOffPolicy: s.PowerOffPolicy, Owner: s.Name}
+		NetworkMap: nm, PowerOffPolicy: s.PowerOffPolicy, Owner: s.Name,
+		Block: s.VolumeMode == string(corev1.PersistentVolumeBlock), Upload: s.Transport.Kind != TransportHTTP}
 }
 
 // planDisks is the per-disk plan of a source VM: one entry per disk in

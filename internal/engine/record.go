@@ -107,7 +107,7 @@ type Record struct {
 	Timestamps Timestamps  `json:"timestamps"`
 	// PowerOff is the one power-off decision, never re-decided.
 	PowerOff *PowerOff `json:"powerOff,omitempty"`
-	// Warm is a warm migration's snapshots and copies (see warm.go).
+	// Warm is a warm migration's snapshots and copies (see prepare_warm.go).
 	Warm *WarmEvidence `json:"warm,omitempty"`
 	// Source is the inventory snapshot taken in Discovering.
 	Source *SourceInventory `json:"source,omitempty"`
@@ -315,6 +315,10 @@ type DiskEvidence struct {
 	UploadFormat string `json:"uploadFormat,omitempty"`
 	UploadBytes  int64  `json:"uploadBytes,omitempty"`
 	UploadSHA256 string `json:"uploadSHA256,omitempty"`
+	// UploadRoute is the way the upload took to CDI's upload proxy: the
+	// configured URL, the URL the cluster publishes, or a port-forward
+	// through the API server to the proxy's pod.
+	UploadRoute string `json:"uploadRoute,omitempty"`
 	// DestinationSHA256 is the SHA-256 the destination reported receiving,
 	// when it reports one.
 	DestinationSHA256 string `json:"destinationSHA256,omitempty"`

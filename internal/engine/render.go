@@ -6,12 +6,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube/cdi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
@@ -49,6 +49,9 @@ func (r *run) renderDataVolume(d DiskEvidence) *cdiv1beta1.DataVolume {
 	src := &cdiv1beta1.DataVolumeSource{}
 	if s.Transport.Kind == TransportHTTP {
 		src.HTTP = &cdiv1beta1.DataVolumeSourceHTTP{URL: d.ArtifactURL}
+		if s.Transport.StagingCAPEM != "" {
+			src.HTTP.CertConfigMap = StagingCAConfigMapName(s.Name)
+		}
 	} else {
 		src.Upload = &cdiv1beta1.DataVolumeSourceUpload{}
 	}
@@ -60,6 +63,10 @@ func (r *run) renderDataVolume(d DiskEvidence) *cdiv1beta1.DataVolume {
 				AnnotationSourceVM:     r.rec().Identity.VMName,
 				AnnotationSourcePath:   d.SourcePath,
 				AnnotationSourceSHA256: d.SourceSHA256,
+				// Bind and fill the claim now even where the StorageClass
+				// waits for a first consumer: the VM is created Halted, so
+				// no pod would ever consume it.
+				cdi.AnnImmediateBinding: "true",
 			},
 		},
 		Spec: cdiv1beta1.DataVolumeSpec{
@@ -230,38 +237,4 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 		},
 	}
 	return vm, nil
-}
-
-// applyVM sets on existing the fields the engine owns from desired and
-// reports whether anything changed. Fields others add (defaults, webhooks)
-// are left alone.
-func applyVM(existing, desired *kubevirtv1.VirtualMachine, runStrategy bool) bool {
-	before := existing.DeepCopy()
-	if existing.Labels == nil {
-		existing.Labels = map[string]string{}
-	}
-	maps.Copy(existing.Labels, desired.Labels)
-	if existing.Annotations == nil {
-		existing.Annotations = map[string]string{}
-	}
-	maps.Copy(existing.Annotations, desired.Annotations)
-	if runStrategy {
-		existing.Spec.RunStrategy = desired.Spec.RunStrategy
-		existing.Spec.Running = nil //nolint:staticcheck // the deprecated field conflicts with runStrategy
-	}
-	if existing.Spec.Template == nil {
-		existing.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
-	}
-	et, dt := existing.Spec.Template, desired.Spec.Template
-	if et.ObjectMeta.Labels == nil {
-		et.ObjectMeta.Labels = map[string]string{}
-	}
-	maps.Copy(et.ObjectMeta.Labels, dt.ObjectMeta.Labels)
-	ed, dd := &et.Spec.Domain, &dt.Spec.Domain
-	ed.CPU, ed.Memory, ed.Firmware, ed.Features = dd.CPU, dd.Memory, dd.Firmware, dd.Features
-	ed.Machine, ed.Clock, ed.Devices.TPM = dd.Machine, dd.Clock, dd.Devices.TPM
-	ed.Devices.Disks, ed.Devices.Interfaces = dd.Devices.Disks, dd.Devices.Interfaces
-	ed.Devices.AutoattachPodInterface = dd.Devices.AutoattachPodInterface
-	et.Spec.Networks, et.Spec.Volumes = dt.Spec.Networks, dt.Spec.Volumes
-	return !equality.Semantic.DeepEqual(before, existing)
 }

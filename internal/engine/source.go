@@ -206,3 +206,17 @@ func (e *Engine) findSource(ctx context.Context, spec Spec, id Identity, maxAge 
 	}
 	return &vm, nil
 }
+
+// esxiClient returns the source host's client.
+func (r *run) esxiClient() (*esxi.Client, error) { return r.e.hostClient(r.spec.Host) }
+
+// observeSource reads the source VM now: by the recorded vmid (checking
+// it is still the same .vmx), else the VM the spec names.
+func (r *run) observeSource(ctx context.Context) (*esxi.VM, error) {
+	vm, err := r.e.findSource(ctx, r.spec, r.rec().Identity, 0)
+	if err != nil {
+		return nil, err
+	}
+	r.src = vm
+	return vm, nil
+}

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
@@ -139,13 +140,13 @@ type Spec struct {
 
 	// Mode is ModeCold (default: the source is powered off, then copied)
 	// or ModeWarm (copied while it runs, from migration snapshots, and
-	// powered off only for the last delta; see warm.go). PrecopyRounds is
+	// powered off only for the last delta; see prepare_warm.go). PrecopyRounds is
 	// the number of snapshots a warm migration takes (default 1).
 	Mode          string
 	PrecopyRounds int
 	// PrecopyStopBytes ends the precopy before PrecopyRounds once a round
 	// (the second or later) copied at most this many bytes; 0 (the zero
-	// value) takes every round. See warm.go.
+	// value) takes every round. See prepare_warm.go.
 	PrecopyStopBytes int64
 
 	// PowerOffPolicy is one of preflight.PowerOffPolicies (default
@@ -159,7 +160,13 @@ type Spec struct {
 	Validation   Validation
 	// StartTimeout bounds waiting for the VMI to run, per attempt.
 	StartTimeout time.Duration
-	Retry        RetryPolicy
+	// DataVolumeStallTimeout bounds waiting on a DataVolume that shows no
+	// change (DefaultDataVolumeStallTimeout); ImporterRestarts is how many
+	// importer restarts CDI may make for one DataVolume before the engine
+	// stops (DefaultImporterRestarts; CDI restarts it forever).
+	DataVolumeStallTimeout time.Duration
+	ImporterRestarts       int
+	Retry                  RetryPolicy
 
 	// WorkDir holds the staged disk copies, under <WorkDir>/<ns>/<name>/.
 	WorkDir string
@@ -181,10 +188,19 @@ type Transport struct {
 	UploadProxyURL   string
 	UploadProxyCAPEM string
 	Insecure         bool
+	// UploadProxyServerName, when set, is the name the proxy's certificate
+	// is checked against, for a URL whose host it does not name (a
+	// port-forward, a NodePort, an IP address).
+	UploadProxyServerName string
 	// StagingDir is where the http transport writes the artifacts; the
 	// user's HTTP server serves it at StagingURL.
 	StagingDir string
 	StagingURL string
+	// StagingCAPEM is the PEM CA that signed the HTTPS staging server's
+	// certificate, where no CA CDI's importer trusts did: the engine keeps
+	// it in a ConfigMap of the migration's (StagingCAConfigMapName) and
+	// names it in each DataVolume's http.certConfigMap.
+	StagingCAPEM string
 }
 
 // Validation lists the read-only checks of the Validating phase. A running
@@ -224,6 +240,9 @@ func (s Spec) WithDefaults() Spec {
 	def(&s.NICModel, DefaultNICModel(s.Conversion))
 	def(&s.RunStrategy, DefaultRunStrategy)
 	def(&s.TargetFormat, DefaultTargetFormat)
+	// No transport configured: CDI's upload proxy, at the URL the cluster
+	// publishes.
+	def(&s.Transport.Kind, TransportCDIUpload)
 	def(&s.PowerOffPolicy, DefaultPowerOffPolicy)
 	def(&s.PodBinding, DefaultPodBinding)
 	def(&s.Timezone, DefaultTimezone)
@@ -238,6 +257,10 @@ func (s Spec) WithDefaults() Spec {
 	}
 	dur(&s.ShutdownTimeout, DefaultShutdownTimeout)
 	dur(&s.StartTimeout, DefaultStartTimeout)
+	dur(&s.DataVolumeStallTimeout, DefaultDataVolumeStallTimeout)
+	if s.ImporterRestarts <= 0 {
+		s.ImporterRestarts = DefaultImporterRestarts
+	}
 	dur(&s.Validation.Timeout, DefaultValidationTimeout)
 	dur(&s.Retry.Initial, DefaultRetryInitial)
 	dur(&s.Retry.Max, DefaultRetryMax)
@@ -359,6 +382,9 @@ func TransportOf(uploadProxyURL, uploadProxyCA string, insecure bool, stagingDir
 		t = Transport{Kind: TransportCDIUpload, UploadProxyURL: uploadProxyURL, UploadProxyCAPEM: uploadProxyCA, Insecure: insecure}
 	case stagingDir != "" || stagingURL != "":
 		t = Transport{Kind: TransportHTTP, StagingDir: stagingDir, StagingURL: stagingURL}
+	default:
+		// CDI's upload proxy, at the URL the cluster publishes.
+		t = Transport{Kind: TransportCDIUpload, UploadProxyCAPEM: uploadProxyCA, Insecure: insecure}
 	}
 	return t, t.validate()
 }
@@ -373,7 +399,11 @@ func (t Transport) validate() error {
 			"(see `kubectl get cdiconfig config -o jsonpath='{.status.uploadProxyURL}'`), or "+
 			"transport.http_staging_dir and transport.http_staging_url for a staging location that your HTTP server serves")
 	case TransportCDIUpload:
-		if u, err := url.Parse(t.UploadProxyURL); t.UploadProxyURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		if t.StagingCAPEM != "" {
+			bad(FieldHTTPStagingCA, "transport.http_staging_ca_certificate goes with the http staging transport only")
+		}
+		// Without a URL, the one in CDIConfig's status.uploadProxyURL.
+		if u, err := url.Parse(t.UploadProxyURL); t.UploadProxyURL != "" && (err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "") {
 			bad(FieldUploadProxyURL, "transport.upload_proxy_url must be the URL of CDI's upload proxy, such as https://cdi-uploadproxy.example.com")
 		}
 	case TransportHTTP:
@@ -382,6 +412,11 @@ func (t Transport) validate() error {
 		}
 		if u, err := url.Parse(t.StagingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad(FieldHTTPStagingURL, "transport.http_staging_url must be an http(s) URL (set it together with transport.http_staging_dir)")
+		}
+		if t.StagingCAPEM != "" {
+			if err := kube.CheckCertificatesPEM(t.StagingCAPEM); err != nil {
+				bad(FieldHTTPStagingCA, "transport.http_staging_ca_certificate must be PEM certificates: "+err.Error())
+			}
 		}
 	default:
 		bad(FieldTransport, fmt.Sprintf("transport kind %q is not one of %s", t.Kind, strings.Join(TransportKinds, ", ")))

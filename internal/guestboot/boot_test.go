@@ -12,11 +12,6 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
 )
 
-// bootTimeout bounds one boot under TCG. An idle 2-core machine reaches
-// the guest agent in about a minute; with three guests and a conversion
-// running at once beside other tests, three minutes were measured.
-const bootTimeout = 8 * time.Minute
-
 // TestBootUnconverted boots the VMware-style guest as it comes from ESXi:
 // on the buses it was installed on it reaches multi-user.target and its
 // guest agent answers; on virtio, as KubeVirt would attach it, the
@@ -29,16 +24,14 @@ func TestBootUnconverted(t *testing.T) {
 	t.Run("ide", func(t *testing.T) {
 		t.Parallel()
 		g := boot(t, guestboot.Disk{Path: img, Format: testguest.Format, Bus: guestboot.BusIDE})
-		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-		defer cancel()
+		ctx := testguest.BootContext(t, g)
 		requireBooted(ctx, t, g)
 	})
 
 	t.Run("pvscsi", func(t *testing.T) {
 		t.Parallel()
 		g := boot(t, guestboot.Disk{Path: img, Format: testguest.Format, Bus: guestboot.BusPVSCSI})
-		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-		defer cancel()
+		ctx := testguest.BootContext(t, g)
 		if _, err := g.WaitConsole(ctx, testguest.Marker); err != nil {
 			t.Fatalf("%v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(30), "\n"))
 		}
@@ -48,8 +41,7 @@ func TestBootUnconverted(t *testing.T) {
 	t.Run("virtio", func(t *testing.T) {
 		t.Parallel()
 		g := boot(t, guestboot.Disk{Path: img, Format: testguest.Format, Bus: guestboot.BusVirtio})
-		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-		defer cancel()
+		ctx := testguest.BootContext(t, g)
 		err := g.WaitAgent(ctx)
 		took := time.Since(g.Started()).Round(time.Second)
 		console := strings.Join(g.ConsoleTail(40), "\n")
@@ -157,8 +149,7 @@ func TestFirmware(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(g.Stop)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
+			ctx := testguest.BootContext(t, g)
 			if fw == guestboot.FirmwareEFI {
 				if _, err := g.WaitConsole(ctx, "UEFI Interactive Shell"); err != nil {
 					t.Fatalf("%v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(20), "\n"))
@@ -193,7 +184,6 @@ func TestBootUnconvertedEFI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
+	ctx := testguest.BootContext(t, g)
 	requireBooted(ctx, t, g)
 }

@@ -140,7 +140,7 @@ func (c *console) wait(ctx context.Context, seq int, match func(string) bool) (s
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return "", seq, ctx.Err()
+			return "", seq, context.Cause(ctx)
 		}
 	}
 }

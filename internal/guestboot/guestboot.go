@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/childproc"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestslot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
@@ -176,9 +177,12 @@ type Guest struct {
 	started time.Time
 	args    []string
 	stop    sync.Once
+	release func() // frees the guest slot
 }
 
-// Start boots the VM described by spec and returns once QEMU runs.
+// Start boots the VM described by spec and returns once QEMU runs. QEMU
+// starts once one of the machine's guest slots (package guestslot) is
+// free, which it holds until Stop; ctx bounds the wait.
 func Start(ctx context.Context, spec Spec) (*Guest, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -205,11 +209,17 @@ func Start(ctx context.Context, spec Spec) (*Guest, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	g.release, err = guestslot.Acquire(ctx)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("guestboot: %w", err)
+	}
 	// -snapshot overlays go to TMPDIR: keep them in this guest's folder.
 	env := append(os.Environ(), "TMPDIR="+dir)
 	g.started = time.Now()
 	g.proc, err = childproc.Start(qemu, g.args, env, g.console, g.stderr)
 	if err != nil {
+		g.release()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("guestboot: %w", err)
 	}
@@ -456,6 +466,43 @@ func (g *Guest) QEMUStderr(n int) []string { return g.stderr.tail(n) }
 // Exited reports whether QEMU has exited.
 func (g *Guest) Exited() bool { return g.proc.Exited() }
 
+// CPUTime is how long QEMU has run on a CPU: under TCG, a measure of how
+// far the guest got that does not depend on how busy the machine is.
+func (g *Guest) CPUTime() time.Duration { return g.proc.CPUTime() }
+
+// ErrCPUBudget: the guest used up the CPU time it was given (WithCPUBudget)
+// without getting where it was waited for.
+var ErrCPUBudget = errors.New("guest used up its CPU budget")
+
+// WithCPUBudget returns a context that ends, with a cause wrapping
+// ErrCPUBudget, once QEMU has run for cpu on a CPU since it started, or
+// when ctx ends. A wait bounded by it gives the guest a fixed amount of
+// work rather than of wall time, so a machine busy with other work makes
+// it longer, not fail: deadlines that wait on a guest derive from the
+// guest's measured speed.
+func (g *Guest) WithCPUBudget(ctx context.Context, cpu time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-g.proc.Done():
+				return
+			case <-t.C:
+				if used := g.CPUTime(); used >= cpu {
+					cancel(fmt.Errorf("guestboot: %w: QEMU ran %s on a CPU (%s since it started)",
+						ErrCPUBudget, used.Round(time.Second), time.Since(g.started).Round(time.Second)))
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
 // WaitConsole waits for a console line containing substr and returns it.
 // It returns early, with an error wrapping ErrBootFailed, when the console
 // shows a failed boot (BootFailure), or ErrExited when QEMU exits.
@@ -536,6 +583,7 @@ func (g *Guest) Stop() {
 	g.stop.Do(func() {
 		g.agent.close()
 		g.proc.Kill()
+		g.release()
 		_ = os.RemoveAll(g.dir)
 	})
 }
@@ -544,7 +592,7 @@ func (g *Guest) waitErr(err error, what string) error {
 	if errors.Is(err, errConsoleClosed) {
 		return fmt.Errorf("guestboot: %w before a %s: %v", ErrExited, what, g.proc.Err())
 	}
-	return fmt.Errorf("guestboot: no %s after %s: %w", what, time.Since(g.started).Round(time.Second), err)
+	return fmt.Errorf("guestboot: no %s after %s (QEMU ran %s on a CPU): %w", what, time.Since(g.started).Round(time.Second), g.CPUTime().Round(time.Second), err)
 }
 
 // waitFor polls cond every 20 ms until it holds or ctx ends.

@@ -187,3 +187,76 @@ func TestQEMUArgs(t *testing.T) {
 		}
 	}
 }
+
+// fakeQEMU writes a script standing in for qemu-system-x86_64: it creates
+// the guest agent's socket path, prints a line on the console and then
+// spins, burning CPU without ever booting.
+func fakeQEMU(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "qemu")
+	script := `#!/bin/sh
+for a; do
+  case $a in
+  socket,id=qga0,path=*) s=${a#socket,id=qga0,path=}; touch "${s%%,*}" ;;
+  esac
+done
+echo "SeaBIOS (fake)"
+while :; do :; done
+`
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A guest that spins without booting uses up its CPU budget: the wait ends
+// with ErrCPUBudget, saying how much CPU QEMU had, not at a wall-clock
+// timeout.
+func TestWithCPUBudget(t *testing.T) {
+	t.Setenv("VMMIGRATION_GUEST_SLOTS_DIR", t.TempDir())
+	g, err := Start(context.Background(), Spec{
+		Disks: []Disk{{Path: "/dev/null", Format: "raw"}},
+		QEMU:  fakeQEMU(t), Accel: Accel{Name: AccelTCG},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	ctx, cancel := g.WithCPUBudget(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = g.WaitConsole(ctx, "never printed")
+	if !errors.Is(err, ErrCPUBudget) || !strings.Contains(err.Error(), "on a CPU") {
+		t.Fatalf("WaitConsole: %v, want ErrCPUBudget", err)
+	}
+	if g.CPUTime() < 500*time.Millisecond {
+		t.Errorf("the budget ended after %s of CPU", g.CPUTime())
+	}
+	if err := g.WaitAgent(ctx); !errors.Is(err, ErrCPUBudget) {
+		t.Errorf("WaitAgent on the spent budget: %v, want ErrCPUBudget", err)
+	}
+}
+
+// QEMU starts only in a free guest slot, held until Stop.
+func TestStartTakesAGuestSlot(t *testing.T) {
+	t.Setenv("VMMIGRATION_GUEST_SLOTS_DIR", t.TempDir())
+	t.Setenv("VMMIGRATION_GUEST_SLOTS", "1")
+	spec := Spec{Disks: []Disk{{Path: "/dev/null", Format: "raw"}}, QEMU: fakeQEMU(t), Accel: Accel{Name: AccelTCG}}
+	g, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if g2, err := Start(ctx, spec); err == nil || !strings.Contains(err.Error(), "guest slots") {
+		if g2 != nil {
+			g2.Stop()
+		}
+		t.Fatalf("a second guest with one slot: %v, want a wait for a slot", err)
+	}
+	g.Stop()
+	g2, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("after Stop freed the slot: %v", err)
+	}
+	g2.Stop()
+}

@@ -144,8 +144,13 @@ func (c *Client) GetVirtualMachine(ctx context.Context, namespace, name string) 
 
 // CreateVirtualMachine creates vm and updates it with what the server
 // stored (uid, resourceVersion, defaults).
+// It is written as FieldManager.
 func (c *Client) CreateVirtualMachine(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
-	return c.write(ctx, "create", "VirtualMachine", vm)
+	cl, err := c.Raw()
+	if err == nil {
+		err = cl.Create(ctx, vm, client.FieldOwner(FieldManager))
+	}
+	return wrap("create", "VirtualMachine", vm.Namespace, vm.Name, err)
 }
 
 // UpdateVirtualMachine replaces vm's spec and metadata; the server ignores

@@ -136,7 +136,7 @@ func (c Config) Validate() []*ConfigError {
 		add(AttrHost, "must be set when %s is set without config_path or config_paths", strings.Join(set, ", "))
 	}
 	if c.ClusterCACertificate != "" {
-		if err := checkCertificates(c.ClusterCACertificate); err != nil {
+		if err := CheckCertificatesPEM(c.ClusterCACertificate); err != nil {
 			add(AttrClusterCACertificate, "is not a PEM certificate: %v", err)
 		}
 		if c.Insecure {
@@ -151,7 +151,7 @@ func (c Config) Validate() []*ConfigError {
 	}
 	certOK := true
 	if c.ClientCertificate != "" {
-		if err := checkCertificates(c.ClientCertificate); err != nil {
+		if err := CheckCertificatesPEM(c.ClientCertificate); err != nil {
 			certOK = false
 			add(AttrClientCertificate, "is not a PEM certificate: %v", err)
 		}
@@ -171,7 +171,7 @@ func (c Config) Validate() []*ConfigError {
 }
 
 // checkCertificates checks that s is one or more PEM certificates.
-func checkCertificates(s string) error {
+func CheckCertificatesPEM(s string) error {
 	rest := []byte(s)
 	n := 0
 	for {

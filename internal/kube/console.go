@@ -37,8 +37,13 @@ const (
 
 // ErrConsoleNotLogged: the VMI's serial console is not logged (its
 // virt-launcher pod has no guest-console-log container: KubeVirt older than
-// 1.1, or logSerialConsole disabled), or it has no virt-launcher pod.
+// 1.1, disableSerialConsoleLog in the KubeVirt CR, or logSerialConsole
+// false on the VMI).
 var ErrConsoleNotLogged = errors.New("the serial console of this VMI is not logged by the cluster")
+
+// ErrNoLauncherPod: the VMI has no virt-launcher pod (yet, or any more), so
+// whether its console is logged cannot be told.
+var ErrNoLauncherPod = errors.New("the VMI has no virt-launcher pod")
 
 // GuestConsoleTail returns the last lines of the serial console of the VMI
 // namespace/vmiName, read from its virt-launcher pod's guest-console-log
@@ -46,7 +51,8 @@ var ErrConsoleNotLogged = errors.New("the serial console of this VMI is not logg
 // comes from the guest and is not trusted: at most ConsoleTailMaxBytes are
 // read, and control characters other than newline and tab are removed.
 // When the cluster does not log the console it returns "" and an error
-// wrapping ErrConsoleNotLogged.
+// wrapping ErrConsoleNotLogged; without a virt-launcher pod, one wrapping
+// ErrNoLauncherPod.
 func (c *Client) GuestConsoleTail(ctx context.Context, namespace, vmiName string, lines int) (string, error) {
 	if lines <= 0 {
 		lines = 100
@@ -71,7 +77,7 @@ func (c *Client) GuestConsoleTail(ctx context.Context, namespace, vmiName string
 	}
 	pod := newestLauncher(pods.Items, vmiName)
 	if pod == nil {
-		return "", fmt.Errorf("VirtualMachineInstance %s/%s has no virt-launcher pod: %w", namespace, vmiName, ErrConsoleNotLogged)
+		return "", fmt.Errorf("VirtualMachineInstance %s/%s: %w", namespace, vmiName, ErrNoLauncherPod)
 	}
 	if !hasContainer(pod, ContainerGuestConsoleLog) {
 		return "", fmt.Errorf("virt-launcher pod %s/%s has no %s container: %w", namespace, pod.Name, ContainerGuestConsoleLog, ErrConsoleNotLogged)

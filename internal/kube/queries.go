@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -100,6 +101,31 @@ func (c *Client) StorageQuotaRemaining(ctx context.Context, namespace, storageCl
 		}
 	}
 	return least, limited, nil
+}
+
+// StorageClassPopulated reports whether CDI fills claims of the
+// StorageClass through a populator and a claim prime of the same size
+// beside each claim: when its provisioner is a CSI driver (a CSIDriver of
+// that name exists; CDI v1.65.0 pkg/controller/datavolume/util.go
+// storageClassCSIDriverExists). A StorageClass that does not exist is not.
+func (c *Client) StorageClassPopulated(ctx context.Context, name string) (bool, error) {
+	cl, err := c.Raw()
+	if err != nil {
+		return false, err
+	}
+	sc := &storagev1.StorageClass{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: name}, sc); err != nil {
+		if IsNotFound(err) {
+			return false, nil
+		}
+		return false, wrap("get", "StorageClass", "", name, err)
+	}
+	if strings.Contains(sc.Provisioner, "/") {
+		// An in-tree provisioner ("kubernetes.io/..."): a CSI driver's
+		// name is a DNS subdomain.
+		return false, nil
+	}
+	return c.exists(ctx, "CSIDriver", "", sc.Provisioner, &storagev1.CSIDriver{})
 }
 
 func orZero(q resource.Quantity) resource.Quantity {

@@ -9,10 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,9 +25,17 @@ import (
 	uploadv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/upload/v1beta1"
 )
 
-// UploadPath is the upload proxy's synchronous upload endpoint: it answers
-// once the image has been received and validated.
-const UploadPath = "/v1beta1/upload"
+// UploadPath is the upload proxy's asynchronous upload endpoint, the one
+// `virtctl image-upload` uses: CDI's upload server answers once the image
+// has arrived in scratch space and passed validation, then converts it into
+// the claim while the DataVolume says how that goes. (The synchronous
+// /v1beta1/upload answers only after the conversion: an ingress or route in
+// front of the proxy times out first on a large image, and the retry meets
+// 409 or 503.)
+const UploadPath = "/v1beta1/upload-async"
+
+// uploadPathSync is the synchronous endpoint, accepted in a configured URL.
+const uploadPathSync = "/v1beta1/upload"
 
 // uploadTokenRequestName is what virtctl names its requests; the server
 // does not keep them, so the name only shows up in audit logs.
@@ -99,6 +110,22 @@ type UploadOptions struct {
 	// roots do, unless InsecureSkipVerify.
 	CACertPEM          []byte
 	InsecureSkipVerify bool
+	// ServerName is the name the proxy's certificate is checked against
+	// when the URL's host is not in it (a port-forward, a NodePort, an
+	// IP): CDI's certificate names cdi-uploadproxy,
+	// cdi-uploadproxy.<namespace> and cdi-uploadproxy.<namespace>.svc.
+	ServerName string
+	// AltServerNames, when ServerName is empty, are names the proxy's
+	// certificate may hold instead of the URL's host: CDI's own names for
+	// a URL the cluster publishes, where a passthrough Route, a NodePort
+	// or an address hands the connection to the proxy, whose certificate
+	// names only its Service. The certificate must still chain to the CA.
+	AltServerNames []string
+	// CABundle, when set, reads the CA bundle the cluster publishes for
+	// the proxy (UploadProxyCABundle). It is read again, and the attempt
+	// made again, when the proxy's certificate does not verify: CDI
+	// renews the proxy's signing CA every day.
+	CABundle func(ctx context.Context) ([]byte, error)
 	// Token comes from RequestUploadToken.
 	Token string
 	// Body is the image (raw or qcow2). It is streamed, never held in
@@ -117,9 +144,19 @@ type UploadOptions struct {
 	// HTTPClient overrides the client built from CACertPEM and
 	// InsecureSkipVerify (tests).
 	HTTPClient *http.Client
+	// DataVolume, when set, reads the target DataVolume. Upload then
+	// follows it after the proxy has taken the image, until CDI has written
+	// the claim (Succeeded) or its upload server failed on the image (a
+	// restart); and a 409 or 503 answer is looked into there rather than
+	// sent again blind.
+	DataVolume func(ctx context.Context) (*cdiv1beta1.DataVolume, error)
+	// Poll is how often the DataVolume is read; default one second.
+	Poll time.Duration
 }
 
-// UploadError is the upload proxy's answer to a failed upload.
+// UploadError is the upload proxy's answer to a failed upload, or, with
+// StatusCode 0, CDI's upload server failing on an image it had taken (its
+// pod restarted; Message is the DataVolume's Running condition).
 type UploadError struct {
 	// StatusCode is the HTTP status.
 	StatusCode int
@@ -132,17 +169,60 @@ func (e *UploadError) Error() string {
 	if msg == "" {
 		msg = http.StatusText(e.StatusCode)
 	}
+	if e.StatusCode == 0 {
+		return "CDI's upload server failed on the image it took: " + msg
+	}
 	return fmt.Sprintf("upload proxy answered %d: %s", e.StatusCode, msg)
 }
 
-// uploadClass classifies the upload proxy's answers: 400 means the image
-// was refused (validation failed, a bad request); 401 means the token was
-// refused (expired: request a new one and retry); 503 means the upload
-// target is not ready yet; 5xx other server trouble; 404/405 a wrong proxy
-// URL.
-func uploadClass(code int) Class {
+// The upload server's words (CDI v1.65.0): pkg/uploadserver/uploadserver.go
+// handleStreamError prefixes every refusal with "Saving stream failed: "
+// and answers 400 for lack of space (importer.IsNoCapacityError, which
+// takes in every image validation error) and 500 for everything else;
+// cmd/cdi-uploadserver logs "UploadServer failed: " before its pod restarts
+// on a failure after it answered. pkg/image/qemu.go checkIfURLIsValid says
+// how large the image is against the room in the claim.
+var (
+	serverRefusal = regexp.MustCompile(`Saving stream failed: |UploadServer failed: `)
+	sizeRefusal   = regexp.MustCompile(`(?i)virtual image size (\d+) is larger than the reported available storage (\d+)`)
+	// A transfer that was cut off is refused in the same words; sent
+	// again, it can succeed.
+	cutOff = regexp.MustCompile(`(?i)unexpected EOF|connection reset|broken pipe|i/o timeout|context canceled|use of closed network connection`)
+)
+
+// Refused reports whether CDI's upload server refused the image itself (it
+// would refuse the same bytes again), rather than the request failing on
+// the way.
+func (e *UploadError) Refused() bool {
+	return serverRefusal.MatchString(e.Message) && !cutOff.MatchString(e.Message)
+}
+
+// SizeRefusal returns, when the server refused the image for lack of room,
+// the image's virtual size and the bytes the claim offered it.
+func (e *UploadError) SizeRefusal() (virtual, available int64, ok bool) {
+	m := sizeRefusal.FindStringSubmatch(e.Message)
+	if m == nil {
+		return 0, 0, false
+	}
+	virtual, err1 := strconv.ParseInt(m[1], 10, 64)
+	available, err2 := strconv.ParseInt(m[2], 10, 64)
+	return virtual, available, err1 == nil && err2 == nil
+}
+
+// Class classifies the answer. A refusal of the image by the upload server
+// is Permanent whatever the status (the server answers 500 for most of
+// them); otherwise 401 means the token was refused (expired: request a new
+// one and retry); 409 and 503 that the target is busy, done, or not ready;
+// other 5xx server or proxy trouble; 404/405/403 a wrong proxy URL; other
+// 4xx a bad request.
+func (e *UploadError) Class() Class {
+	code := e.StatusCode
 	switch {
-	case code == http.StatusUnauthorized, code == http.StatusServiceUnavailable,
+	case e.Refused():
+		return Permanent
+	case code == 0:
+		return Transient
+	case code == http.StatusUnauthorized, code == http.StatusServiceUnavailable, code == http.StatusConflict,
 		code == http.StatusTooManyRequests, code >= 500:
 		return Transient
 	case code == http.StatusNotFound, code == http.StatusMethodNotAllowed, code == http.StatusForbidden:
@@ -151,11 +231,13 @@ func uploadClass(code int) Class {
 	return Permanent
 }
 
-// Upload streams opts.Body to CDI's upload proxy and returns once the proxy
-// has received and validated it (the DataVolume then turns Succeeded).
-// Attempts that fail transiently are retried with backoff while no byte
-// was sent (the request asks for "100-continue", so a proxy that refuses
-// does so before the body leaves), or from the start when Body can seek.
+// Upload streams opts.Body to CDI's upload proxy and, when opts.DataVolume
+// is set, follows the DataVolume until CDI has written the image to the
+// claim. Attempts that fail transiently are retried with backoff while no
+// byte was sent (the request asks for "100-continue", so a proxy that
+// refuses does so before the body leaves), or from the start when Body can
+// seek. A 409 or 503 is first looked into on the DataVolume: a target that
+// has its image already is done, one that is still busy is waited for.
 // Errors are *Error values classified like the rest of this package.
 func Upload(ctx context.Context, opts UploadOptions) error {
 	fail := func(class Class, err error) error {
@@ -165,13 +247,22 @@ func Upload(ctx context.Context, opts UploadOptions) error {
 	if err != nil {
 		return fail(NeedsHuman, err)
 	}
+	if opts.InsecureSkipVerify {
+		opts.CABundle = nil
+	}
+	if opts.CABundle != nil && len(opts.CACertPEM) == 0 {
+		if opts.CACertPEM, err = opts.CABundle(ctx); err != nil {
+			return fail(Classify(err), err)
+		}
+	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		if hc, err = uploadHTTPClient(opts); err != nil {
 			return fail(NeedsHuman, err)
 		}
-		defer hc.CloseIdleConnections()
+		defer func() { hc.CloseIdleConnections() }()
 	}
+	reread := opts.CABundle != nil && opts.HTTPClient == nil
 	attempts := opts.Attempts
 	if attempts <= 0 {
 		attempts = 3
@@ -183,17 +274,56 @@ func Upload(ctx context.Context, opts UploadOptions) error {
 			canSeek = false
 		}
 	}
+	// The upload server's restarts before this upload: one more after it
+	// means it failed on what it took.
+	var restarts int32
+	if opts.DataVolume != nil {
+		dv, err := opts.DataVolume(ctx)
+		if err != nil {
+			return fail(Classify(err), err)
+		}
+		restarts = dv.Status.RestartCount
+	}
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		sent, err := uploadOnce(ctx, hc, target, opts)
-		if err == nil {
+		var ue *UploadError
+		isUE := errors.As(err, &ue)
+		if opts.DataVolume != nil && (err == nil || isUE && (ue.StatusCode == http.StatusConflict || ue.StatusCode == http.StatusServiceUnavailable)) {
+			// Taken (200), done already (409), or busy or not ready
+			// (503): the DataVolume says which.
+			done, ferr := followUpload(ctx, opts, restarts, err == nil || ue.StatusCode == http.StatusConflict)
+			switch {
+			case done:
+				return nil
+			case ferr != nil:
+				return fail(classOf(ferr), ferr)
+			}
+			// Ready for an upload again: send it, if tries are left.
+		} else if err == nil {
 			return nil
 		}
-		class := classify(err)
-		var ue *UploadError
-		if errors.As(err, &ue) {
-			class = uploadClass(ue.StatusCode)
+		if reread && isVerifyError(err) {
+			// The proxy's CA may have been renewed since the bundle (or
+			// the configured CA) was read: read the cluster's bundle once
+			// more and try again.
+			reread = false
+			bundle, berr := opts.CABundle(ctx)
+			if berr != nil {
+				return fail(Classify(berr), berr)
+			}
+			if len(bundle) == 0 {
+				return fail(classOf(err), err)
+			}
+			opts.CACertPEM = bundle
+			hc.CloseIdleConnections()
+			if hc, err = uploadHTTPClient(opts); err != nil {
+				return fail(NeedsHuman, err)
+			}
+			attempt--
+			continue
 		}
+		class := classOf(err)
 		// A 401 will not heal by itself: the caller needs a new token.
 		retry := class == Transient && attempt < attempts && ctx.Err() == nil &&
 			(ue == nil || ue.StatusCode != http.StatusUnauthorized)
@@ -219,6 +349,73 @@ func Upload(ctx context.Context, opts UploadOptions) error {
 		}
 		backoff *= 2
 	}
+}
+
+// isVerifyError reports a proxy certificate that did not verify.
+func isVerifyError(err error) bool {
+	var unknownAuthority x509.UnknownAuthorityError
+	var certInvalid x509.CertificateInvalidError
+	var verifyErr *tls.CertificateVerificationError
+	return errors.As(err, &unknownAuthority) || errors.As(err, &certInvalid) || errors.As(err, &verifyErr)
+}
+
+// classOf classifies an upload attempt's error.
+func classOf(err error) Class {
+	var ue *UploadError
+	if errors.As(err, &ue) {
+		return ue.Class()
+	}
+	return classify(err)
+}
+
+// followUpload reads the DataVolume after the proxy took the image or
+// answered 409 or 503. It returns done once the DataVolume is Succeeded; an
+// error when it failed, or when the upload server restarted (more than
+// restarts) after failing on the image, with the reason CDI gives; and
+// neither when the target is ready for an upload and taken is false (a 503:
+// nothing of this upload is there). taken says the server has the image (200
+// or 409): then the DataVolume is followed until one of the first two.
+func followUpload(ctx context.Context, opts UploadOptions, restarts int32, taken bool) (bool, error) {
+	poll := opts.Poll
+	if poll <= 0 {
+		poll = time.Second
+	}
+	for {
+		dv, err := opts.DataVolume(ctx)
+		if err != nil && !IsNotFound(err) && Classify(err) != Transient {
+			return false, err
+		}
+		if err == nil {
+			st := dv.Status
+			reason, msg := runningCondition(dv)
+			switch {
+			case st.Phase == cdiv1beta1.Succeeded:
+				return true, nil
+			case st.Phase == cdiv1beta1.Failed:
+				return false, fmt.Errorf("DataVolume failed: %s: %s", reason, msg)
+			case st.RestartCount > restarts:
+				return false, &UploadError{Message: msg}
+			case !taken && st.Phase == cdiv1beta1.UploadReady:
+				return false, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// runningCondition returns the reason and message of dv's Running
+// condition, where CDI reports its transfer pod's state.
+func runningCondition(dv *cdiv1beta1.DataVolume) (string, string) {
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1beta1.DataVolumeRunning {
+			return c.Reason, c.Message
+		}
+	}
+	return "", ""
 }
 
 func uploadOnce(ctx context.Context, hc *http.Client, target string, opts UploadOptions) (int64, error) {
@@ -273,20 +470,32 @@ func uploadURL(proxy string) (string, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return "", fmt.Errorf("upload proxy URL %q is not an http(s) URL", proxy)
 	}
-	if !strings.HasSuffix(u.Path, UploadPath) {
+	if !strings.HasSuffix(u.Path, UploadPath) && !strings.HasSuffix(u.Path, uploadPathSync) {
 		u.Path = strings.TrimSuffix(u.Path, "/") + UploadPath
 	}
 	return u.String(), nil
 }
 
 func uploadHTTPClient(opts UploadOptions) (*http.Client, error) {
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: opts.InsecureSkipVerify} //nolint:gosec // the user's explicit choice
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: opts.InsecureSkipVerify, ServerName: opts.ServerName} //nolint:gosec // the user's explicit choice
 	if len(opts.CACertPEM) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(opts.CACertPEM) {
 			return nil, errors.New("the upload proxy CA certificate is not PEM")
 		}
 		tlsCfg.RootCAs = pool
+	}
+	if !opts.InsecureSkipVerify && opts.ServerName == "" && len(opts.AltServerNames) > 0 {
+		u, err := url.Parse(opts.ProxyURL)
+		if err != nil {
+			return nil, err
+		}
+		names := append([]string{u.Hostname()}, opts.AltServerNames...)
+		roots := tlsCfg.RootCAs
+		// Verified in full by VerifyConnection: the chain to the CA as
+		// always, the name against any of names.
+		tlsCfg.InsecureSkipVerify = true //nolint:gosec // see VerifyConnection
+		tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error { return verifyAnyName(cs, roots, names) }
 	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -297,6 +506,77 @@ func uploadHTTPClient(opts UploadOptions) (*http.Client, error) {
 		ForceAttemptHTTP2:     false,
 	}
 	return &http.Client{Transport: tr}, nil
+}
+
+// verifyAnyName checks the peer's certificate as crypto/tls would (its
+// chain to roots, or the system's when nil) and that it holds one of names,
+// with the errors crypto/tls gives, so that callers tell a stale CA from a
+// wrong name as they always do.
+func verifyAnyName(cs tls.ConnectionState, roots *x509.CertPool, names []string) error {
+	certs := cs.PeerCertificates
+	if len(certs) == 0 {
+		return errors.New("the upload proxy presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return &tls.CertificateVerificationError{UnverifiedCertificates: certs, Err: err}
+	}
+	for _, n := range names {
+		if certs[0].VerifyHostname(n) == nil {
+			return nil
+		}
+	}
+	return &tls.CertificateVerificationError{UnverifiedCertificates: certs, Err: x509.HostnameError{Certificate: certs[0], Host: names[0]}}
+}
+
+// UploadProxySignerBundle is the ConfigMap in CDI's namespace where CDI's
+// operator publishes the CAs that sign the upload proxy's certificate
+// (v1.65.0, pkg/operator/resources/cert/factory.go), under
+// UploadProxySignerBundleKey: the current CA and those not yet expired.
+const (
+	UploadProxySignerBundle    = "cdi-uploadproxy-signer-bundle"
+	UploadProxySignerBundleKey = "ca-bundle.crt"
+)
+
+// UploadProxyCABundle reads the CA bundle of CDI's upload proxy from the
+// cluster: ConfigMap cdi-uploadproxy-signer-bundle in namespace cdiNamespace.
+func (c *Client) UploadProxyCABundle(ctx context.Context, cdiNamespace string) ([]byte, error) {
+	cm := &corev1.ConfigMap{}
+	if err := c.get(ctx, "ConfigMap", cdiNamespace, UploadProxySignerBundle, cm); err != nil {
+		return nil, err
+	}
+	b := cm.Data[UploadProxySignerBundleKey]
+	if b == "" {
+		return nil, &Error{Op: "get", Kind: "ConfigMap", Namespace: cdiNamespace, Name: UploadProxySignerBundle, Class: Transient,
+			Err: fmt.Errorf("no %s in it yet", UploadProxySignerBundleKey)}
+	}
+	return []byte(b), nil
+}
+
+// PublishedUploadProxyURL returns the upload proxy URL the cluster
+// publishes in CDIConfig config's status.uploadProxyURL (CDI's config
+// controller sets it from spec.uploadProxyURLOverride or the proxy's Route
+// or Ingress), or "" when it publishes none.
+func (c *Client) PublishedUploadProxyURL(ctx context.Context) (string, error) {
+	cfg := &cdiv1beta1.CDIConfig{}
+	err := c.get(ctx, "CDIConfig", "", "config", cfg)
+	switch {
+	case IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	case cfg.Status.UploadProxyURL == nil:
+		return "", nil
+	}
+	u := *cfg.Status.UploadProxyURL
+	if !strings.Contains(u, "://") {
+		// CDI publishes a host name (a Route's or an Ingress's).
+		u = "https://" + u
+	}
+	return u, nil
 }
 
 // WaitDataVolume polls the DataVolume until done says it has reached the

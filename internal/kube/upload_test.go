@@ -86,7 +86,7 @@ func TestUploadThroughKubesim(t *testing.T) {
 	defer f.Close()
 	var sent int64
 	err = Upload(ctx, UploadOptions{
-		ProxyURL: sim.UploadProxyURL(), CACertPEM: sim.UploadProxyCACertPEM(), Token: token,
+		ProxyURL: sim.UploadProxyURL(), ServerName: sim.UploadProxyServerName(), CACertPEM: sim.UploadProxyCACertPEM(), Token: token,
 		Body: f, Size: int64(len(b)), Progress: func(n int64) { sent = n }, Namespace: ns, Name: "disk",
 	})
 	if err != nil {
@@ -110,7 +110,7 @@ func TestUploadThroughKubesim(t *testing.T) {
 	}
 
 	t.Run("wrong CA", func(t *testing.T) {
-		err := Upload(ctx, UploadOptions{ProxyURL: sim.UploadProxyURL(), Token: token, Body: strings.NewReader("x"), Attempts: 1})
+		err := Upload(ctx, UploadOptions{ProxyURL: sim.UploadProxyURL(), ServerName: sim.UploadProxyServerName(), Token: token, Body: strings.NewReader("x"), Attempts: 1})
 		wantClass(t, "unknown CA", err, NeedsHuman)
 	})
 }
@@ -203,6 +203,29 @@ func TestUploadErrorClasses(t *testing.T) {
 			}
 			if tc.code == http.StatusUnauthorized && n.Load() != 1 {
 				t.Errorf("a refused token was retried (%d attempts)", n.Load())
+			}
+		})
+	}
+	// CDI's upload server answers 500 for most refusals of the image: its
+	// words, not the status, say it will not take the same bytes.
+	for _, tc := range []struct {
+		name string
+		code int
+		msg  string
+		want Class
+	}{
+		{"refused with 500", http.StatusInternalServerError, "Saving stream failed: Unable to transfer source data to scratch space: qemu-img: Could not open backing file", Permanent},
+		{"cut off", http.StatusInternalServerError, "Saving stream failed: Unable to transfer source data to scratch space: unexpected EOF", Transient},
+		{"no room", http.StatusBadRequest, "Saving stream failed: effective image size is larger than the reported available storage: virtual image size 9 is larger than the reported available storage 8. A larger PVC is required", Permanent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, n, ca := proxyStub(t, func(_ int32, w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, tc.msg, tc.code)
+			})
+			err := Upload(ctx, UploadOptions{ProxyURL: srv.URL, CACertPEM: ca, Token: "tok", Body: strings.NewReader("x"), Attempts: 2})
+			wantClass(t, tc.name, err, tc.want)
+			if want := map[Class]int32{Transient: 2, Permanent: 1}[tc.want]; n.Load() != want {
+				t.Errorf("%d attempts, want %d", n.Load(), want)
 			}
 		})
 	}

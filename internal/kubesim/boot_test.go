@@ -29,10 +29,6 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
-// bootTimeout bounds one guest's boot: 30-55 s under TCG on an idle
-// machine, minutes on a loaded one.
-const bootTimeout = 8 * time.Minute
-
 // TestBootGuests boots VMIs in real QEMU from imported DataVolumes, with
 // the VMware-style Debian guest:
 //   - unconverted, on a virtio disk: its initramfs has no virtio driver, so
@@ -96,7 +92,7 @@ func TestBootGuests(t *testing.T) {
 	running := func(t *testing.T, name string) (*kubevirtv1.VirtualMachineInstance, *guestboot.Guest) {
 		t.Helper()
 		var vmi *kubevirtv1.VirtualMachineInstance
-		eventually(t, bootTimeout, "VMI "+name+" Running", func() string {
+		eventuallyGuest(t, "VMI "+name+" Running", func() string {
 			vmi, _ = getVMI(cl, ns, name)
 			if vmi.Status.Phase != kubevirtv1.Running || s.Guest(ns, name) == nil {
 				return fmt.Sprintf("phase %q, conditions %+v, sim: %v", vmi.Status.Phase, vmi.Status.Conditions, s.LastError())
@@ -130,7 +126,7 @@ func TestBootGuests(t *testing.T) {
 			}
 
 			var console string
-			eventually(t, bootTimeout, "initramfs shell on the console through pods/log", func() string {
+			eventuallyGuest(t, "initramfs shell on the console through pods/log", func() string {
 				var err error
 				console, err = kc.GuestConsoleTail(ctx, ns, "unconverted", 60)
 				if err != nil {
@@ -173,7 +169,7 @@ func TestBootGuests(t *testing.T) {
 				t.Fatalf("no QEMU process for the running VMI (args %q)", g.Args())
 			}
 			launcher := launcherPod(t, cl, ns, vmi)
-			eventually(t, bootTimeout, "AgentConnected with an address", func() string {
+			eventuallyGuest(t, "AgentConnected with an address", func() string {
 				vmi, _ = getVMI(cl, ns, "converted")
 				if vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceAgentConnected) != corev1.ConditionTrue ||
 					len(vmi.Status.Interfaces) == 0 || vmi.Status.Interfaces[0].IP == "" {
@@ -190,7 +186,7 @@ func TestBootGuests(t *testing.T) {
 			}
 			// The guest prints its marker once multi-user.target is reached,
 			// a moment after its agent starts.
-			eventually(t, 2*time.Minute, "boot marker on the console through pods/log", func() string {
+			eventuallyGuest(t, "boot marker on the console through pods/log", func() string {
 				console, err := kc.GuestConsoleTail(ctx, ns, "converted", 40)
 				if err != nil {
 					return err.Error()
@@ -202,7 +198,7 @@ func TestBootGuests(t *testing.T) {
 			})
 
 			setRunStrategy(t, cl, ns, "converted", kubevirtv1.RunStrategyHalted)
-			eventually(t, time.Minute, "VM stopped: VMI, virt-launcher pod and QEMU gone", func() string {
+			eventuallyGuest(t, "VM stopped: VMI, virt-launcher pod and QEMU gone", func() string {
 				if _, ok := getVMI(cl, ns, "converted"); ok {
 					return "VMI still there"
 				}
@@ -282,7 +278,7 @@ func TestBootGuestSlotsAndFailures(t *testing.T) {
 		return vmi.Status.Phase
 	}
 	blankVM("first", kubevirtv1.RunStrategyAlways)
-	eventually(t, time.Minute, "first Running", func() string {
+	eventuallyGuest(t, "first Running", func() string {
 		if p := phase("first"); p != kubevirtv1.Running {
 			return fmt.Sprintf("phase %q: %v", p, s.LastError())
 		}
@@ -326,7 +322,7 @@ func TestBootGuestSlotsAndFailures(t *testing.T) {
 		t.Fatalf("second VMI with the only slot taken: phase %q, guest %v", p, s.Guest(ns, "second"))
 	}
 	setRunStrategy(t, cl, ns, "first", kubevirtv1.RunStrategyHalted)
-	eventually(t, time.Minute, "second Running once first stopped", func() string {
+	eventuallyGuest(t, "second Running once first stopped", func() string {
 		if p := phase("second"); p != kubevirtv1.Running {
 			return fmt.Sprintf("phase %q", p)
 		}
@@ -342,7 +338,7 @@ func TestBootGuestSlotsAndFailures(t *testing.T) {
 	for _, pid := range qemuPIDs(t, second) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	eventually(t, time.Minute, "second Failed after QEMU was killed", func() string {
+	eventuallyGuest(t, "second Failed after QEMU was killed", func() string {
 		vmi, _ := getVMI(cl, ns, "second")
 		if c := findVMICondition(vmi, kubevirtv1.VirtualMachineInstanceReady); vmi.Status.Phase != kubevirtv1.Failed ||
 			c == nil || c.Reason != ReasonGuestExited {
@@ -363,7 +359,7 @@ func TestBootGuestSlotsAndFailures(t *testing.T) {
 	if err := cl.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "usb Failed", func() string {
+	eventuallyGuest(t, "usb Failed", func() string {
 		vmi, _ := getVMI(cl, ns, "usb")
 		if c := findVMICondition(vmi, kubevirtv1.VirtualMachineInstanceReady); vmi.Status.Phase != kubevirtv1.Failed ||
 			c == nil || c.Reason != ReasonGuestStartFailed || !strings.Contains(c.Message, `"usb"`) {
@@ -541,8 +537,7 @@ func convertedImage(t *testing.T, raw string) string {
 		return cached
 	}
 	work := testguest.Copy(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
-	defer cancel()
+	ctx := testguest.Context(t)
 	v := convert.V2V{TempDir: t.TempDir()}
 	start := time.Now()
 	if _, err := v.Convert(ctx, []convert.V2VDisk{{Path: work, Format: convert.Raw}}, convert.V2VOptions{}); err != nil {

@@ -42,10 +42,9 @@ type transfer struct {
 }
 
 type transferResult struct {
-	ok        bool
-	retryable bool
-	reason    string
-	message   string
+	ok      bool
+	reason  string
+	message string
 }
 
 // Received describes an image the sim received for a DataVolume and what
@@ -71,6 +70,10 @@ type Received struct {
 	SentBytes  int64
 	SentSHA256 string
 
+	// ClaimSize is the length of the claim's image file: at least Size
+	// (CDI's upload server grows it to the claim's usable size).
+	ClaimSize int64
+
 	// claimHash, when set, computes SHA256 and Size of a converted image
 	// the first time they are asked for: hashing the claim is the
 	// simulator's own check, so it adds nothing to the import's time or
@@ -78,17 +81,21 @@ type Received struct {
 	claimHash *lazyHash
 }
 
-// lazyHash hashes a claim's image once, when first asked.
+// lazyHash hashes a claim's image once, when first asked: its first prefix
+// bytes when prefix is set and every byte after them is zero, else all of
+// it.
 type lazyHash struct {
-	once sync.Once
-	path string
-	sum  string
-	n    int64
-	err  error
+	once   sync.Once
+	path   string
+	prefix int64
+	sum    string
+	n      int64
+	total  int64
+	err    error
 }
 
 func (l *lazyHash) get() (string, int64, error) {
-	l.once.Do(func() { l.sum, l.n, l.err = hashFile(l.path) })
+	l.once.Do(func() { l.sum, l.n, l.total, l.err = hashPrefix(l.path, l.prefix) })
 	return l.sum, l.n, l.err
 }
 
@@ -108,7 +115,10 @@ func (s *Sim) ReceivedImage(namespace, name string) (Received, bool) {
 			s.lastErr = fmt.Errorf("hashing the claim of %s/%s: %w", namespace, name, err)
 			s.mu.Unlock()
 		}
-		r.SHA256, r.Size, r.claimHash = sum, n, nil
+		r.SHA256, r.Size, r.ClaimSize, r.claimHash = sum, n, r.claimHash.total, nil
+	}
+	if r.ClaimSize == 0 {
+		r.ClaimSize = r.Size
 	}
 	return r, ok
 }
@@ -152,6 +162,9 @@ func (s *Sim) reconcileDataVolumes(ctx context.Context) error {
 		}
 	}
 	s.forgetTransfers(seen)
+	if err := s.collectClaims(ctx, seen); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return errs[0]
 	}
@@ -163,7 +176,12 @@ func (s *Sim) reconcileDataVolumes(ctx context.Context) error {
 func (s *Sim) forgetTransfers(seen map[types.UID]bool) {
 	s.mu.Lock()
 	var gone []types.UID
-	for _, m := range []map[types.UID]*transfer{s.uploads, s.imports} {
+	for uid := range s.pods {
+		if !seen[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	for _, m := range []map[types.UID]*transfer{s.imports} {
 		for uid, t := range m {
 			if !seen[uid] {
 				if t.cancel != nil {
@@ -176,6 +194,7 @@ func (s *Sim) forgetTransfers(seen map[types.UID]bool) {
 	}
 	s.mu.Unlock()
 	for _, uid := range gone {
+		s.stopUploadPod(uid)
 		s.forget(uid)
 	}
 }
@@ -214,11 +233,29 @@ func (s *Sim) stepDataVolume(dv *cdiv1.DataVolume) {
 func (s *Sim) stepCommon(dv *cdiv1.DataVolume, scheduled cdiv1.DataVolumePhase) bool {
 	st := &dv.Status
 	switch st.Phase {
-	case "", cdiv1.Pending:
+	case "", cdiv1.Pending, cdiv1.PendingPopulation, cdiv1.WaitForFirstConsumer:
 		st.Phase = cdiv1.Pending
 		setDVCondition(st, cdiv1.DataVolumeBound, corev1.ConditionFalse, "PVC "+dv.Name+" Pending", "Pending")
 		setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", "")
 		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, "", "")
+		if !s.ensureClaim(dv) {
+			return false
+		}
+		waiting, err := s.waitingPhase(s.ctx, dv)
+		if err != nil {
+			s.mu.Lock()
+			s.lastErr = err
+			s.mu.Unlock()
+			return false
+		}
+		if waiting != "" {
+			// The claim stays Pending, unbound, until a pod uses it.
+			st.Phase = waiting
+			return false
+		}
+		if !s.ensurePrimeClaim(dv) {
+			return false
+		}
 		if s.since(dv.UID, string(cdiv1.Pending)) < s.opts.Step {
 			return false
 		}
@@ -232,30 +269,6 @@ func (s *Sim) stepCommon(dv *cdiv1.DataVolume, scheduled cdiv1.DataVolumePhase) 
 		return s.since(dv.UID, string(scheduled)) >= s.opts.Step
 	}
 	return true
-}
-
-func (s *Sim) stepUpload(dv *cdiv1.DataVolume) {
-	st := &dv.Status
-	if !s.stepCommon(dv, cdiv1.UploadScheduled) {
-		return
-	}
-	if st.Phase == cdiv1.UploadScheduled {
-		st.Phase = cdiv1.UploadReady
-		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "")
-		setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", ReasonTransferRunning)
-		s.poke()
-		return
-	}
-	s.mu.Lock()
-	t := s.uploads[dv.UID]
-	var res *transferResult
-	if t != nil {
-		res = t.result
-	}
-	s.mu.Unlock()
-	if res != nil {
-		s.finish(dv, res)
-	}
 }
 
 func (s *Sim) stepBlank(dv *cdiv1.DataVolume) {
@@ -276,13 +289,16 @@ func (s *Sim) stepImport(dv *cdiv1.DataVolume) {
 	if st.Phase == cdiv1.ImportScheduled || t == nil {
 		// A sim restarted mid-import starts it again, as a new importer
 		// pod would.
+		if !s.importerCAMounted(dv) {
+			return
+		}
 		st.Phase = cdiv1.ImportInProgress
 		if st.Progress == "" {
 			st.Progress = "N/A"
 		}
 		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "")
 		setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionFalse, "", ReasonTransferRunning)
-		s.startImport(dv)
+		s.startImport(dv, s.importerRoots(dv))
 		return
 	}
 	s.mu.Lock()
@@ -293,19 +309,36 @@ func (s *Sim) stepImport(dv *cdiv1.DataVolume) {
 		if total > 0 {
 			st.Progress = cdiv1.DataVolumeProgress(fmt.Sprintf("%.2f%%", 100*float64(received)/float64(total)))
 		}
-	case res.ok || !res.retryable || int(st.RestartCount) >= s.opts.ImportRetries:
+	case res.ok:
 		s.finish(dv, res)
 	case !active:
-		// The importer "pod" failed and restarts after a Step, as CDI's
-		// importer does (RestartCount counts it).
+		// The importer exited with an error. CDI never fails the
+		// DataVolume for it: the importer pod has RestartPolicy OnFailure
+		// (CDI v1.65.0 pkg/controller/import-controller.go makeImporterPodSpec),
+		// so the pod stays Running while the kubelet restarts its
+		// container with a growing back-off; the import controller copies
+		// the container's restart count into status.restartCount and its
+		// last termination into Running=False, reason Error, message the
+		// termination message (pkg/controller/util.go
+		// setAnnotationsFromPodWithPrefix, pkg/controller/datavolume/
+		// conditions.go updateRunningCondition); the phase stays
+		// ImportInProgress.
 		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, res.message, res.reason)
-		if s.since(dv.UID, fmt.Sprintf("restart-%d", st.RestartCount)) < s.opts.Step {
+		if s.since(dv.UID, fmt.Sprintf("restart-%d", st.RestartCount)) < s.restartBackoff(st.RestartCount) {
 			return
 		}
 		st.RestartCount++
 		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "", "")
-		s.startImport(dv)
+		s.startImport(dv, s.importerRoots(dv))
 	}
+}
+
+// restartBackoff is how long a failed importer container waits before its
+// n+1st start: the kubelet's CrashLoopBackOff doubles from 10 s up to five
+// minutes (k8s.io/kubernetes pkg/kubelet/kuberuntime); the sim doubles
+// from Step, up to 16 Steps.
+func (s *Sim) restartBackoff(n int32) time.Duration {
+	return s.opts.Step << min(n, 4)
 }
 
 // finish writes the outcome of a transfer.
@@ -317,10 +350,12 @@ func (s *Sim) finish(dv *cdiv1.DataVolume, res *transferResult) {
 	}
 	st.Phase = cdiv1.Succeeded
 	st.Progress = "100.0%"
+	s.deletePrimeClaim(dv)
 	setDVCondition(st, cdiv1.DataVolumeBound, corev1.ConditionTrue, "PVC "+dv.Name+" Bound", "Bound")
 	setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Import Complete", ReasonCompleted)
 	if dv.Spec.Source.Upload != nil {
 		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Upload Complete", ReasonCompleted)
+		s.deleteScratchClaim(dv)
 	}
 	setDVCondition(st, cdiv1.DataVolumeReady, corev1.ConditionTrue, "", "")
 }

@@ -1,9 +1,12 @@
 package kubesim
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +19,7 @@ import (
 
 	"k8s.io/client-go/discovery"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -118,7 +122,7 @@ func TestUploadEndToEnd(t *testing.T) {
 			f, size := openImage(t, path)
 			var last int64
 			err = kube.Upload(t.Context(), kube.UploadOptions{
-				ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
+				ProxyURL: s.UploadProxyURL(), ServerName: s.UploadProxyServerName(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
 				Body: f, Size: size, Progress: func(n int64) { last = n }, Namespace: ns, Name: "disk-0",
 			})
 			if err != nil {
@@ -138,8 +142,10 @@ func TestUploadEndToEnd(t *testing.T) {
 			if !ok || got != sum {
 				t.Errorf("ReceivedSHA256 = %q, %v; want %q", got, ok, sum)
 			}
-			if fileSHA(t, s.ReceivedPath(ns, "disk-0")) != sum {
-				t.Errorf("file at ReceivedPath differs from what was sent")
+			// CDI's upload server grows the disk to the claim's usable
+			// size: the sent disk, then zeros.
+			if got, err := claimSHA(s.ReceivedPath(ns, "disk-0"), 64<<20); err != nil || got != sum {
+				t.Errorf("file at ReceivedPath differs from what was sent: %v", err)
 			}
 			rec, _ := s.ReceivedImage(ns, "disk-0")
 			if rec.Format != "raw" || rec.Size != 64<<20 || rec.VirtualSize != 64<<20 ||
@@ -149,13 +155,13 @@ func TestUploadEndToEnd(t *testing.T) {
 			if n := s.UploadProxyBytes(); n != size {
 				t.Errorf("UploadProxyBytes = %d, want %d", n, size)
 			}
-			if _, err := os.Stat(s.ReceivedPath(ns, "disk-0") + ".scratch"); !os.IsNotExist(err) {
-				t.Errorf("scratch file left behind: %v", err)
+			if _, err := os.Stat(filepath.Dir(s.ReceivedPath(ns, "disk-0")) + ".scratch"); !os.IsNotExist(err) {
+				t.Errorf("scratch claim left behind: %v", err)
 			}
 
 			// A second upload into a finished DataVolume is refused.
 			_, _ = f.Seek(0, 0)
-			err = kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Size: size, Attempts: 1})
+			err = kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), ServerName: s.UploadProxyServerName(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Size: size, Attempts: 1})
 			var ue *kube.UploadError
 			if !errors.As(err, &ue) || ue.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ue.Message, "already finished uploading") {
 				t.Errorf("second upload: %v, want 503 already finished uploading", err)
@@ -181,7 +187,7 @@ func TestUploadRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		return kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Attempts: 1})
+		return kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), ServerName: s.UploadProxyServerName(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f, Attempts: 1})
 	}
 	status := func(err error) int {
 		var ue *kube.UploadError
@@ -213,6 +219,9 @@ func TestUploadRefusals(t *testing.T) {
 			t.Errorf("got %v, want 503 doesn't exist", err)
 		}
 	})
+	// CDI's upload server refuses an image whose virtual size does not fit
+	// with 400 and the sizes, and the DataVolume stays UploadReady: real
+	// CDI never fails it for a refused upload.
 	t.Run("virtual size too large", func(t *testing.T) {
 		if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "too-small", "512Mi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
 			t.Fatal(err)
@@ -220,32 +229,107 @@ func TestUploadRefusals(t *testing.T) {
 		waitDVPhase(t, cl, ns, "too-small", cdiv1.UploadReady)
 		token, _ := kc.RequestUploadToken(t.Context(), ns, "too-small")
 		err := up(token, small)
-		if status(err) != http.StatusBadRequest || kube.Classify(err) != kube.Permanent {
-			t.Errorf("got %v (class %v), want 400, permanent", err, kube.Classify(err))
+		var ue *kube.UploadError
+		if status(err) != http.StatusBadRequest || kube.Classify(err) != kube.Permanent || !errors.As(err, &ue) {
+			t.Fatalf("got %v (class %v), want 400, permanent", err, kube.Classify(err))
 		}
-		dv := waitDVPhase(t, cl, ns, "too-small", cdiv1.Failed)
-		if r := dvCondition(dv, cdiv1.DataVolumeRunning); !strings.Contains(r.Message, "A larger PVC is required") {
-			t.Errorf("Running condition %+v, want the size message", r)
+		if v, a, ok := ue.SizeRefusal(); !ok || v != 1<<30 || a != 512<<20 {
+			t.Errorf("SizeRefusal = %d, %d, %v; want %d, %d (the server's message: %s)", v, a, ok, 1<<30, 512<<20, ue.Message)
 		}
+		stays(t, cl, ns, "too-small", cdiv1.UploadReady)
 		if _, ok := s.ReceivedSHA256(ns, "too-small"); ok {
 			t.Error("ReceivedSHA256 reports an image that failed validation")
 		}
 	})
-	t.Run("not an image format CDI takes", func(t *testing.T) {
+	// Every image validation error comes back as lack of room (400; CDI's
+	// IsNoCapacityError takes in ValidationSizeError), permanent; the
+	// DataVolume stays UploadReady.
+	t.Run("backing file", func(t *testing.T) {
+		if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "backed", "2Gi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
+			t.Fatal(err)
+		}
+		waitDVPhase(t, cl, ns, "backed", cdiv1.UploadReady)
+		token, _ := kc.RequestUploadToken(t.Context(), ns, "backed")
+		err := up(token, backedImage(t))
+		if status(err) != http.StatusBadRequest || kube.Classify(err) != kube.Permanent || !strings.Contains(err.Error(), "invalid backing file") {
+			t.Errorf("got %v (class %v), want 400 invalid backing file, permanent", err, kube.Classify(err))
+		}
+		stays(t, cl, ns, "backed", cdiv1.UploadReady)
+	})
+	// Any other processing error is a 500 ("Saving stream failed: ..."),
+	// a refusal all the same.
+	t.Run("corrupt gzip", func(t *testing.T) {
+		if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "gz", "2Gi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
+			t.Fatal(err)
+		}
+		waitDVPhase(t, cl, ns, "gz", cdiv1.UploadReady)
+		token, _ := kc.RequestUploadToken(t.Context(), ns, "gz")
+		err := up(token, corruptGzip(t))
+		if status(err) != http.StatusInternalServerError || kube.Classify(err) != kube.Permanent || !strings.Contains(err.Error(), "Saving stream failed") {
+			t.Errorf("got %v (class %v), want 500 Saving stream failed, permanent", err, kube.Classify(err))
+		}
+		stays(t, cl, ns, "gz", cdiv1.UploadReady)
+	})
+	// qemu-img, which converts what arrived, takes a VMDK as a VMDK: the
+	// claim holds its disk.
+	t.Run("a VMDK is converted", func(t *testing.T) {
 		if err := kc.CreateDataVolume(t.Context(), dataVolume(ns, "vmdk", "2Gi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
 			t.Fatal(err)
 		}
 		vmdk, _ := image(t, "vmdk", "64M")
 		waitDVPhase(t, cl, ns, "vmdk", cdiv1.UploadReady)
 		token, _ := kc.RequestUploadToken(t.Context(), ns, "vmdk")
-		if err := up(token, vmdk); status(err) != http.StatusBadRequest {
-			t.Errorf("got %v, want 400", err)
+		if err := up(token, vmdk); err != nil {
+			t.Fatalf("got %v, want it taken", err)
 		}
-		dv := waitDVPhase(t, cl, ns, "vmdk", cdiv1.Failed)
-		if r := dvCondition(dv, cdiv1.DataVolumeRunning); !strings.Contains(r.Message, "Invalid format vmdk") {
-			t.Errorf("Running condition %+v, want invalid format", r)
+		waitDVPhase(t, cl, ns, "vmdk", cdiv1.Succeeded)
+		zeros := sha256.Sum256(make([]byte, 64<<20))
+		if rec, _ := s.ReceivedImage(ns, "vmdk"); rec.SHA256 != hex.EncodeToString(zeros[:]) || rec.VirtualSize != 64<<20 {
+			t.Errorf("the claim holds %s (virtual size %d), want the VMDK's empty 64 MiB disk", rec.SHA256, rec.VirtualSize)
 		}
 	})
+}
+
+// corruptGzip is a file that starts as gzip and is not.
+func corruptGzip(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "disk.img.gz")
+	if err := os.WriteFile(path, append([]byte("\x1f\x8b\x08\x00"), strings.Repeat("not gzip ", 1000)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// backedImage makes a qcow2 image with a backing file that is gone (the
+// upload server's mount namespace sees this machine's other files, a pod
+// would not).
+func backedImage(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	base, top := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "top.qcow2")
+	for _, args := range [][]string{
+		{"create", "-f", "qcow2", base, "64M"},
+		{"create", "-f", "qcow2", "-b", base, "-F", "qcow2", top},
+	} {
+		if out, err := exec.Command("qemu-img", args...).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img %v: %v: %s", args, err, out)
+		}
+	}
+	if err := os.Remove(base); err != nil {
+		t.Fatal(err)
+	}
+	return top
+}
+
+// stays checks that the DataVolume is in phase and stays there for a while.
+func stays(t *testing.T, cl client.Client, ns, name string, phase cdiv1.DataVolumePhase) {
+	t.Helper()
+	for range 10 {
+		if dv := getDV(t, cl, ns, name); dv.Status.Phase != phase {
+			t.Fatalf("DataVolume %s is %s, want it to stay %s", name, dv.Status.Phase, phase)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
 }
 
 func TestUploadNotReady(t *testing.T) {
@@ -265,7 +349,7 @@ func TestUploadNotReady(t *testing.T) {
 	}
 	sent := 0
 	err = kube.Upload(t.Context(), kube.UploadOptions{
-		ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Attempts: 2,
+		ProxyURL: s.UploadProxyURL(), ServerName: s.UploadProxyServerName(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Attempts: 2,
 		Body: strings.NewReader(strings.Repeat("x", 1<<20)), Size: 1 << 20, Progress: func(int64) { sent++ },
 	})
 	var ue *kube.UploadError
@@ -298,7 +382,7 @@ func TestUploadRetryAfterCutOff(t *testing.T) {
 	}
 	f, size := openImage(t, path)
 	opts := func(body io.Reader) kube.UploadOptions {
-		return kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
+		return kube.UploadOptions{ProxyURL: s.UploadProxyURL(), ServerName: s.UploadProxyServerName(), CACertPEM: s.UploadProxyCACertPEM(), Token: token,
 			Body: body, Size: size, Namespace: ns, Name: "retry", Attempts: 1}
 	}
 
@@ -356,11 +440,24 @@ func TestUploadRetryAfterCutOff(t *testing.T) {
 	if got, ok := s.ReceivedSHA256(ns, "retry"); !ok || got != sum {
 		t.Errorf("ReceivedSHA256 = %q, %v; want %q", got, ok, sum)
 	}
-	if fileSHA(t, s.ReceivedPath(ns, "retry")) != sum {
-		t.Error("the claim does not hold the retried image")
+	if got, err := claimSHA(s.ReceivedPath(ns, "retry"), size); err != nil || got != sum {
+		t.Errorf("the claim does not hold the retried image: %v", err)
 	}
 }
 
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// claimSHA returns the hex SHA-256 of the first n bytes of the claim's
+// image at path, and an error unless every byte after them is zero.
+func claimSHA(path string, n int64) (string, error) {
+	sum, got, total, err := hashPrefix(path, n)
+	switch {
+	case err != nil:
+		return "", err
+	case got != n:
+		return sum, fmt.Errorf("the claim's %d bytes are not the %d sent and zeros", total, n)
+	}
+	return sum, nil
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"net"
 	"runtime"
 	"strings"
@@ -169,7 +170,7 @@ func TestSurvivesAPIServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f}); err != nil {
+	if err := kube.Upload(t.Context(), kube.UploadOptions{ProxyURL: s.UploadProxyURL(), ServerName: s.UploadProxyServerName(), CACertPEM: s.UploadProxyCACertPEM(), Token: token, Body: f}); err != nil {
 		t.Fatal(err)
 	}
 	waitDVPhase(t, cl, ns, "disk", cdiv1.Succeeded)
@@ -202,7 +203,7 @@ func TestStopLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDVPhase(t, cl, ns, "slow", cdiv1.ImportInProgress)
-	ports := []int{s.proxy.port, s.tokenAPI.port}
+	ports := []int{s.proxy.port, s.tokenAPI.port, s.admission.port}
 	dir := s.Dir()
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -223,6 +224,9 @@ func TestStopLeavesNothingBehind(t *testing.T) {
 	as.SetGroupVersionKind(apiServiceGVK)
 	if err := cl.Get(t.Context(), client.ObjectKey{Name: APIServiceName}, as); !apierrors.IsNotFound(err) {
 		t.Errorf("APIService after Stop: %v, want not found", err)
+	}
+	if err := cl.Get(t.Context(), client.ObjectKey{Name: VMMutatorName}, &admissionregistrationv1.MutatingWebhookConfiguration{}); !apierrors.IsNotFound(err) {
+		t.Errorf("MutatingWebhookConfiguration after Stop: %v, want not found", err)
 	}
 	eventually(t, 5*time.Second, "no sim goroutines", func() string {
 		buf := make([]byte, 1<<20)

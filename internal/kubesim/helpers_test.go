@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
@@ -71,6 +73,20 @@ func namespace(t *testing.T, cl client.Client) string {
 
 // eventually polls cond until it returns "" or the timeout passes, then
 // fails with cond's last word.
+// eventuallyGuest is eventually for conditions that wait on a real guest
+// (QEMU under TCG, started once a machine-wide guest slot is free): it
+// waits until shortly before the test binary's deadline, since how long a
+// guest takes depends on how busy the machine is.
+func eventuallyGuest(t *testing.T, what string, cond func() string) {
+	t.Helper()
+	ctx := testguest.Context(t)
+	timeout := time.Duration(math.MaxInt64)
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	eventually(t, timeout, what, cond)
+}
+
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

@@ -37,9 +37,10 @@ const (
 	launcherImage = "quay.io/kubevirt/virt-launcher:v1.5.0"
 )
 
-// startKubelet serves the kubelet API's container logs on a free
-// 127.0.0.1 port and registers Node NodeName there, so that the API
-// server's pods/log reaches the sim. The API server is not given a kubelet
+// startKubelet serves the kubelet API's container logs and port-forward
+// (portforward.go) on a free 127.0.0.1 port and registers Node NodeName
+// there, so that the API server's pods/log and pods/portforward reach the
+// sim. The API server is not given a kubelet
 // CA, so it does not verify this throwaway certificate.
 func (s *Sim) startKubelet(ctx context.Context) error {
 	pki, err := newServingPKI(NodeName, []string{NodeName, "localhost"})
@@ -48,6 +49,7 @@ func (s *Sim) startKubelet(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.serveContainerLogs)
+	mux.HandleFunc("/portForward/{namespace}/{pod}", s.servePortForward)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	s.kubelet, err = s.serveTLS(mux, func(srv *http.Server) {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pki.cert}, MinVersion: tls.VersionTLS12}
@@ -146,10 +148,12 @@ func (s *Sim) ensureLauncherPod(ctx context.Context, vmi *kubevirtv1.VirtualMach
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{
 				{Name: ContainerCompute, Image: launcherImage, Command: []string{"/usr/bin/virt-launcher-monitor"}},
-				{Name: ContainerConsoleLog, Image: launcherImage, Command: []string{"/usr/bin/virt-tail"},
-					Args: []string{"--logfile", "/var/run/kubevirt-private/" + string(vmi.UID) + "/virt-serial0-log"}},
 			},
 		},
+	}
+	if serialConsoleLogged(vmi, s.opts.DisableSerialConsoleLog) {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: ContainerConsoleLog, Image: launcherImage,
+			Command: []string{"/usr/bin/virt-tail"}, Args: []string{"--logfile", "/var/run/kubevirt-private/" + string(vmi.UID) + "/virt-serial0-log"}})
 	}
 	if err := s.cl.Create(ctx, pod); err != nil {
 		return fmt.Errorf("creating virt-launcher pod: %w", err)
@@ -265,4 +269,21 @@ func computeLog(st bootState) []string {
 		out = append(out, entry("info", "Domain stopped: "+st.exitMsg))
 	}
 	return out
+}
+
+// serialConsoleLogged follows KubeVirt v1.7.0's isSerialConsoleLogEnabled
+// (pkg/virt-controller/services/serialconsolelog.go), which decides
+// whether the virt-launcher pod gets its guest-console-log container: not
+// without the serial console (autoattachSerialConsole false); else as the
+// VMI's logSerialConsole says; else unless the cluster sets
+// disableSerialConsoleLog.
+func serialConsoleLogged(vmi *kubevirtv1.VirtualMachineInstance, clusterDisabled bool) bool {
+	d := vmi.Spec.Domain.Devices
+	if d.AutoattachSerialConsole != nil && !*d.AutoattachSerialConsole {
+		return false
+	}
+	if d.LogSerialConsole != nil {
+		return *d.LogSerialConsole
+	}
+	return !clusterDisabled
 }

@@ -126,6 +126,9 @@ func (s *Sim) reconcileVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, vm
 		}
 		return nil
 	}
+	if err := s.syncFirmwareUUID(ctx, vm); err != nil {
+		return err
+	}
 	rs := runStrategy(vm)
 	finished := vmi != nil && (vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded)
 	want, requestsDone := false, false

@@ -206,7 +206,7 @@ func TestVirtualMachineWaitsForVolumes(t *testing.T) {
 	c := cluster.Get(t)
 	cl := c.AdminClient()
 	ns := namespace(t, cl)
-	startSim(t, fast(c, ns))
+	s := startSim(t, fast(c, ns))
 	if err := cl.Create(t.Context(), virtualMachine(ns, "vm", "later", kubevirtv1.RunStrategyAlways)); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,9 @@ func TestVirtualMachineWaitsForVolumes(t *testing.T) {
 	waitPrintable(t, cl, ns, "vm", kubevirtv1.VirtualMachineStatusRunning)
 
 	t.Run("failed DataVolume", func(t *testing.T) {
-		if err := cl.Create(t.Context(), dataVolume(ns, "bad", "1Gi", cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://192.0.2.1/x.img"}})); err != nil {
+		// CDI fails a DataVolume rarely (a lost claim): injected here.
+		s.FailNextDataVolumes(1, "", "")
+		if err := cl.Create(t.Context(), dataVolume(ns, "bad", "1Gi", cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}})); err != nil {
 			t.Fatal(err)
 		}
 		waitDVPhase(t, cl, ns, "bad", cdiv1.Failed)

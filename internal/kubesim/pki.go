@@ -22,48 +22,90 @@ type servingPKI struct {
 }
 
 func newServingPKI(commonName string, dnsNames []string) (*servingPKI, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newCA(commonName+"-ca", 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := ca.issue(commonName, dnsNames, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, err
+	}
+	return &servingPKI{caPEM: ca.certPEM, cert: leaf.cert}, nil
+}
+
+// certAuthority is a throwaway CA that issues certificates.
+type certAuthority struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM []byte
+}
+
+// serialNumber returns a random positive certificate serial number.
+func serialNumber() *big.Int {
+	b, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return b.Add(b, big.NewInt(1))
+}
+
+func newCA(commonName string, validity time.Duration) (*certAuthority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: commonName + "-ca"},
+	tmpl := &x509.Certificate{
+		SerialNumber:          serialNumber(),
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, fmt.Errorf("creating CA certificate: %w", err)
 	}
-	caCert, err := x509.ParseCertificate(caDER)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
 	}
+	return &certAuthority{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// issued is a certificate and its key, as a tls.Certificate and as PEM.
+type issued struct {
+	cert            tls.Certificate
+	certPEM, keyPEM []byte
+}
+
+// issue signs a certificate for commonName, dnsNames and ips, for usage
+// (server or client authentication), valid as long as the CA.
+func (ca *certAuthority) issue(commonName string, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage) (*issued, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
+		SerialNumber: serialNumber(),
 		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
+		NotBefore:    ca.cert.NotBefore,
+		NotAfter:     ca.cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     dnsNames,
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPAddresses:  ips,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return nil, fmt.Errorf("creating serving certificate: %w", err)
+		return nil, fmt.Errorf("creating certificate for %s: %w", commonName, err)
 	}
-	return &servingPKI{
-		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		cert:  tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key, Leaf: nil},
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return &issued{
+		cert:    tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key},
+		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}, nil
 }

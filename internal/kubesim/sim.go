@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube/cdi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
@@ -67,16 +68,26 @@ type Options struct {
 	// UploadReadyWait is how long the upload proxy waits for a DataVolume to
 	// become UploadReady before refusing an upload. Default 10s, as CDI.
 	UploadReadyWait time.Duration
-	// ImportRetries is how many times a failed HTTP import is retried
-	// (RestartCount) before the DataVolume fails. Default 3.
-	ImportRetries int
 	// FilesystemOverhead is the share of a Filesystem-mode claim requested
-	// through spec.pvc that is not available to the image, as CDI's default
-	// 0.055. (spec.storage claims are inflated by CDI, so the whole request is
-	// available.) Negative means 0.
+	// through spec.pvc that is not available to the image; default CDI's,
+	// cdi.DefaultFilesystemOverhead. (spec.storage claims are inflated by
+	// CDI, so the whole request is available.) Negative means 0.
 	FilesystemOverhead float64
 	// QemuImg is the qemu-img binary. Default: qemu-img on $PATH.
 	QemuImg string
+	// UploadProxyCARenewal is how often the upload proxy's signing CA is
+	// renewed (it lives twice as long). Default 24h, as CDI.
+	UploadProxyCARenewal time.Duration
+	// NoUploadProxyURL leaves CDIConfig's status.uploadProxyURL empty, as
+	// on a cluster where no Route, Ingress or override exposes the proxy.
+	// The sim then runs its kubelet (Node NodeName) and the upload proxy's
+	// pod and Service (cdi/cdi-uploadproxy), so that the proxy is reached
+	// through the API server's pods/portforward, as on such a cluster.
+	NoUploadProxyURL bool
+	// UploadServer is CDI's cdi-uploadserver binary, which takes every
+	// upload (see uploadpod.go). Default: .testbin/cdi-uploadserver (see
+	// testcluster.ToolBinary); Start fails when it is missing.
+	UploadServer string
 
 	// BootGuests boots each VMI the sim starts in real QEMU (package
 	// guestboot), from the images of its DataVolumes and PVCs, with the
@@ -92,6 +103,12 @@ type Options struct {
 	// BootGuest, when set, picks the VMIs (by namespace and name) that
 	// BootGuests boots; the others' guests are simulated.
 	BootGuest func(namespace, name string) bool
+	// DisableSerialConsoleLog is KubeVirt's cluster-wide
+	// spec.configuration.virtualMachineOptions.disableSerialConsoleLog:
+	// the virt-launcher pods of booted VMIs get no guest-console-log
+	// container unless the VMI's spec.domain.devices.logSerialConsole says
+	// true (see serialConsoleLogged).
+	DisableSerialConsoleLog bool
 	// MaxGuests is how many guests may run at once; more wait, Scheduled.
 	// Default 2.
 	MaxGuests int
@@ -124,15 +141,13 @@ func (o *Options) setDefaults() error {
 	def(&o.AgentDelay, 300*time.Millisecond)
 	def(&o.TokenTTL, 5*time.Minute)
 	def(&o.UploadReadyWait, 10*time.Second)
+	def(&o.UploadProxyCARenewal, defaultProxyCARenewal)
 	if o.MaxGuests <= 0 {
 		o.MaxGuests = 2
 	}
-	if o.ImportRetries <= 0 {
-		o.ImportRetries = 3
-	}
 	switch {
 	case o.FilesystemOverhead == 0:
-		o.FilesystemOverhead = 0.055
+		o.FilesystemOverhead = cdi.DefaultFilesystemOverhead
 	case o.FilesystemOverhead < 0:
 		o.FilesystemOverhead = 0
 	}
@@ -143,6 +158,11 @@ func (o *Options) setDefaults() error {
 		}
 		o.QemuImg = p
 	}
+	p, err := findUploadServer(o.UploadServer)
+	if err != nil {
+		return err
+	}
+	o.UploadServer = p
 	return nil
 }
 
@@ -160,35 +180,45 @@ type Sim struct {
 	wg     sync.WaitGroup
 	kick   chan struct{}
 
-	tokens   *tokenSigner
-	issuedMu sync.Mutex
-	issued   []string // upload tokens handed out
-	tokenAPI *tlsServer
-	proxy    *tlsServer
-	proxyCA  []byte
+	tokens     *tokenSigner
+	issuedMu   sync.Mutex
+	issued     []string // upload tokens handed out
+	tokenAPI   *tlsServer
+	proxy      *tlsServer
+	proxyCerts *proxyCerts
+	upload     *uploadPKI
 	// proxyBytes counts the request body bytes the upload proxy received.
 	proxyBytes atomic.Int64
 	handlers   sync.WaitGroup
 	kubelet    *tlsServer
+	// proxyPod is the upload proxy's pod in CDINamespace, whose port the
+	// kubelet forwards (portforward.go).
+	proxyPod  string
+	pfDrop    chan struct{} // closed by DropPortForwards
+	admission *tlsServer
 
 	bootSlots chan struct{}
 
-	mu       sync.Mutex
-	entered  map[string]time.Time
-	uploads  map[types.UID]*transfer
+	mu      sync.Mutex
+	entered map[string]time.Time
+	pods    map[types.UID]*uploadPod
+	// uploads are the upload requests taken, in order.
+	uploads  []UploadRequest
 	imports  map[types.UID]*transfer
 	received map[string]Received
 	faults   faults
 	lastErr  error
 	boots    map[types.UID]*bootedGuest
+	admitted map[types.NamespacedName]Firmware
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
 // Start starts the controllers, the upload token API (registered with the
-// API server as an APIService, and Available when Start returns) and the
-// upload proxy. ctx bounds the start only: call Stop.
+// API server as an APIService, and Available when Start returns), the
+// upload proxy and KubeVirt's VirtualMachine mutating webhook (registered,
+// and called by the API server when Start returns). ctx bounds the start only: call Stop.
 func Start(ctx context.Context, opts Options) (*Sim, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
@@ -197,10 +227,11 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 		opts:     opts,
 		kick:     make(chan struct{}, 1),
 		entered:  map[string]time.Time{},
-		uploads:  map[types.UID]*transfer{},
+		pods:     map[types.UID]*uploadPod{},
 		imports:  map[types.UID]*transfer{},
 		received: map[string]Received{},
 		boots:    map[types.UID]*bootedGuest{},
+		admitted: map[types.NamespacedName]Firmware{},
 	}
 	s.bootSlots = make(chan struct{}, opts.MaxGuests)
 	cfg := rest.CopyConfig(opts.RESTConfig)
@@ -235,14 +266,31 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 			_ = s.Stop()
 		}
 	}()
+	if err := s.startUploadPKI(); err != nil {
+		return nil, fmt.Errorf("kubesim: %w", err)
+	}
 	if err := s.startUploadProxy(); err != nil {
 		return nil, err
 	}
 	if err := s.startTokenAPI(ctx); err != nil {
 		return nil, err
 	}
-	if opts.BootGuests {
+	if err := s.publishProxyBundle(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.publishUploadProxyURL(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startAdmission(ctx); err != nil {
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.rotateProxyCA()
+	if opts.BootGuests || opts.NoUploadProxyURL {
 		if err := s.startKubelet(ctx); err != nil {
+			return nil, err
+		}
+		if err := s.ensureUploadProxyPod(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -267,18 +315,35 @@ func (s *Sim) Stop() error {
 			errs = append(errs, s.unregisterTokenAPI(ctx))
 			cancel()
 		}
-		if s.kubelet != nil {
+		if s.admission != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			errs = append(errs, s.unregisterNode(ctx))
+			errs = append(errs, s.unregisterAdmission(ctx))
 			cancel()
 		}
-		for _, srv := range []*tlsServer{s.proxy, s.tokenAPI, s.kubelet} {
+		if s.kubelet != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, s.removeUploadProxyPod(ctx), s.unregisterNode(ctx))
+			cancel()
+		}
+		for _, srv := range []*tlsServer{s.proxy, s.tokenAPI, s.kubelet, s.admission} {
 			if srv != nil {
 				srv.close()
 			}
 		}
 		s.handlers.Wait()
+		s.mu.Lock()
+		var pods []types.UID
+		for uid := range s.pods {
+			pods = append(pods, uid)
+		}
+		s.mu.Unlock()
+		for _, uid := range pods {
+			s.stopUploadPod(uid)
+		}
 		s.wg.Wait()
+		if s.upload != nil {
+			s.upload.proxyClient.CloseIdleConnections()
+		}
 		if s.hc != nil {
 			s.hc.CloseIdleConnections()
 		}

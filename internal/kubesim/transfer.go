@@ -1,15 +1,19 @@
 package kubesim
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -18,7 +22,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -29,8 +32,11 @@ const (
 	UploadPathAsync = "/v1beta1/upload-async"
 )
 
+// imagePath is the image file of the claim namespace/name: disk.img in the
+// claim's folder, as CDI's importer and upload server write it to the
+// claim mounted on /data.
 func imagePath(dir, namespace, name string) string {
-	return filepath.Join(dir, namespace, name+".img")
+	return filepath.Join(dir, namespace, name, diskImageName)
 }
 
 // receive streams r to a scratch file beside the claim's image (as CDI's
@@ -181,22 +187,19 @@ func (s *Sim) validateAndSettle(ctx context.Context, rec *Received, path string,
 
 // startUploadProxy serves CDI's upload proxy API on a free port.
 func (s *Sim) startUploadProxy() error {
-	pki, err := newServingPKI("cdi-uploadproxy", []string{"cdi-uploadproxy.cdi.svc", "localhost"})
-	if err != nil {
+	s.proxyCerts = &proxyCerts{renewal: s.opts.UploadProxyCARenewal}
+	if err := s.proxyCerts.rotate(); err != nil {
 		return fmt.Errorf("kubesim: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "OK") })
 	mux.HandleFunc(UploadPathSync, s.serveUpload(false))
 	mux.HandleFunc(UploadPathAsync, s.serveUpload(true))
+	var err error
 	s.proxy, err = s.serveTLS(mux, func(srv *http.Server) {
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pki.cert}, MinVersion: tls.VersionTLS12}
+		srv.TLSConfig = &tls.Config{GetCertificate: s.proxyCerts.getCertificate, MinVersion: tls.VersionTLS12}
 	})
-	if err != nil {
-		return err
-	}
-	s.proxyCA = pki.caPEM
-	return nil
+	return err
 }
 
 // UploadProxyURL returns the upload proxy's base URL,
@@ -208,12 +211,49 @@ func (s *Sim) UploadProxyURL() string { return fmt.Sprintf("https://127.0.0.1:%d
 // crossed the wire to it.
 func (s *Sim) UploadProxyBytes() int64 { return s.proxyBytes.Load() }
 
+// UploadRequest is an upload request the proxy took (with a valid token):
+// the claim its token is for, its path, and when it arrived.
+type UploadRequest struct {
+	Namespace, Name, Path string
+	At                    time.Time
+}
+
+// UploadRequests returns the paths of the upload requests the proxy has
+// taken (with a valid token), in order.
+func (s *Sim) UploadRequests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	paths := make([]string, len(s.uploads))
+	for i, u := range s.uploads {
+		paths[i] = u.Path
+	}
+	return paths
+}
+
+// UploadRequestLog returns the upload requests the proxy has taken, in
+// order: a test tells by their times which came after an event such as
+// RotateUploadProxyCA.
+func (s *Sim) UploadRequestLog() []UploadRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]UploadRequest(nil), s.uploads...)
+}
+
 // UploadProxyCACertPEM returns the CA certificate that signed the upload
-// proxy's serving certificate.
-func (s *Sim) UploadProxyCACertPEM() []byte { return s.proxyCA }
+// proxy's current serving certificate (it changes when the CA is renewed:
+// see RotateUploadProxyCA).
+func (s *Sim) UploadProxyCACertPEM() []byte { return s.proxyCerts.current() }
+
+// UploadProxyServerName is a name the upload proxy's certificate holds.
+func (s *Sim) UploadProxyServerName() string { return uploadProxyNames[2] }
 
 var authHeader = regexp.MustCompile(`(?i)^Bearer\s+([A-Za-z0-9\-\._~\+\/]+)$`)
 
+// serveUpload is CDI's upload proxy (v1.65.0,
+// pkg/uploadproxy/uploadproxy.go, handleUploadRequest): it checks the token,
+// waits for the claim's upload pod to be ready, and forwards the request,
+// body and path as they came, to that pod's upload server over mutual TLS.
+// The server's answer is the client's.
 func (s *Sim) serveUpload(async bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.handlers.Add(1)
@@ -243,6 +283,9 @@ func (s *Sim) serveUpload(async bool) http.HandlerFunc {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
+		s.mu.Lock()
+		s.uploads = append(s.uploads, UploadRequest{Namespace: claims.Namespace, Name: claims.Name, Path: r.URL.Path, At: time.Now()})
+		s.mu.Unlock()
 		dv, err := s.waitUploadReady(r.Context(), claims.Namespace, claims.Name)
 		if err != nil {
 			// As CDI's proxy: 503 with the reason in the body, before
@@ -250,49 +293,32 @@ func (s *Sim) serveUpload(async bool) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		t, err := s.beginUpload(dv.UID)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+		s.mu.Lock()
+		pod := s.pods[dv.UID]
+		s.mu.Unlock()
+		body := newTeeBody(r.Body, func(n int64) { s.proxyBytes.Add(n) })
+		r.Body = body
+		var errLog bytes.Buffer
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.Out.URL.Scheme, pr.Out.URL.Host = "https", uploadServiceName(dv.Namespace, dv.Name)
+				pr.Out.Host = ""
+			},
+			Transport: s.upload.proxyClient,
+			ErrorLog:  log.New(&errLog, "", 0),
+			ModifyResponse: func(resp *http.Response) error {
+				if resp.StatusCode == http.StatusOK && pod != nil {
+					pod.mu.Lock()
+					pod.sent = body.image()
+					pod.mu.Unlock()
+				}
+				return nil
+			},
 		}
-		_, available, _ := capacity(dv, s.opts.FilesystemOverhead)
-		requested, _, _ := capacity(dv, s.opts.FilesystemOverhead)
-		path := imagePath(s.dir, dv.Namespace, dv.Name)
-		rec, err := receive(r.Body, path, requested+requested/10+1<<20, func(n int64) {
-			s.proxyBytes.Add(n)
-			s.mu.Lock()
-			t.received += n
-			s.mu.Unlock()
-		})
-		if errors.Is(err, errTooLarge) {
-			res := &transferResult{reason: ReasonError, message: fmt.Sprintf("Unable to process data: image is larger than the %d-byte claim", requested)}
-			s.endUpload(t, res, nil)
-			http.Error(w, res.message, http.StatusBadRequest)
-			return
+		rp.ServeHTTP(w, r)
+		if errLog.Len() > 0 {
+			fmt.Fprintf(w, "error in upload-proxy: %s", errLog.String())
 		}
-		if err != nil {
-			// The client went away (or the disk failed): the upload
-			// server waits for another attempt, as CDI's does.
-			s.endUpload(t, nil, nil)
-			http.Error(w, "receiving upload: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		if async {
-			w.WriteHeader(http.StatusOK)
-			if f, ok := w.(http.Flusher); ok {
-				f.Flush()
-			}
-		}
-		res := s.validateAndSettle(s.ctx, &rec, path, available)
-		s.endUpload(t, res, &rec)
-		if async {
-			return
-		}
-		if !res.ok {
-			http.Error(w, res.message, http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
 	}
 }
 
@@ -316,8 +342,10 @@ func (s *Sim) waitUploadReady(ctx context.Context, namespace, name string) (*cdi
 			return nil, fmt.Errorf("rejecting Upload Request for PVC %s that already finished uploading", name)
 		case dv.Status.Phase == cdiv1.Failed:
 			return nil, fmt.Errorf("rejecting Upload Request for PVC %s whose DataVolume failed", name)
-		case dv.Status.Phase == cdiv1.UploadReady:
+		case dv.Status.Phase == cdiv1.UploadReady && s.uploadPodReady(dv.UID):
 			return dv, nil
+		case dv.Status.Phase == cdiv1.UploadReady:
+			phase = "UploadReady, upload pod not ready"
 		default:
 			phase = string(dv.Status.Phase)
 		}
@@ -329,38 +357,7 @@ func (s *Sim) waitUploadReady(ctx context.Context, namespace, name string) (*cdi
 	}
 }
 
-func (s *Sim) beginUpload(uid types.UID) (*transfer, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.uploads[uid]
-	switch {
-	case t == nil:
-		t = &transfer{}
-		s.uploads[uid] = t
-	case t.active:
-		return nil, errors.New("an upload to this PVC is already in progress")
-	case t.result != nil:
-		return nil, errors.New("upload already processed")
-	}
-	t.active, t.received = true, 0
-	return t, nil
-}
-
-func (s *Sim) endUpload(t *transfer, res *transferResult, rec *Received) {
-	s.mu.Lock()
-	t.active = false
-	t.result = res
-	s.mu.Unlock()
-	if res != nil && res.ok && rec != nil {
-		s.recordReceived(rec)
-	}
-	s.poke()
-}
-
-func (s *Sim) recordReceived(rec *Received) {
-	ns := filepath.Base(filepath.Dir(rec.Path))
-	name := filepath.Base(rec.Path)
-	name = name[:len(name)-len(".img")]
+func (s *Sim) recordReceived(ns, name string, rec *Received) {
 	s.mu.Lock()
 	s.received[ns+"/"+name] = *rec
 	s.mu.Unlock()
@@ -368,7 +365,7 @@ func (s *Sim) recordReceived(rec *Received) {
 
 // startImport starts downloading the DataVolume's http source in the
 // background. Only loopback URLs are fetched.
-func (s *Sim) startImport(dv *cdiv1.DataVolume) {
+func (s *Sim) startImport(dv *cdiv1.DataVolume, roots *x509.CertPool) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	t := &transfer{cancel: cancel, active: true}
 	s.mu.Lock()
@@ -384,18 +381,18 @@ func (s *Sim) startImport(dv *cdiv1.DataVolume) {
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
-		res, rec := s.download(ctx, t, src, path, requested+requested/10+1<<20, available)
+		res, rec := s.download(ctx, t, src, roots, path, requested+requested/10+1<<20, available)
 		s.mu.Lock()
 		t.active, t.result = false, res
 		s.mu.Unlock()
 		if res.ok {
-			s.recordReceived(rec)
+			s.recordReceived(dv.Namespace, dv.Name, rec)
 		}
 		s.poke()
 	}()
 }
 
-func (s *Sim) download(ctx context.Context, t *transfer, src, path string, limit, available int64) (*transferResult, *Received) {
+func (s *Sim) download(ctx context.Context, t *transfer, src string, roots *x509.CertPool, path string, limit, available int64) (*transferResult, *Received) {
 	u, err := url.Parse(src)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		return &transferResult{reason: ReasonError, message: fmt.Sprintf("Unable to connect to http data source: invalid URL %q", src)}, nil
@@ -406,8 +403,8 @@ func (s *Sim) download(ctx context.Context, t *transfer, src, path string, limit
 	}
 	hc := &http.Client{Transport: &http.Transport{
 		Proxy: nil,
-		// Test file servers use throwaway certificates.
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback test servers only
+		// What CDI's importer trusts (see importerRoots).
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
 	}}
 	defer hc.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
@@ -416,11 +413,11 @@ func (s *Sim) download(ctx context.Context, t *transfer, src, path string, limit
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return &transferResult{retryable: true, reason: ReasonError, message: "Unable to connect to http data source: " + err.Error()}, nil
+		return &transferResult{reason: ReasonError, message: "Unable to connect to http data source: " + err.Error()}, nil
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return &transferResult{retryable: true, reason: ReasonError, message: fmt.Sprintf(
+		return &transferResult{reason: ReasonError, message: fmt.Sprintf(
 			"Unable to connect to http data source: expected status code 200, got %d. Status: %s", resp.StatusCode, resp.Status)}, nil
 	}
 	s.mu.Lock()
@@ -435,7 +432,7 @@ func (s *Sim) download(ctx context.Context, t *transfer, src, path string, limit
 	case errors.Is(err, errTooLarge):
 		return &transferResult{reason: ReasonError, message: "Unable to process data: image is larger than the claim"}, nil
 	case err != nil:
-		return &transferResult{retryable: true, reason: ReasonError, message: "Unable to process data: " + err.Error()}, nil
+		return &transferResult{reason: ReasonError, message: "Unable to process data: " + err.Error()}, nil
 	}
 	return s.validateAndSettle(ctx, &rec, path, available), &rec
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube/cdi"
 )
 
 // Severity says whether a failed check stops a migration.
@@ -83,6 +84,11 @@ type Destination struct {
 	// network.
 	NetworkMap     map[string]string
 	PowerOffPolicy string
+	// Block is true when the disks' claims are Block volumes (Filesystem
+	// otherwise); Upload when their images go through CDI's upload proxy
+	// (an HTTP import otherwise). Both change what the claims take from a
+	// storage quota (see StorageNeed).
+	Block, Upload bool
 	// Owner is the migration label value that marks objects as this
 	// migration's own; objects with another value (or none) are not ours.
 	Owner string
@@ -106,6 +112,9 @@ type Cluster interface {
 	// any ResourceQuota of the namespace leaves for the storage class, and
 	// whether any quota limits it at all.
 	StorageQuotaRemaining(ctx context.Context, namespace, storageClass string) (remaining int64, limited bool, err error)
+	// StorageClassPopulated reports whether CDI fills the StorageClass's
+	// claims through a claim prime beside each (see StorageNeed).
+	StorageClassPopulated(ctx context.Context, storageClass string) (bool, error)
 }
 
 // Result is the outcome of all checks.
@@ -407,18 +416,24 @@ func destinationChecks(ctx context.Context, vm esxi.VM, dest Destination, cluste
 	}
 
 	if nsOK {
-		need := totalBytes(vm.Disks)
 		remaining, limited, err := cluster.StorageQuotaRemaining(ctx, dest.Namespace, dest.StorageClass)
 		if err != nil {
 			return nil, fmt.Errorf("reading ResourceQuotas of %q: %w", dest.Namespace, err)
 		}
+		populated := false
+		if limited && scOK {
+			if populated, err = cluster.StorageClassPopulated(ctx, dest.StorageClass); err != nil {
+				return nil, fmt.Errorf("checking how CDI fills claims of StorageClass %q: %w", dest.StorageClass, err)
+			}
+		}
+		need := StorageNeed(vm.Disks, dest.Block, dest.Upload, populated)
 		switch {
 		case !limited:
 			out = append(out, pass(CheckQuota, Blocker, fmt.Sprintf("No storage quota limits namespace %q.", dest.Namespace)))
 		case remaining < need:
-			out = append(out, fail(CheckQuota, Blocker, fmt.Sprintf("The disks need %s but the ResourceQuota of namespace %q leaves %s for StorageClass %q. Raise the quota or free space first.", humanBytes(need), dest.Namespace, humanBytes(remaining), dest.StorageClass)))
+			out = append(out, fail(CheckQuota, Blocker, fmt.Sprintf("The disks need %s %s but the ResourceQuota of namespace %q leaves %s for StorageClass %q. Raise the quota or free space first.", humanBytes(need), storageNeedDetail(dest, populated), dest.Namespace, humanBytes(remaining), dest.StorageClass)))
 		default:
-			out = append(out, pass(CheckQuota, Blocker, fmt.Sprintf("The disks need %s; the quota leaves %s.", humanBytes(need), humanBytes(remaining))))
+			out = append(out, pass(CheckQuota, Blocker, fmt.Sprintf("The disks need %s %s; the quota leaves %s.", humanBytes(need), storageNeedDetail(dest, populated), humanBytes(remaining))))
 		}
 	}
 	return out, nil
@@ -474,6 +489,46 @@ func snapshotNames(ss []esxi.Snapshot) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// StorageNeed is what the disks' claims request from the namespace's
+// storage quota, in the StorageClass, at the peak of the import: CDI's
+// claim for each disk, which it inflates by the filesystem overhead on a
+// Filesystem volume; where a populator fills it (populated), a claim
+// prime of the same size beside it; and for an upload a scratch claim of
+// about the same size, which the upload pod receives the image in (see
+// package cdi). CDI's default overhead is assumed: a CDIConfig that sets
+// another is not read.
+func StorageNeed(ds []esxi.Disk, block, upload, populated bool) int64 {
+	var n int64
+	for _, d := range ds {
+		claim := cdi.DataVolumeClaimSize(d.CapacityBytes, block, cdi.DefaultFilesystemOverhead)
+		n += claim
+		if populated {
+			n += claim
+		}
+		if upload {
+			n += cdi.ScratchClaimSize(claim, block, cdi.DefaultFilesystemOverhead)
+		}
+	}
+	return n
+}
+
+// storageNeedDetail says what StorageNeed counted for dest.
+func storageNeedDetail(dest Destination, populated bool) string {
+	s := "for their claims"
+	if !dest.Block {
+		s += fmt.Sprintf(" with CDI's %g%% filesystem overhead", 100*cdi.DefaultFilesystemOverhead)
+	}
+	switch {
+	case populated && dest.Upload:
+		s += ", the claim prime CDI's populator fills beside each and the upload's scratch claim"
+	case populated:
+		s += " and the claim prime CDI's populator fills beside each"
+	case dest.Upload:
+		s += " and the upload's scratch claim beside each"
+	}
+	return s
 }
 
 func totalBytes(ds []esxi.Disk) int64 {

@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ type fakeCluster struct {
 	vms, dvs       map[string]string // name -> owner label
 	remaining      int64
 	limited        bool
+	populated      bool
 	err            error
 }
 
@@ -34,6 +36,9 @@ func (f fakeCluster) DataVolumeOwner(_ context.Context, _, n string) (bool, stri
 }
 func (f fakeCluster) StorageQuotaRemaining(context.Context, string, string) (int64, bool, error) {
 	return f.remaining, f.limited, nil
+}
+func (f fakeCluster) StorageClassPopulated(context.Context, string) (bool, error) {
+	return f.populated, nil
 }
 
 func goodVM() esxi.VM {
@@ -199,7 +204,7 @@ func TestRun(t *testing.T) {
 		{
 			name:    "quota too small",
 			cluster: func(c *fakeCluster) { c.limited = true; c.remaining = 5 << 30 },
-			failed:  []string{`storage_quota_fits/blocker: The disks need 10 GiB but the ResourceQuota of namespace "apps" leaves 5 GiB for StorageClass "fast".`},
+			failed:  []string{`storage_quota_fits/blocker: The disks need 10.6 GiB (11381663335 bytes) for their claims with CDI's 6% filesystem overhead but the ResourceQuota of namespace "apps" leaves 5 GiB for StorageClass "fast".`},
 		},
 		{
 			name: "graceful without tools",
@@ -314,5 +319,58 @@ func TestHumanBytes(t *testing.T) {
 		if got := humanBytes(in); got != want {
 			t.Errorf("humanBytes(%d) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A quota is judged against what CDI really requests: each disk's claim
+// inflated by CDI's default filesystem overhead (0.06, CDI v1.65
+// pkg/common/common.go), and for an upload a scratch claim beside it
+// (pkg/controller/upload-controller.go). Block claims are not inflated.
+func TestStorageNeed(t *testing.T) {
+	disks := []esxi.Disk{{CapacityBytes: 10 << 30}, {CapacityBytes: 1 << 30}}
+	const mib = 1 << 20
+	upMiB := func(n int64) int64 { return (n + mib - 1) / mib * mib }
+	fs := func(n int64) int64 { return int64(math.Ceil(float64(upMiB(n)) * 1.06)) }
+	// The scratch claim holds what the claim holds, plus the overhead.
+	fsScratch := func(n int64) int64 { return upMiB(fs(n)) }
+	blockScratch := func(n int64) int64 { return upMiB(fs(n)) }
+	for _, tc := range []struct {
+		name                     string
+		block, upload, populated bool
+		want                     int64
+	}{
+		{"filesystem import", false, false, false, fs(10<<30) + fs(1<<30)},
+		{"filesystem upload", false, true, false, fs(10<<30) + fs(1<<30) + fsScratch(10<<30) + fsScratch(1<<30)},
+		{"block import", true, false, false, 11 << 30},
+		{"block upload", true, true, false, 11<<30 + blockScratch(10<<30) + blockScratch(1<<30)},
+		{"populated filesystem import", false, false, true, 2 * (fs(10<<30) + fs(1<<30))},
+		{"populated filesystem upload", false, true, true, 2*(fs(10<<30)+fs(1<<30)) + fsScratch(10<<30) + fsScratch(1<<30)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := StorageNeed(disks, tc.block, tc.upload, tc.populated); got != tc.want {
+				t.Errorf("StorageNeed = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	// The quota check uses it: a quota that holds the raw disk but not
+	// CDI's claims does not fit.
+	dest := Destination{Namespace: "apps", Name: "web-01", StorageClass: "fast", NetworkMap: map[string]string{"VM Network": PodNetwork},
+		PowerOffPolicy: PolicyGraceful, Upload: true}
+	fc := fakeCluster{namespaces: map[string]bool{"apps": true}, storageClasses: map[string]bool{"fast": true}, limited: true, remaining: 11 << 30}
+	res, err := Run(t.Context(), goodVM(), dest, fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range res.Checks {
+		if c.ID == CheckQuota {
+			found = true
+			if c.Passed || !strings.Contains(c.Message, "scratch claim") {
+				t.Errorf("quota check %+v, want a failure counting the scratch claim", c)
+			}
+		}
+	}
+	if !found {
+		t.Error("no quota check")
 	}
 }

@@ -40,6 +40,7 @@ func (e *migrationEnv) exampleVars(t *testing.T) map[string]any {
 		"kube_context":                acctest.KubeContext,
 		"upload_proxy_url":            e.sim.UploadProxyURL(),
 		"upload_proxy_ca_certificate": string(e.sim.UploadProxyCACertPEM()),
+		"upload_proxy_server_name":    e.sim.UploadProxyServerName(),
 		"work_dir":                    e.workDir,
 		"namespace":                   e.namespace,
 		"storage_class":               "standard",

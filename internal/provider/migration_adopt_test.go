@@ -36,22 +36,8 @@ func (e *migrationEnv) adoptConfig(labels ...string) string {
 	out := acctest.ProviderConfig(e.providerBlock())
 	for _, l := range labels {
 		src := strings.ReplaceAll(strings.ToUpper(l[:1])+l[1:], "-", " ")
-		out += fmt.Sprintf(`
-resource "vmmigration_migration" %q {
-  source = {
-    host    = "esxi-a"
-    vm_name = %q
-  }
-  destination = {
-    namespace     = %q
-    name          = %q
-    storage_class = "standard"
-    network_map   = { "VM Network" = "pod", "Storage" = "default/storage-net" }
-    run_strategy  = "Halted"
-    labels        = { app = %q }
-  }
-}
-`, l, src, e.namespace, l, l)
+		out += e.hcl(migrationHCL{label: l, vm: src, networkMap: `{ "VM Network" = "pod", "Storage" = "default/storage-net" }`,
+			dest: fmt.Sprintf("    run_strategy  = \"Halted\"\n    labels        = { app = %q }\n", l), cluster: true, conversion: "-"})
 	}
 	return out
 }

@@ -70,7 +70,53 @@ func (e *migrationEnv) migration(label, vmName, networkMap, extra string) string
 
 // migrationWithRetries is migration with a retry budget of attempts tries.
 func (e *migrationEnv) migrationWithRetries(label, vmName, networkMap string, attempts int, extra string) string {
-	return fmt.Sprintf(`
+	return e.hcl(migrationHCL{label: label, vm: vmName, networkMap: networkMap, retries: attempts, body: extra})
+}
+
+// migrationHCL is one vmmigration_migration block of a test's
+// configuration; the acceptance tests write every migration with it.
+type migrationHCL struct {
+	// label names the resource, and the source VM and the migrated VM
+	// unless vm and name say otherwise.
+	label, vm, name string
+	// namespace and storageClass default to the environment's namespace
+	// and "standard"; networkMap (an HCL map) to the VM Network on the pod
+	// network.
+	namespace, storageClass, networkMap string
+	// dest is more lines of the destination block.
+	dest string
+	// cluster leaves the transport block out: the upload proxy's URL, CA
+	// and route are found in the cluster. Else the transport names the
+	// simulated proxy's URL, CA and the server name its certificate holds.
+	cluster bool
+	// conversion defaults to "none" (the simulated disks hold test data,
+	// not an OS to convert); "-" leaves it to the provider's default.
+	conversion string
+	// retries, when not 0, is a retry budget of that many tries with short
+	// waits.
+	retries int
+	// body is more lines of the resource.
+	body string
+}
+
+func (e *migrationEnv) hcl(m migrationHCL) string {
+	if m.vm == "" {
+		m.vm = m.label
+	}
+	if m.name == "" {
+		m.name = m.label
+	}
+	if m.namespace == "" {
+		m.namespace = e.namespace
+	}
+	if m.storageClass == "" {
+		m.storageClass = "standard"
+	}
+	if m.networkMap == "" {
+		m.networkMap = `{ "VM Network" = "pod" }`
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `
 resource "vmmigration_migration" %q {
   source = {
     host    = "esxi-a"
@@ -79,23 +125,39 @@ resource "vmmigration_migration" %q {
   destination = {
     namespace     = %q
     name          = %q
-    storage_class = "standard"
+    storage_class = %q
     network_map   = %s
-  }
-  transport = {
+%s  }
+`, m.label, m.vm, m.namespace, m.name, m.storageClass, m.networkMap, m.dest)
+	if !m.cluster {
+		fmt.Fprintf(&b, `  transport = {
     upload_proxy_url            = %q
     upload_proxy_ca_certificate = %q
+    upload_proxy_server_name    = %q
   }
-  # The simulated disks hold test data, not an OS to convert.
-  conversion = "none"
-  retry = {
+`, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()), e.sim.UploadProxyServerName())
+	}
+	switch m.conversion {
+	case "":
+		b.WriteString("  conversion = \"none\"\n")
+	case "-":
+	default:
+		fmt.Fprintf(&b, "  conversion = %q\n", m.conversion)
+	}
+	if m.retries > 0 {
+		fmt.Fprintf(&b, `  retry = {
     attempts        = %d
     initial_backoff = "200ms"
     max_backoff     = "1s"
   }
-%s
-}
-`, label, vmName, e.namespace, label, networkMap, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()), attempts, extra)
+`, m.retries)
+	}
+	b.WriteString(m.body)
+	if m.body != "" && !strings.HasSuffix(m.body, "\n") {
+		b.WriteString("\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
 }
 
 // ours lists the DataVolumes and VirtualMachines labelled as a migration's.

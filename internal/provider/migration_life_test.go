@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -24,50 +25,14 @@ type lifeCfg struct {
 func (e *migrationEnv) lifeConfig(cs ...lifeCfg) string {
 	out := acctest.ProviderConfig(e.providerBlock())
 	for _, c := range cs {
-		if c.vm == "" {
-			c.vm = c.label
+		dest := c.dest
+		if dest != "" && !strings.HasSuffix(dest, "\n") {
+			dest += "\n"
 		}
-		if c.namespace == "" {
-			c.namespace = e.namespace
-		}
-		if c.name == "" {
-			c.name = c.label
-		}
-		if c.storageClass == "" {
-			c.storageClass = "standard"
-		}
-		out += fmt.Sprintf(`
-resource "vmmigration_migration" %q {
-  source = {
-    host    = "esxi-a"
-    vm_name = %q
-  }
-  destination = {
-    namespace     = %q
-    name          = %q
-    storage_class = %q
-    network_map   = { "VM Network" = "pod" }
-%s
-  }
-  transport = {
-    upload_proxy_url            = %q
-    upload_proxy_ca_certificate = %q
-  }
-  retry = {
-    attempts        = 3
-    initial_backoff = "200ms"
-    max_backoff     = "1s"
-  }
-  conversion = "none"
-%s
-}
-
-`, c.label, c.vm, c.namespace, c.name, c.storageClass, c.dest, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()), c.extra)
-
+		out += e.hcl(migrationHCL{label: c.label, vm: c.vm, namespace: c.namespace, name: c.name, storageClass: c.storageClass,
+			dest: dest, retries: 3, body: c.extra})
 	}
-
 	return out
-
 }
 
 // addSmallVM adds a powered-off VM with one 2 MiB disk and one NIC.

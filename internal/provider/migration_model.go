@@ -26,6 +26,7 @@ type migrationModel struct {
 	PrecopyStop    types.Int64     `tfsdk:"precopy_stop_bytes"`
 	PowerOffPolicy types.String    `tfsdk:"power_off_policy"`
 	ShutdownTO     types.String    `tfsdk:"shutdown_timeout"`
+	StartTO        types.String    `tfsdk:"start_timeout"`
 	TargetFormat   types.String    `tfsdk:"target_format"`
 	Conversion     types.String    `tfsdk:"conversion"`
 	Transport      *transportModel `tfsdk:"transport"`
@@ -73,9 +74,11 @@ type destModel struct {
 type transportModel struct {
 	UploadProxyURL types.String `tfsdk:"upload_proxy_url"`
 	UploadProxyCA  types.String `tfsdk:"upload_proxy_ca_certificate"`
+	ServerName     types.String `tfsdk:"upload_proxy_server_name"`
 	Insecure       types.Bool   `tfsdk:"upload_proxy_insecure"`
 	StagingDir     types.String `tfsdk:"http_staging_dir"`
 	StagingURL     types.String `tfsdk:"http_staging_url"`
+	StagingCA      types.String `tfsdk:"http_staging_ca_certificate"`
 }
 
 type validateModel struct {
@@ -90,6 +93,8 @@ type retryModel struct {
 	Attempts       types.Int64  `tfsdk:"attempts"`
 	InitialBackoff types.String `tfsdk:"initial_backoff"`
 	MaxBackoff     types.String `tfsdk:"max_backoff"`
+	// ImporterRestarts bounds CDI's restarts of one disk's importer.
+	ImporterRestarts types.Int64 `tfsdk:"importer_restarts"`
 }
 
 type diskEvidenceModel struct {
@@ -176,6 +181,7 @@ func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
 		PrecopyStopBytes: m.PrecopyStop.ValueInt64(),
 		PowerOffPolicy:   m.PowerOffPolicy.ValueString(),
 		ShutdownTimeout:  dur(path.Root("shutdown_timeout"), m.ShutdownTO),
+		StartTimeout:     dur(path.Root("start_timeout"), m.StartTO),
 		TargetFormat:     m.TargetFormat.ValueString(),
 		WorkDir:          workDir,
 	}
@@ -184,6 +190,10 @@ func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
 		// and ValidateConfig, from the same engine rules.
 		s.Transport, _ = engine.TransportOf(t.UploadProxyURL.ValueString(), t.UploadProxyCA.ValueString(), t.Insecure.ValueBool(),
 			t.StagingDir.ValueString(), t.StagingURL.ValueString())
+		if s.Transport.Kind == engine.TransportCDIUpload {
+			s.Transport.UploadProxyServerName = t.ServerName.ValueString()
+		}
+		s.Transport.StagingCAPEM = t.StagingCA.ValueString()
 	}
 	if v := m.Validation; v != nil {
 		s.Validation = engine.Validation{
@@ -200,6 +210,7 @@ func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
 			Initial:  dur(path.Root("retry").AtName("initial_backoff"), rt.InitialBackoff),
 			Max:      dur(path.Root("retry").AtName("max_backoff"), rt.MaxBackoff),
 		}
+		s.ImporterRestarts = int(rt.ImporterRestarts.ValueInt64())
 	}
 	return s, diags
 }

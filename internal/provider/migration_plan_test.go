@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -94,11 +95,13 @@ func TestReplacementVerdict(t *testing.T) {
 func TestSettingsRoundTrip(t *testing.T) {
 	m := planModel("esxi-a", "web", 0, "apps", "web")
 	m.PowerOffPolicy, m.ShutdownTO, m.DeletePolicy = types.StringValue("hard"), types.StringValue("90s"), types.StringValue("rollback")
+	m.StartTO = types.StringValue("45m")
 	m.Transport = &transportModel{UploadProxyURL: types.StringValue("https://proxy"), UploadProxyCA: types.StringValue("PEM"),
-		Insecure: types.BoolValue(false), StagingDir: types.StringNull(), StagingURL: types.StringNull()}
+		Insecure: types.BoolValue(false), StagingDir: types.StringNull(), StagingURL: types.StringNull(), StagingCA: types.StringNull()}
 	m.Validation = &validateModel{GuestAgent: types.BoolValue(true), IPReported: types.BoolNull(),
 		TCP: []types.String{types.StringValue("10.0.0.5:22")}, HTTP: nil, Timeout: types.StringValue("3m")}
-	m.Retry = &retryModel{Attempts: types.Int64Value(3), InitialBackoff: types.StringNull(), MaxBackoff: types.StringValue("1m")}
+	m.Retry = &retryModel{Attempts: types.Int64Value(3), InitialBackoff: types.StringNull(), MaxBackoff: types.StringValue("1m"),
+		ImporterRestarts: types.Int64Value(5)}
 	b, err := json.Marshal(settingsOf(m))
 	if err != nil {
 		t.Fatal(err)
@@ -109,11 +112,18 @@ func TestSettingsRoundTrip(t *testing.T) {
 	}
 	var got migrationModel
 	s.apply(&got)
-	if !got.PowerOffPolicy.Equal(m.PowerOffPolicy) || !got.ShutdownTO.Equal(m.ShutdownTO) || !got.DeletePolicy.Equal(m.DeletePolicy) {
-		t.Errorf("policies = %v %v %v", got.PowerOffPolicy, got.ShutdownTO, got.DeletePolicy)
+	if !got.PowerOffPolicy.Equal(m.PowerOffPolicy) || !got.ShutdownTO.Equal(m.ShutdownTO) || !got.DeletePolicy.Equal(m.DeletePolicy) ||
+		!got.StartTO.Equal(m.StartTO) {
+		t.Errorf("policies = %v %v %v %v", got.PowerOffPolicy, got.ShutdownTO, got.DeletePolicy, got.StartTO)
 	}
 	if !reflect.DeepEqual(got.Transport, m.Transport) || !reflect.DeepEqual(got.Validation, m.Validation) || !reflect.DeepEqual(got.Retry, m.Retry) {
 		t.Errorf("round trip lost settings:\n got %+v %+v %+v\nwant %+v %+v %+v", got.Transport, got.Validation, got.Retry, m.Transport, m.Validation, m.Retry)
+	}
+	if sp, diags := m.spec("/w"); diags.HasError() || sp.StartTimeout != 45*time.Minute {
+		t.Errorf("start_timeout 45m reaches the engine as %s (%v)", sp.StartTimeout, diags)
+	}
+	if sp, _ := planModel("esxi-a", "web", 0, "apps", "web").spec("/w"); sp.WithDefaults().StartTimeout != engine.DefaultStartTimeout {
+		t.Errorf("no start_timeout: %s, want the default %s", sp.WithDefaults().StartTimeout, engine.DefaultStartTimeout)
 	}
 	if none, err := parseSettings(""); none != nil || err != nil {
 		t.Errorf("no settings = %v, %v", none, err)
@@ -138,8 +148,8 @@ func TestAttributePath(t *testing.T) {
 	sch := migrationSchema(t.Context())
 	for _, f := range []string{engine.FieldSource, engine.FieldSourceHost, engine.FieldSourceVMName, engine.FieldSourceVMID,
 		engine.FieldNamespace, engine.FieldName, engine.FieldStorageClass, engine.FieldAccessMode, engine.FieldVolumeMode,
-		engine.FieldDiskBus, engine.FieldRunStrategy, engine.FieldNetworkMap, engine.FieldPowerOffPolicy, engine.FieldShutdownTimeout,
-		engine.FieldTargetFormat, engine.FieldTransport, engine.FieldUploadProxyURL, engine.FieldHTTPStagingDir, engine.FieldHTTPStagingURL,
+		engine.FieldDiskBus, engine.FieldRunStrategy, engine.FieldNetworkMap, engine.FieldPowerOffPolicy, engine.FieldShutdownTimeout, engine.FieldStartTimeout,
+		engine.FieldTargetFormat, engine.FieldTransport, engine.FieldUploadProxyURL, engine.FieldUploadProxyName, engine.FieldHTTPStagingDir, engine.FieldHTTPStagingURL,
 		engine.FieldValidationTCP, engine.FieldValidationHTTP, engine.FieldDeletePolicy, engine.FieldValidationTimeout,
 		engine.FieldRetryInitial, engine.FieldRetryMax, engine.FieldConversion, engine.FieldNICModel, engine.FieldTimezone} {
 		if _, diags := sch.AttributeAtPath(t.Context(), attributePath(f)); diags.HasError() {

@@ -187,6 +187,12 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				MarkdownDescription: "How long a graceful shutdown may take.",
 				Validators:          duration,
 			},
+			"start_timeout": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "How long the migrated VM's VirtualMachineInstance may take to reach Running, per attempt of the Starting phase " +
+					"(scheduling, pulling the virt-launcher image, attaching the disks). Defaults to `" + durationString(engine.DefaultStartTimeout) + "`. Changes in place.",
+				Validators: duration,
+			},
 			"target_format": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(engine.DefaultTargetFormat), PlanModifiers: replace,
 				MarkdownDescription: "Image format sent to CDI: " + backticked(engine.TargetFormats) + " (converted with qemu-img).",
@@ -203,13 +209,17 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			},
 			"transport": schema.SingleNestedAttribute{
 				Optional:            true,
-				MarkdownDescription: "How disk images reach CDI: CDI's upload proxy, as `virtctl image-upload` uses it, or an HTTP staging location you serve, imported with a DataVolume `http` source. Required to migrate; a migration adopted by import copies nothing and may leave it out.",
+				MarkdownDescription: "How disk images reach CDI: CDI's upload proxy, as `virtctl image-upload` uses it, or an HTTP staging location you serve, imported with a DataVolume `http` source. Without it (or without `upload_proxy_url`), CDI's upload proxy at the URL the cluster publishes in CDIConfig `status.uploadProxyURL`, verified with the cluster's `cdi-uploadproxy-signer-bundle`.",
 				Attributes: map[string]schema.Attribute{
-					"upload_proxy_url":            schema.StringAttribute{Optional: true, MarkdownDescription: "URL of CDI's upload proxy reachable from the machine running Terraform, e.g. `https://cdi-uploadproxy.example.com`."},
+					"upload_proxy_url":            schema.StringAttribute{Optional: true, MarkdownDescription: "URL of CDI's upload proxy reachable from the machine running Terraform, e.g. `https://cdi-uploadproxy.example.com`. Default: the URL in CDIConfig `status.uploadProxyURL`."},
 					"upload_proxy_ca_certificate": schema.StringAttribute{Optional: true, MarkdownDescription: "PEM CA of the upload proxy's certificate."},
 					"upload_proxy_insecure":       schema.BoolAttribute{Optional: true, MarkdownDescription: "**Insecure.** Do not verify the upload proxy's certificate."},
+					"upload_proxy_server_name": schema.StringAttribute{Optional: true, MarkdownDescription: "Name to verify the upload proxy's certificate against when `upload_proxy_url`'s host is not in it " +
+						"(a port-forward, a NodePort, an IP address): CDI's certificate names `cdi-uploadproxy`, `cdi-uploadproxy.<namespace>` and `cdi-uploadproxy.<namespace>.svc`. " +
+						"Without `upload_proxy_ca_certificate`, and whenever the certificate does not verify, the CA is read from the cluster's ConfigMap `cdi-uploadproxy-signer-bundle` (CDI renews it daily)."},
 					"http_staging_dir":            schema.StringAttribute{Optional: true, MarkdownDescription: "Directory served by your HTTP server; images are written here. Needs `http_staging_url`."},
 					"http_staging_url":            schema.StringAttribute{Optional: true, MarkdownDescription: "URL at which CDI's importer reaches `http_staging_dir`."},
+					"http_staging_ca_certificate": schema.StringAttribute{Optional: true, MarkdownDescription: "PEM CA that signed the certificate of an `https` `http_staging_url`, where CDI's importer trusts no CA that did. It is kept in the ConfigMap `vmmigration-<name>-staging-ca` of the destination namespace, which the DataVolumes name as their `certConfigMap`."},
 				},
 			},
 			"validation": schema.SingleNestedAttribute{
@@ -230,6 +240,8 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"attempts":        schema.Int64Attribute{Optional: true, MarkdownDescription: fmt.Sprintf("Tries per phase. Defaults to `%d`.", engine.DefaultRetryAttempts), Validators: []validator.Int64{int64validator.Between(1, 100)}},
 					"initial_backoff": schema.StringAttribute{Optional: true, MarkdownDescription: "Wait after the first failure, doubling up to `max_backoff`. Defaults to `" + durationString(engine.DefaultRetryInitial) + "`.", Validators: duration},
 					"max_backoff":     schema.StringAttribute{Optional: true, MarkdownDescription: "Longest wait between tries. Defaults to `" + durationString(engine.DefaultRetryMax) + "`.", Validators: duration},
+					"importer_restarts": schema.Int64Attribute{Optional: true, MarkdownDescription: fmt.Sprintf("How many times CDI may restart the importer of one disk (its DataVolume's `status.restartCount`; CDI itself restarts a failing importer for ever) before the migration stops in ManualInterventionRequired, saying why the importer failed; the DataVolume is then deleted, so that the next apply starts anew. Defaults to `%d`.", engine.DefaultImporterRestarts),
+						Validators: []validator.Int64{int64validator.Between(1, 100)}},
 				},
 			},
 			"delete_policy": schema.StringAttribute{

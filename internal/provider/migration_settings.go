@@ -19,6 +19,7 @@ import (
 type savedSettings struct {
 	PowerOffPolicy  *string          `json:"powerOffPolicy,omitempty"`
 	ShutdownTimeout *string          `json:"shutdownTimeout,omitempty"`
+	StartTimeout    *string          `json:"startTimeout,omitempty"`
 	DeletePolicy    *string          `json:"deletePolicy,omitempty"`
 	Transport       *savedTransport  `json:"transport,omitempty"`
 	Validation      *savedValidation `json:"validation,omitempty"`
@@ -28,9 +29,11 @@ type savedSettings struct {
 type savedTransport struct {
 	UploadProxyURL *string `json:"uploadProxyURL,omitempty"`
 	UploadProxyCA  *string `json:"uploadProxyCA,omitempty"`
+	ServerName     *string `json:"uploadProxyServerName,omitempty"`
 	Insecure       *bool   `json:"insecure,omitempty"`
 	StagingDir     *string `json:"stagingDir,omitempty"`
 	StagingURL     *string `json:"stagingURL,omitempty"`
+	StagingCA      *string `json:"stagingCA,omitempty"`
 }
 
 type savedValidation struct {
@@ -45,6 +48,8 @@ type savedRetry struct {
 	Attempts       *int64  `json:"attempts,omitempty"`
 	InitialBackoff *string `json:"initialBackoff,omitempty"`
 	MaxBackoff     *string `json:"maxBackoff,omitempty"`
+	// ImporterRestarts is retry.importer_restarts.
+	ImporterRestarts *int64 `json:"importerRestarts,omitempty"`
 }
 
 func strPtr(v types.String) *string {
@@ -97,10 +102,10 @@ func ptrList(p *[]string) []types.String {
 }
 
 func settingsOf(m *migrationModel) savedSettings {
-	s := savedSettings{PowerOffPolicy: strPtr(m.PowerOffPolicy), ShutdownTimeout: strPtr(m.ShutdownTO), DeletePolicy: strPtr(m.DeletePolicy)}
+	s := savedSettings{PowerOffPolicy: strPtr(m.PowerOffPolicy), ShutdownTimeout: strPtr(m.ShutdownTO), StartTimeout: strPtr(m.StartTO), DeletePolicy: strPtr(m.DeletePolicy)}
 	if t := m.Transport; t != nil {
-		s.Transport = &savedTransport{UploadProxyURL: strPtr(t.UploadProxyURL), UploadProxyCA: strPtr(t.UploadProxyCA),
-			Insecure: boolPtr(t.Insecure), StagingDir: strPtr(t.StagingDir), StagingURL: strPtr(t.StagingURL)}
+		s.Transport = &savedTransport{UploadProxyURL: strPtr(t.UploadProxyURL), UploadProxyCA: strPtr(t.UploadProxyCA), ServerName: strPtr(t.ServerName),
+			Insecure: boolPtr(t.Insecure), StagingDir: strPtr(t.StagingDir), StagingURL: strPtr(t.StagingURL), StagingCA: strPtr(t.StagingCA)}
 	}
 	if v := m.Validation; v != nil {
 		s.Validation = &savedValidation{GuestAgent: boolPtr(v.GuestAgent), IPReported: boolPtr(v.IPReported),
@@ -111,6 +116,10 @@ func settingsOf(m *migrationModel) savedSettings {
 		if !rt.Attempts.IsNull() && !rt.Attempts.IsUnknown() {
 			a := rt.Attempts.ValueInt64()
 			s.Retry.Attempts = &a
+		}
+		if !rt.ImporterRestarts.IsNull() && !rt.ImporterRestarts.IsUnknown() {
+			n := rt.ImporterRestarts.ValueInt64()
+			s.Retry.ImporterRestarts = &n
 		}
 	}
 	return s
@@ -123,21 +132,28 @@ func (s *savedSettings) apply(m *migrationModel) {
 	if s.ShutdownTimeout != nil {
 		m.ShutdownTO = ptrStr(s.ShutdownTimeout)
 	}
+	if s.StartTimeout != nil {
+		m.StartTO = ptrStr(s.StartTimeout)
+	}
 	if s.DeletePolicy != nil {
 		m.DeletePolicy = ptrStr(s.DeletePolicy)
 	}
 	if t := s.Transport; t != nil {
-		m.Transport = &transportModel{UploadProxyURL: ptrStr(t.UploadProxyURL), UploadProxyCA: ptrStr(t.UploadProxyCA),
-			Insecure: ptrBool(t.Insecure), StagingDir: ptrStr(t.StagingDir), StagingURL: ptrStr(t.StagingURL)}
+		m.Transport = &transportModel{UploadProxyURL: ptrStr(t.UploadProxyURL), UploadProxyCA: ptrStr(t.UploadProxyCA), ServerName: ptrStr(t.ServerName),
+			Insecure: ptrBool(t.Insecure), StagingDir: ptrStr(t.StagingDir), StagingURL: ptrStr(t.StagingURL), StagingCA: ptrStr(t.StagingCA)}
 	}
 	if v := s.Validation; v != nil {
 		m.Validation = &validateModel{GuestAgent: ptrBool(v.GuestAgent), IPReported: ptrBool(v.IPReported),
 			TCP: ptrList(v.TCP), HTTP: ptrList(v.HTTP), Timeout: ptrStr(v.Timeout)}
 	}
 	if rt := s.Retry; rt != nil {
-		m.Retry = &retryModel{Attempts: types.Int64Null(), InitialBackoff: ptrStr(rt.InitialBackoff), MaxBackoff: ptrStr(rt.MaxBackoff)}
+		m.Retry = &retryModel{Attempts: types.Int64Null(), InitialBackoff: ptrStr(rt.InitialBackoff), MaxBackoff: ptrStr(rt.MaxBackoff),
+			ImporterRestarts: types.Int64Null()}
 		if rt.Attempts != nil {
 			m.Retry.Attempts = types.Int64Value(*rt.Attempts)
+		}
+		if rt.ImporterRestarts != nil {
+			m.Retry.ImporterRestarts = types.Int64Value(*rt.ImporterRestarts)
 		}
 	}
 }

@@ -18,7 +18,7 @@ func TestAccPreflight(t *testing.T) {
 	c.EnsureStorageClass(t, "fast")
 	// Somebody else's VM under the name a migration wants.
 	c.CreateVM(t, "apps", "legacy", "", nil)
-	c.CreateStorageQuota(t, "apps", "storage", "100Mi", "90Mi")
+	c.CreateStorageQuota(t, "apps", "storage", "100Mi", "80Mi")
 
 	host := acctest.NewESXi(t, esxisim.Options{FirstVmid: 10})
 	host.AddVM(t, esxisim.VMSpec{Name: "web-01", GuestOS: "rhel9-64",
@@ -89,7 +89,7 @@ data "vmmigration_preflight" "blocked" {
 					"checks.11.id":           "storage_class_exists",
 					"checks.11.message":      `StorageClass "fast" exists.`,
 					"checks.12.id":           "storage_quota_fits",
-					"checks.12.message":      "The disks need 6 MiB; the quota leaves 10 MiB.",
+					"checks.12.message":      "The disks need 14.4 MiB (15057553 bytes) for their claims with CDI's 6% filesystem overhead and the upload's scratch claim beside each; the quota leaves 20 MiB.",
 					"checks.13.id":           "source_unclaimed",
 					"checks.13.passed":       "true",
 					"checks.14.id":           "conversion_tools",
@@ -113,7 +113,7 @@ data "vmmigration_preflight" "blocked" {
 					"blockers.2": `power_off_policy: VM "big" is poweredOn, power_off_policy is "graceful", but VMware Tools is not running, so the guest cannot be asked to shut down. Start Tools in the guest, shut it down yourself, or choose "graceful_then_hard" or "hard".`,
 					"blockers.3": `destination_name_free: Namespace "apps" already has VirtualMachine legacy, not created by this migration. The provider never overwrites what it does not own: choose another destination name, or remove or import the existing objects.`,
 					"blockers.4": `storage_class_exists: StorageClass "slow" does not exist. Use one listed by ` + "`kubectl get storageclass`.",
-					"blockers.5": `storage_quota_fits: The disks need 200 MiB but the ResourceQuota of namespace "apps" leaves 10 MiB for StorageClass "slow". Raise the quota or free space first.`,
+					"blockers.5": `storage_quota_fits: The disks need 424 MiB for their claims with CDI's 6% filesystem overhead and the upload's scratch claim beside each but the ResourceQuota of namespace "apps" leaves 20 MiB for StorageClass "slow". Raise the quota or free space first.`,
 					"warnings.#": "1",
 					"warnings.0": `vmware_tools: VMware Tools is not running in VM "big" (status "toolsNotInstalled"): the guest cannot be shut down gracefully and its IP address is unknown.`,
 				}),

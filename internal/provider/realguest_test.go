@@ -23,10 +23,10 @@ import (
 // the imported disks in QEMU, with a source VM installed the way VMware
 // guests are: the Debian 12 test guest (grub, an initramfs with only the
 // ata and pvscsi drivers, no virtio) on a pvscsi disk with a vmxnet3 NIC.
-func newGuestEnv(t *testing.T, vmName string) *migrationEnv {
+func newGuestEnv(t *testing.T, vmName string, mods ...func(*kubesim.Options)) *migrationEnv {
 	t.Helper()
 	img := testguest.Image(t)
-	e := newMigrationEnvWith(t, func(o *kubesim.Options) { o.BootGuests = true })
+	e := newMigrationEnvWith(t, append([]func(*kubesim.Options){func(o *kubesim.Options) { o.BootGuests = true }}, mods...)...)
 	size := fileSize(t, img)
 	_, files := e.host.AddVM(t, esxisim.VMSpec{Name: vmName, GuestOS: "debian12-64", CPUs: 2, MemoryMiB: 1024,
 		Disks: []esxisim.DiskSpec{{CapacityBytes: size, Thin: true, Controller: "scsi0:0", Content: []esxisim.Extent{}}},
@@ -60,42 +60,42 @@ func fileSize(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
-// guestMigration is the configuration of the real guest's migration; the
-// guest must answer through its agent and report an IP.
-func (e *migrationEnv) guestMigration(label, vmName, extra string) string {
-	return acctest.ProviderConfig(e.providerBlock()) + fmt.Sprintf(`
-resource "vmmigration_migration" %q {
-  source = {
-    host    = "esxi-a"
-    vm_name = %q
-  }
-  destination = {
-    namespace     = %q
-    name          = %q
-    storage_class = "standard"
-    network_map   = { "VM Network" = "pod" }
-%s
-  }
-  transport = {
-    upload_proxy_url            = %q
-    upload_proxy_ca_certificate = %q
-  }
-  validation = {
+// guestTimeout is how long a migration that converts and boots a real
+// guest may take: until shortly before the test binary's deadline. virt-v2v
+// and QEMU under TCG take as long as the machine lets them (they wait for
+// a guest slot, then share the cores with the other tests), so a fixed
+// number holds only on an idle machine; virt-v2v's watchdog and the
+// console's boot-failure lines stop a guest that is stuck, not slow.
+func guestTimeout(t *testing.T) string {
+	d, ok := testguest.Context(t).Deadline()
+	if !ok {
+		return "2h"
+	}
+	return fmt.Sprintf("%ds", max(int(time.Until(d).Seconds()), 60))
+}
+
+// guestMigration is the configuration of the real guest's migration
+// (conversion "-": the default, virt-v2v); the guest must answer through
+// its agent and report an IP. Its VMI may wait for a guest slot (kubesim
+// keeps it Scheduled, as a node short of room keeps a virt-launcher pod
+// from starting) as long as the test may run.
+func (e *migrationEnv) guestMigration(t *testing.T, label, vmName, dest, conversion, validationTimeout string) string {
+	timeout := guestTimeout(t)
+	if validationTimeout == "" {
+		validationTimeout = timeout
+	}
+	return acctest.ProviderConfig(e.providerBlock()) + e.hcl(migrationHCL{label: label, vm: vmName, dest: dest, conversion: conversion, retries: 2,
+		body: fmt.Sprintf(`  validation = {
     guest_agent = true
     ip_reported = true
-    timeout     = "12m"
-  }
-  retry = {
-    attempts        = 2
-    initial_backoff = "1s"
-    max_backoff     = "2s"
+    timeout     = %q
   }
   power_off_policy = "hard"
+  start_timeout    = %q
   timeouts {
-    create = "40m"
+    create = %q
   }
-}
-`, label, vmName, e.namespace, label, extra, e.sim.UploadProxyURL(), string(e.sim.UploadProxyCACertPEM()))
+`, validationTimeout, timeout, timeout)})
 }
 
 // Without conversion, the guest installed on VMware does not boot on the
@@ -105,8 +105,8 @@ resource "vmmigration_migration" %q {
 // console as evidence and what to do.
 func TestAccRealGuestWithoutConversionDoesNotBoot(t *testing.T) {
 	e := newGuestEnv(t, "debian-raw")
-	cfg := e.guestMigration("raw", "debian-raw", `    disk_bus = "virtio"`) // an explicit bus the guest lacks drivers for
-	cfg = strings.Replace(cfg, `power_off_policy = "hard"`, "power_off_policy = \"hard\"\n  conversion       = \"none\"", 1)
+	// An explicit bus the guest lacks drivers for.
+	cfg := e.guestMigration(t, "raw", "debian-raw", "    disk_bus = \"virtio\"\n", engine.ConversionNone, "")
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: acctest.ProviderFactories,
 		Steps: []resource.TestStep{{
@@ -136,6 +136,37 @@ func TestAccRealGuestWithoutConversionDoesNotBoot(t *testing.T) {
 	}
 }
 
+// Where the cluster does not log the serial console (KubeVirt's
+// disableSerialConsoleLog), the guest that cannot boot is not recognised
+// from its console: validation runs to its timeout, and the stop and the
+// evidence say that the console was not available, not only that the
+// checks failed.
+func TestAccRealGuestConsoleNotLogged(t *testing.T) {
+	e := newGuestEnv(t, "debian-nolog", func(o *kubesim.Options) { o.DisableSerialConsoleLog = true })
+	cfg := e.guestMigration(t, "nolog", "debian-nolog", "    disk_bus = \"virtio\"\n", engine.ConversionNone, "90s")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ExpectError: wrappedRE(`migration needs manual intervention in phase Validating: the VM runs but guest_agent`,
+				`the cluster does not log the guest's serial console`, `no guest-console-log container`, `disableSerialConsoleLog`),
+		}},
+	})
+	rec := e.expectStopped(t, "nolog", engine.PhaseManualInterventionRequired, engine.PhaseValidating, "ValidationFailed")
+	var note *engine.CheckResult
+	for i, c := range rec.Validation {
+		if c.ID == engine.CheckConsoleLog {
+			note = &rec.Validation[i]
+		}
+		if c.ID == "guest_console" {
+			t.Errorf("validation evidence has a console although the cluster logs none: %+v", c)
+		}
+	}
+	if note == nil || note.Passed || note.Severity != "warning" || !strings.Contains(note.Message, "no guest-console-log container") {
+		t.Errorf("validation evidence %+v: want a console_log warning", rec.Validation)
+	}
+}
+
 // With the default conversion, the same guest is converted by the real
 // virt-v2v on a copy of its disk, imported, and boots on the virtio disk
 // and NIC the provider renders: the console shows the guest's boot marker,
@@ -148,7 +179,7 @@ func TestAccRealGuestConvertedBoots(t *testing.T) {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: acctest.ProviderFactories,
 		Steps: []resource.TestStep{{
-			Config: e.guestMigration("conv", "debian-v2v", ""),
+			Config: e.guestMigration(t, "conv", "debian-v2v", "", "-", ""),
 			Check: resource.ComposeAggregateTestCheckFunc(
 				resource.TestCheckResourceAttr(addr, "phase", string(engine.PhaseCompleted)),
 				resource.TestCheckResourceAttr(addr, "conversion", engine.ConversionVirtV2V),
@@ -183,8 +214,12 @@ func (e *migrationEnv) checkBootedGuest(t *testing.T, name string) error {
 	if !g.AgentConnected || g.OSID != "debian" || g.OSVersion != "12" || len(g.IPs) == 0 || g.DiskBus != "virtio" || g.NICModel != "virtio" {
 		return fmt.Errorf("the migrated guest reports %+v: want its agent connected, debian 12, an IP, on virtio", g)
 	}
-	// The marker follows the agent's start by a moment.
-	deadline := time.Now().Add(2 * time.Minute)
+	// The marker follows the agent's start by a moment (under TCG on a busy
+	// machine, a long one).
+	deadline, ok := testguest.Context(t).Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Hour)
+	}
 	for c := e.cluster.GuestConsole(t, e.namespace, name); !strings.Contains(c, testguest.Marker); c = e.cluster.GuestConsole(t, e.namespace, name) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the console lacks the boot marker %s:\n%s", testguest.Marker, c)

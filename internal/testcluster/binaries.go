@@ -15,6 +15,9 @@ import (
 const (
 	KubeAPIServerVersion = "v1.37.2"
 	EtcdVersion          = "v3.6.16"
+	// CDIUploadServerVersion is the CDI release whose cmd/cdi-uploadserver
+	// the simulated upload proxy hands uploads to.
+	CDIUploadServerVersion = "v1.65.0"
 )
 
 // EnvTestBin names the environment variable that, when set, is the folder
@@ -85,4 +88,33 @@ func findBinaries(dir string) (binaries, error) {
 			abs, where, strings.Join(problems, "; "), buildHint)
 	}
 	return b, nil
+}
+
+// ToolBinary returns the path of the program name, at version, among the
+// test binaries (in $VMMIGRATION_TESTBIN or <repository root>/.testbin),
+// refusing one whose stamp names another version.
+func ToolBinary(name, version string) (string, error) {
+	dir := os.Getenv(EnvTestBin)
+	if dir == "" {
+		root, err := modroot.Find()
+		if err != nil {
+			return "", fmt.Errorf("%s is not set and the repository root cannot be found (%v)", EnvTestBin, err)
+		}
+		dir = filepath.Join(root, ".testbin")
+	}
+	p := filepath.Join(dir, name)
+	hint := fmt.Sprintf(`build it with "make testbin" (tools/build-testcluster.sh builds %s %s once)`, name, version)
+	st, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%s %s is missing (%v); %s", name, version, err, hint)
+	case st.IsDir() || st.Mode()&0o111 == 0:
+		return "", fmt.Errorf("%s is not an executable file; %s", p, hint)
+	}
+	if b, err := os.ReadFile(p + ".version"); err == nil {
+		if got := strings.TrimSpace(string(b)); got != version {
+			return "", fmt.Errorf("%s is %s, want %s (stamp %s.version); %s", p, got, version, p, hint)
+		}
+	}
+	return filepath.Abs(p)
 }

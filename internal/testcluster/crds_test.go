@@ -23,8 +23,10 @@ func TestCRDsEstablishedAndStructural(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != 4 {
-		t.Errorf("got %d CRDs, want 4", len(crds))
+	// VirtualMachine, VirtualMachineInstance, DataVolume, CDIConfig,
+	// StorageProfile.
+	if len(crds) != 5 {
+		t.Errorf("got %d CRDs, want 5", len(crds))
 	}
 	for _, want := range crds {
 		got := &apiextensionsv1.CustomResourceDefinition{}

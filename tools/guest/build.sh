@@ -88,7 +88,7 @@ if [[ $variant == bios ]]; then
 else
 	grub=grub-efi-amd64-bin,grub2-common
 	fstab="UUID=$root_uuid / ext4 errors=remount-ro 0 1
-UUID=${esp_id:0:4}-${esp_id:4:4} /boot/efi vfat umask=0077 0 1"
+UUID=${esp_id:0:4}-${esp_id:4:4} /boot/efi vfat umask=0077,x-systemd.device-timeout=15min 0 1"
 fi
 printf '%s\n' "$fstab" >"$work/fstab"
 mmdebstrap --variant=minbase --mode=root --format=tar \
@@ -98,6 +98,7 @@ mmdebstrap --variant=minbase --mode=root --format=tar \
 	--setup-hook="install -m 0755 '$here/rootfs/initramfs-hook' \"\$1/etc/initramfs-tools/hooks/vmware-drivers\"" \
 	--customize-hook="install -m 0644 '$here/rootfs/booted.service' \"\$1/etc/systemd/system/vmmigration-booted.service\"" \
 	--customize-hook="install -m 0644 '$here/rootfs/wired.network' \"\$1/etc/systemd/network/10-wired.network\"" \
+	--customize-hook="install -D -m 0644 '$here/rootfs/slow-machine.conf' \"\$1/etc/systemd/system.conf.d/slow-machine.conf\"" \
 	--customize-hook='chroot "$1" systemctl enable vmmigration-booted.service systemd-networkd.service' \
 	--customize-hook='echo vmmigration-guest >"$1/etc/hostname"' \
 	--customize-hook="install -m 0644 '$work/fstab' \"\$1/etc/fstab\"" \

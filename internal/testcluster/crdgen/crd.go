@@ -33,8 +33,8 @@ type Definition struct {
 }
 
 // Definitions are the custom resources the test cluster serves: KubeVirt's
-// VirtualMachine and VirtualMachineInstance and CDI's DataVolume and
-// StorageProfile, each at the version the provider uses.
+// VirtualMachine and VirtualMachineInstance and CDI's DataVolume,
+// CDIConfig and StorageProfile, each at the version the provider uses.
 func Definitions() []Definition {
 	return []Definition{
 		{
@@ -54,6 +54,11 @@ func Definitions() []Definition {
 			Plural: "datavolumes", Singular: "datavolume",
 			ShortNames: []string{"dv", "dvs"}, Categories: []string{"all"},
 			Scope: apiextensionsv1.NamespaceScoped, Type: reflect.TypeFor[cdiv1beta1.DataVolume](), Status: true,
+		},
+		{
+			Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "CDIConfig",
+			Plural: "cdiconfigs", Singular: "cdiconfig",
+			Scope: apiextensionsv1.ClusterScoped, Type: reflect.TypeFor[cdiv1beta1.CDIConfig](), Status: true,
 		},
 		{
 			Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "StorageProfile",

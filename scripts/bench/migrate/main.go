@@ -238,6 +238,7 @@ type clusterInfo struct {
 	Context    string `json:"context"`
 	ProxyURL   string `json:"proxyURL"`
 	ProxyCA    string `json:"proxyCA"`
+	ProxyName  string `json:"proxyServerName"`
 }
 
 // clusterMain starts the cluster and the simulated controllers, prints
@@ -271,7 +272,8 @@ func clusterMain(args []string) error {
 		return err
 	}
 	defer sim.Stop()
-	b, err := json.Marshal(clusterInfo{Kubeconfig: kc, Context: testcluster.ContextName, ProxyURL: sim.UploadProxyURL(), ProxyCA: string(sim.UploadProxyCACertPEM())})
+	b, err := json.Marshal(clusterInfo{Kubeconfig: kc, Context: testcluster.ContextName, ProxyURL: sim.UploadProxyURL(), ProxyCA: string(sim.UploadProxyCACertPEM()),
+		ProxyName: sim.UploadProxyServerName()})
 	if err != nil {
 		return err
 	}
@@ -520,8 +522,9 @@ func run(ctx context.Context, f runFlags) error {
 	spec := func(vm string) engine.Spec {
 		return engine.Spec{Host: hostName, VMName: vm, Namespace: namespace, Name: vm, StorageClass: storageClass,
 			NetworkMap: map[string]string{"VM Network": "pod"}, PowerOffPolicy: "graceful", ShutdownTimeout: time.Minute,
-			Conversion:   engine.ConversionNone, // the disks hold generated data, not an OS
-			Transport:    engine.Transport{Kind: engine.TransportCDIUpload, UploadProxyURL: ci.ProxyURL, UploadProxyCAPEM: ci.ProxyCA},
+			Conversion: engine.ConversionNone, // the disks hold generated data, not an OS
+			Transport: engine.Transport{Kind: engine.TransportCDIUpload, UploadProxyURL: ci.ProxyURL, UploadProxyCAPEM: ci.ProxyCA,
+				UploadProxyServerName: ci.ProxyName},
 			Validation:   engine.Validation{GuestAgent: true, IPReported: true, Timeout: 2 * time.Minute},
 			StartTimeout: 2 * time.Minute, WorkDir: filepath.Join(f.work, "staging", vm),
 			Retry: engine.RetryPolicy{Attempts: 3, Initial: time.Second, Max: 5 * time.Second}}

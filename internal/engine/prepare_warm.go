@@ -585,21 +585,6 @@ func (r *run) stepPrepareWarm(ctx context.Context, vm *esxi.VM) error {
 	return r.warmCutover(ctx)
 }
 
-// stepCompleteWarm removes the migration's snapshots before the usual
-// completion.
-func (r *run) stepCompleteWarm(ctx context.Context) error {
-	if w := r.rec().Warm; w != nil {
-		c, err := r.esxiClient()
-		if err != nil {
-			return err
-		}
-		if err := removeWarmSnapshots(ctx, c, r.rec(), func() error { return r.save(ctx) }); err != nil {
-			return err
-		}
-	}
-	return r.stepComplete(ctx)
-}
-
 // removeWarmSnapshots removes the snapshots the record says the migration
 // took, oldest first: by recorded id, or for an intent whose id was never
 // seen, by its name if the host has it. save is called after each

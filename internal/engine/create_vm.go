@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+)
+
+// stepCreateVM makes the VirtualMachine exist, ours, matching the render.
+// It is written by server-side apply as kube.FieldManager: the fields the
+// render sets are the migration's, and what KubeVirt adds (the firmware
+// UUID and serial its admission sets at creation, the guest's SMBIOS
+// identity) is never dropped by a later apply.
+func (r *run) stepCreateVM(ctx context.Context) error {
+	desired, err := r.renderVM()
+	if err != nil {
+		return needsHuman("RenderFailed", "cannot render the VirtualMachine: "+err.Error(), "fix network_map, then run apply again", nil)
+	}
+	kc := r.e.deps.Kube
+	vm, err := kc.GetVirtualMachine(ctx, r.spec.Namespace, r.spec.Name)
+	created := false
+	if kube.IsNotFound(err) {
+		// Not forced: a VirtualMachine someone else made in the meantime
+		// with other values is a conflict, not taken over.
+		vm = desired.DeepCopy()
+		err = kc.ApplyVirtualMachine(ctx, vm, false)
+		if err == nil {
+			created = true
+			r.emit(Event{Kind: EventInfo, Message: "created VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name})
+		} else if kube.IsConflict(err) || kube.Classify(err) == kube.Transient {
+			// The apply may have been made although its reply was lost,
+			// or someone else's VM is there now: look at what is there;
+			// the labels say whether it is ours.
+			got, gerr := kc.GetVirtualMachine(ctx, r.spec.Namespace, r.spec.Name)
+			switch {
+			case gerr == nil:
+				vm, err = got, nil
+			case !kube.IsNotFound(gerr):
+				err = gerr
+			}
+			// Not there: the apply's own error stands (a transient one
+			// is retried).
+		}
+	}
+	switch {
+	case err != nil:
+		return err
+	case !isOurs(vm.Labels, r.spec.Name):
+		return needsHuman("VMNotOurs",
+			fmt.Sprintf("VirtualMachine %s/%s exists and was not created by this migration (label %s=%q)", r.spec.Namespace, r.spec.Name, kube.LabelMigration, vm.Labels[kube.LabelMigration]),
+			"the provider never overwrites what it does not own: remove or rename that VirtualMachine, or choose another destination name, then run apply again", nil)
+	case !created:
+		// Ours: the render's fields are the migration's, whoever changed
+		// them since.
+		applied := desired.DeepCopy()
+		if err := kc.ApplyVirtualMachine(ctx, applied, true); err != nil {
+			return err
+		}
+		if applied.Generation != vm.Generation || !maps.Equal(applied.Labels, vm.Labels) || !maps.Equal(applied.Annotations, vm.Annotations) {
+			r.emit(Event{Kind: EventInfo, Message: "updated VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name + " to match the migration"})
+		}
+		vm = applied
+	}
+	rec := r.rec()
+	rec.VM = &VMEvidence{Name: vm.Name, UID: string(vm.UID), RunStrategy: runStrategyOf(vm)}
+	now := r.now()
+	stamp(&rec.Timestamps.VMCreated, now)
+	rec.setCondition(now, CondVMCreated, true, "Created", "VirtualMachine "+vm.Name+" exists and matches the migration")
+	return nil
+}

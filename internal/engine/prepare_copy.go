@@ -1,0 +1,614 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+)
+
+func (r *run) chunkSize() int64 {
+	if r.spec.CopyChunkSize > 0 {
+		return r.spec.CopyChunkSize
+	}
+	return transfer.DefaultChunkSize
+}
+
+// copyDisks copies every disk into the work folder, resuming from the
+// transfer journals.
+func (r *run) copyDisks(ctx context.Context) error {
+	rec := r.rec()
+	c, err := r.esxiClient()
+	if err != nil {
+		return err
+	}
+	if err := r.localPathsUsable(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
+		return needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
+	}
+	// Disks on snapshots: their chain files (see chain.go).
+	if err := r.copyChains(ctx, c); err != nil {
+		return err
+	}
+	var jobs []transfer.Job
+	byDest := map[string]int{}
+	for i, d := range rec.Disks {
+		if d.onChain() {
+			continue
+		}
+		jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)})
+		byDest[r.spec.stagedPath(i)] = i
+	}
+	// Streams per disk, each on its own connection (the host's setting,
+	// within its max_sessions).
+	var sources []transfer.RangeReader
+	streams := c.Config().StreamsPerDisk
+	for _, s := range c.StreamClients(streams) {
+		sources = append(sources, s)
+	}
+	watch := newCopyWatch(r.chunkSize())
+	opts := transfer.Options{
+		ChunkSize: r.chunkSize(),
+		Streams:   streams,
+		Sources:   sources,
+		Progress: func(p transfer.Progress) {
+			watch.progress(p)
+			// From the copy's goroutines: the phase is given, not read
+			// from the record the main goroutine saves.
+			r.emit(Event{Kind: EventProgress, Phase: PhasePreparing, Disk: byDest[p.Dest], BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
+		},
+	}
+	// The copies run in their own goroutines; this one owns the record.
+	// When disks need no conversion, each disk verified while others still
+	// copy is recorded and sent to its DataVolume at once (pipeline.go).
+	finished := make(chan transfer.JobResult, len(jobs))
+	var results []transfer.JobResult
+	go func() {
+		results, err = transfer.CopyEach(ctx, c, jobs, len(jobs), opts, func(jr transfer.JobResult) { finished <- jr })
+		close(finished)
+	}()
+	running := len(jobs)
+	ended := map[string]bool{}
+	var last *lastUpload
+	lastTried, failed := false, false
+	// Once one disk still copies and enough of it is verified to judge
+	// it, it is sent as its copy is verified (startLastUpload), from then on.
+	tryLast := func() {
+		if lastTried || failed || running != 1 || len(jobs) < 2 || !r.pipelined() {
+			return
+		}
+		for _, j := range jobs {
+			if !ended[j.Dest] && watch.verifiedPrefix(j.Dest) >= j.Disk.SizeBytes/8 {
+				lastTried = true
+				last = r.startLastUpload(ctx, byDest[j.Dest], watch)
+			}
+		}
+	}
+	for open := true; open; {
+		select {
+		case <-watch.wake:
+			tryLast()
+		case jr, ok := <-finished:
+			if !ok {
+				open = false
+				continue
+			}
+			running--
+			ended[jr.Job.Dest] = true
+			failed = failed || jr.Err != nil
+			if jr.Err != nil || !r.pipelined() || running == 0 {
+				continue
+			}
+			i := byDest[jr.Job.Dest]
+			d := &rec.Disks[i]
+			d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+			if r.save(ctx) != nil {
+				continue
+			}
+			tryLast() // before this disk's upload, so that the two overlap
+			r.uploadEarly(ctx, i, false)
+		}
+	}
+	var worst error
+	worstRank := -1
+	for _, jr := range results {
+		i := byDest[jr.Job.Dest]
+		d := &rec.Disks[i]
+		if isNoSpace(jr.Err) {
+			jr.Err = r.noSpace(fmt.Sprintf("copying disk %d", i), jr.Err)
+		}
+		if jr.Err != nil {
+			class, _ := classify(jr.Err)
+			rank := map[fault.Class]int{fault.Transient: 0, fault.Interrupted: 1, fault.Permanent: 2, fault.NeedsHuman: 3}[class]
+			if rank > worstRank {
+				worst, worstRank = fmt.Errorf("disk %d (%s): %w", i, d.SourcePath, jr.Err), rank
+			}
+			continue
+		}
+		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+	}
+	if last != nil {
+		var copyErr error
+		for _, jr := range results {
+			if jr.Job.Dest == last.dest {
+				copyErr = jr.Err
+			}
+		}
+		if copyErr == nil && err != nil {
+			copyErr = err
+		}
+		r.finishLastUpload(ctx, last, copyErr)
+	}
+	if worst == nil && err != nil {
+		worst = err
+		if isNoSpace(err) {
+			worst = r.noSpace("copying the disks", err)
+		}
+	}
+	if worst != nil {
+		// Keep the evidence of the disks that did finish.
+		if serr := r.save(context.WithoutCancel(ctx)); serr != nil {
+			return errors.Join(worst, serr)
+		}
+		return worst
+	}
+	now := r.now()
+	stamp(&rec.Timestamps.Acquired, now)
+	rec.setCondition(now, CondDiskAcquired, true, "Copied", fmt.Sprintf("%d disk(s) copied and checksummed", len(rec.Disks)))
+	return nil
+}
+
+// copyChains copies the chain files of every disk that runs on snapshots.
+// The plan comes from the source as observed now; a plan that differs from
+// the recorded one (a snapshot taken or removed since) starts that disk
+// over. Descriptors are read whole and written durably; extent files go
+// through transfer.CopyAll, resuming from their journals.
+func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
+	rec := r.rec()
+	type ref struct{ disk, file int }
+	var jobs []transfer.Job
+	var refs []ref
+	for i := range rec.Disks {
+		d := &rec.Disks[i]
+		if r.src != nil && i < len(r.src.Disks) {
+			if plan := chainPlan(r.src.Disks[i].Chain); !sameChain(plan, d.Chain) {
+				if err := r.removeChainCopies(i); err != nil {
+					return err
+				}
+				d.Chain, d.Acquired, d.SourceSHA256, d.GuestSHA256, d.ZeroBytes = plan, false, "", "", 0
+			}
+		}
+		if !d.onChain() {
+			continue
+		}
+		var extents []string
+		for k := range d.Chain {
+			f := &d.Chain[k]
+			if f.Kind == ChainFileExtent {
+				extents = append(extents, f.SourcePath)
+				continue
+			}
+			text, err := c.ReadDescriptor(ctx, f.SourcePath)
+			if err != nil {
+				return fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
+			}
+			sum := sha256.Sum256([]byte(text))
+			if h := hex.EncodeToString(sum[:]); f.SHA256 != "" && f.SHA256 != h && d.GuestSHA256 != "" {
+				// The descriptor changed since the chain was flattened.
+				d.GuestSHA256, d.SourceSHA256 = "", ""
+			}
+			if err := durable.WriteFile(r.spec.chainLocalPath(i, *f), []byte(text)); err != nil {
+				if isNoSpace(err) {
+					return r.noSpace(fmt.Sprintf("copying the chain of disk %d", i), err)
+				}
+				return needsHuman("WorkDirUnusable", "cannot write "+r.spec.chainLocalPath(i, *f), "make work_dir writable, then run apply again", err)
+			}
+			f.Bytes, f.SHA256 = int64(len(text)), hex.EncodeToString(sum[:])
+		}
+		sizes, err := c.FileSizes(ctx, extents...)
+		if err != nil {
+			return fmt.Errorf("disk %d: sizing the snapshot chain's files: %w", i, err)
+		}
+		for k := range d.Chain {
+			f := &d.Chain[k]
+			if f.Kind != ChainFileExtent {
+				continue
+			}
+			n := sizes[f.SourcePath]
+			if n <= 0 || n%512 != 0 {
+				return permanent("ChainFileUnreadable", fmt.Sprintf("disk %d: the snapshot chain's file %s is %d bytes, not whole 512-byte sectors: it is not a VMDK extent ESXi wrote", i, f.SourcePath, n),
+					"check the file on the host (vmkfstools -x check on its descriptor); consolidate the snapshots in the host client if the chain is damaged, then run apply again", nil)
+			}
+			if f.Bytes != n {
+				f.SHA256 = ""
+			}
+			f.Bytes = n
+			jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: f.SourcePath, SizeBytes: n}, Dest: r.spec.chainLocalPath(i, *f)})
+			refs = append(refs, ref{i, k})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	results, err := transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
+		ChunkSize: r.chunkSize(),
+		Progress: func(p transfer.Progress) {
+			for n, j := range jobs {
+				if j.Dest == p.Dest {
+					r.emit(Event{Kind: EventProgress, Disk: refs[n].disk, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+						Message: fmt.Sprintf("disk %d: snapshot chain file %s: copied %d of %d bytes (%.1f%%)", refs[n].disk, p.Source, p.BytesDone, p.BytesTotal, p.Percent)})
+				}
+			}
+		},
+	})
+	for n, jr := range results {
+		if jr.Err == nil {
+			f := &rec.Disks[refs[n].disk].Chain[refs[n].file]
+			if f.SHA256 != "" && f.SHA256 != jr.Result.SHA256 {
+				rec.Disks[refs[n].disk].GuestSHA256 = ""
+			}
+			f.SHA256 = jr.Result.SHA256
+		}
+	}
+	if err != nil {
+		if isNoSpace(err) {
+			err = r.noSpace("copying the snapshot chains", err)
+		}
+		// Keep the evidence of the files that did finish.
+		if serr := r.save(context.WithoutCancel(ctx)); serr != nil {
+			return errors.Join(err, serr)
+		}
+		return err
+	}
+	for i := range rec.Disks {
+		if rec.Disks[i].onChain() {
+			rec.Disks[i].Acquired = true
+		}
+	}
+	return nil
+}
+
+// removeChainCopies deletes disk i's chain copies and flattened image
+// (all derived paths; missing files are fine).
+func (r *run) removeChainCopies(i int) error {
+	var errs []error
+	d := r.rec().Disks[i]
+	for _, f := range d.Chain {
+		p := r.spec.chainLocalPath(i, f)
+		if f.Kind == ChainFileExtent {
+			errs = append(errs, transfer.Remove(p))
+			continue
+		}
+		errs = append(errs, removeIfExists(p), removeIfExists(filepath.Join(r.spec.stagingDir(), chainDescriptorName(i, f.Link))))
+	}
+	if d.onChain() {
+		errs = append(errs, convert.Remove(r.spec.flattenedPath(i)), transfer.Remove(r.spec.stagedPath(i)))
+	}
+	return errors.Join(errs...)
+}
+
+func removeIfExists(p string) error {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// The last disk's upload follows its copy. When the VM's other disks are
+// copied and sent (pipeline.go) and one disk is still copying, its raw
+// staging file is sent to its DataVolume as the copy verifies it: the
+// upload reads the file only up to the chunks verified so far, in order,
+// and waits for the next, so the upload ends moments after the copy
+// instead of starting then.
+//
+// The guarantees stay those of any upload: only verified chunks leave,
+// read back from the staging file as a later upload would read them; the
+// record says what is being sent before the first byte leaves and
+// Uploaded only once both the copy and the upload have ended. A copy
+// that stops first stops the upload; a DataVolume that received the whole
+// image of a copy that then failed is deleted, so that no unverified
+// import is taken as done; anything else is left to Importing, which
+// sends the completed staging file again.
+//
+// Only a dense disk is sent this way, raw: what is copied so far holds at
+// least 7/8 data. A disk with more zeros goes as a qcow2 copy after its
+// copy (uploadImage), keeping its zeros off the wire.
+
+// copyWatch follows the verified prefix of every disk being copied; wake
+// receives a value (without blocking the copy) when one grows.
+type copyWatch struct {
+	chunk  int64
+	wake   chan struct{}
+	mu     sync.Mutex
+	prefix map[string]int64
+	images map[string]*growingImage
+}
+
+func newCopyWatch(chunk int64) *copyWatch {
+	return &copyWatch{chunk: chunk, wake: make(chan struct{}, 1), prefix: map[string]int64{}, images: map[string]*growingImage{}}
+}
+
+// progress takes a copy's progress report (from the copy's goroutines):
+// its verified chunks are a prefix of the disk.
+func (w *copyWatch) progress(p transfer.Progress) {
+	v := min(int64(p.ChunksDone)*w.chunk, p.BytesTotal)
+	w.mu.Lock()
+	grew := v > w.prefix[p.Dest]
+	if grew {
+		w.prefix[p.Dest] = v
+	}
+	g := w.images[p.Dest]
+	w.mu.Unlock()
+	if g != nil {
+		g.verified(v)
+	}
+	if grew {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// follow returns the staging file dest as a growing image, fed by the
+// copy's further reports.
+func (w *copyWatch) follow(ctx context.Context, dest string, size int64) *growingImage {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := newGrowingImage(ctx, dest, size)
+	g.verified(w.prefix[dest])
+	w.images[dest] = g
+	return g
+}
+
+func (w *copyWatch) verifiedPrefix(dest string) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.prefix[dest]
+}
+
+// growingImage reads a staging file as far as its copy has verified it.
+// A read past that point waits for the next verified chunk, and fails
+// with the copy's error (or the context's) when the copy stops first.
+type growingImage struct {
+	path string
+	size int64
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	prefix int64
+	err    error
+	f      *os.File
+	pos    int64
+	stopAt func() bool
+}
+
+func newGrowingImage(ctx context.Context, path string, size int64) *growingImage {
+	g := &growingImage{path: path, size: size}
+	g.cond = sync.NewCond(&g.mu)
+	g.stopAt = context.AfterFunc(ctx, func() { g.stop(ctx.Err()) })
+	return g
+}
+
+// verified says the first n bytes are verified.
+func (g *growingImage) verified(n int64) {
+	g.mu.Lock()
+	if n > g.prefix {
+		g.prefix = min(n, g.size)
+		g.cond.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// stop makes reads past the verified prefix fail with err.
+func (g *growingImage) stop(err error) {
+	g.mu.Lock()
+	if g.err == nil {
+		g.err = err
+		g.cond.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+func (g *growingImage) Read(p []byte) (int, error) {
+	g.mu.Lock()
+	if g.pos >= g.size {
+		g.mu.Unlock()
+		return 0, io.EOF
+	}
+	for g.prefix <= g.pos && g.err == nil {
+		g.cond.Wait()
+	}
+	if g.prefix <= g.pos {
+		err := g.err
+		g.mu.Unlock()
+		return 0, err
+	}
+	if g.f == nil {
+		f, err := os.Open(g.path)
+		if err != nil {
+			g.mu.Unlock()
+			return 0, err
+		}
+		g.f = f
+	}
+	f, pos, want := g.f, g.pos, int(min(int64(len(p)), g.prefix-g.pos))
+	g.mu.Unlock()
+	n, err := f.ReadAt(p[:want], pos)
+	if errors.Is(err, io.EOF) {
+		// Verified bytes past the file's end are zeros the copy has not
+		// written out yet (it sizes the file when it ends).
+		clear(p[n:want])
+		n, err = want, nil
+	}
+	g.mu.Lock()
+	g.pos += int64(n)
+	g.mu.Unlock()
+	return n, err
+}
+
+// Seek supports what a retried upload needs: the position, and the start.
+func (g *growingImage) Seek(off int64, whence int) (int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case whence == io.SeekCurrent && off == 0:
+	case whence == io.SeekStart && off >= 0 && off <= g.size:
+		g.pos = off
+	default:
+		return 0, fmt.Errorf("growing image: unsupported seek (%d, %d)", off, whence)
+	}
+	return g.pos, nil
+}
+
+func (g *growingImage) Close() error {
+	g.stopAt()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.f != nil {
+		return g.f.Close()
+	}
+	return nil
+}
+
+// lastUpload is the upload of the disk still copying.
+type lastUpload struct {
+	i      int
+	dest   string
+	img    *growingImage
+	cancel context.CancelFunc
+	done   chan error
+	// route is the way the upload took (UploadRequest.Route).
+	route string
+}
+
+// startLastUpload starts sending disk i, the last one still copying,
+// when it qualifies (see above); nil when it does not or CDI is not
+// ready for it, leaving the disk to Importing.
+func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *lastUpload {
+	d := &r.rec().Disks[i]
+	dest := r.spec.stagedPath(i)
+	if !r.pipelined() || d.onChain() || d.Uploaded || d.Imported || r.spec.artifactPath(i) != dest {
+		return nil
+	}
+	prefix := watch.verifiedPrefix(dest)
+	if prefix < d.SizeBytes/8 {
+		return nil // too little copied to tell whether the disk is dense
+	}
+	var data int64
+	f, err := os.Open(dest)
+	if err != nil {
+		return nil
+	}
+	err = sparsefile.Walk(f, 0, prefix, func(_, n int64, isData bool) error {
+		if isData {
+			data += n
+		}
+		return nil
+	})
+	f.Close()
+	if err != nil || data < prefix-prefix/qcow2MinSaving {
+		return nil
+	}
+	if err := r.importDisk(ctx, i, importCreated); err != nil {
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copies (%v); Importing sends it", i, err)})
+		return nil
+	}
+	if err := r.waitUploadReady(ctx, i); err != nil {
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copies (%v); Importing sends it", i, err)})
+		return nil
+	}
+	// What is being sent, before it leaves; its SHA-256 is the copy's,
+	// known when the copy ends.
+	d.UploadFormat, d.UploadBytes, d.UploadSHA256 = string(convert.Raw), d.SizeBytes, ""
+	if err := r.save(ctx); err != nil {
+		return nil
+	}
+	uctx, cancel := context.WithCancel(ctx)
+	lu := &lastUpload{i: i, dest: dest, img: watch.follow(uctx, dest, d.SizeBytes), cancel: cancel, done: make(chan error, 1)}
+	size := d.SizeBytes
+	req := UploadRequest{
+		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: dest, Size: size, Body: lu.img,
+		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
+		ServerName: r.spec.Transport.UploadProxyServerName,
+		// From the upload's goroutine: the phase is given.
+		Progress: r.uploadProgress(i, size, PhasePreparing, fmt.Sprintf("disk %d, sent as it copies", i)),
+		// Also from the upload's goroutine: read once done is.
+		Route: func(route string) {
+			lu.route = route
+			r.emit(Event{Kind: EventInfo, Phase: PhasePreparing, Message: fmt.Sprintf("disk %d: uploading through %s", i, route)})
+		},
+	}
+	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image to DataVolume %s as its copy is verified", i, d.DataVolume)})
+	go func() { lu.done <- r.e.deps.Uploader.Upload(uctx, req) }()
+	return lu
+}
+
+// finish ends the last disk's upload once its copy has ended (copyErr),
+// on the goroutine that owns the record, and records Uploaded when both
+// succeeded.
+func (r *run) finishLastUpload(ctx context.Context, lu *lastUpload, copyErr error) {
+	d := &r.rec().Disks[lu.i]
+	if copyErr != nil {
+		lu.img.stop(copyErr)
+		lu.cancel()
+	}
+	err := <-lu.done
+	lu.cancel()
+	lu.img.Close()
+	switch {
+	case copyErr == nil && err == nil:
+		d.Uploaded, d.UploadSHA256, d.UploadRoute = true, d.SourceSHA256, lu.route
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: its image reached DataVolume %s as its copy ended", lu.i, d.DataVolume)})
+	case copyErr != nil && err == nil:
+		// The whole image left, but the copy did not complete: the
+		// DataVolume must not count as imported.
+		if derr := r.e.deps.Kube.DeleteDataVolume(context.WithoutCancel(ctx), r.spec.Namespace, d.DataVolume); derr == nil {
+			d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = "", false, "", ""
+		}
+	case ctx.Err() == nil:
+		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copied (%v); Importing sends it", lu.i, err)})
+	}
+}
+
+// waitUploadReady waits until CDI's upload pod for disk i's DataVolume
+// is ready.
+func (r *run) waitUploadReady(ctx context.Context, i int) error {
+	d := &r.rec().Disks[i]
+	wait := r.poller()
+	for {
+		dv, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, d.DataVolume)
+		if err != nil {
+			return err
+		}
+		if string(dv.UID) != d.DataVolumeUID || dv.Spec.Source == nil || dv.Spec.Source.Upload == nil {
+			return fmt.Errorf("DataVolume %s changed", d.DataVolume)
+		}
+		switch dvKind(dv.Status.Phase) {
+		case dvUploadReady:
+			return nil
+		case dvPreparing, dvAwaitingConsumer:
+			// CDI is preparing its upload pod.
+		default:
+			return fmt.Errorf("DataVolume %s is %s", d.DataVolume, dv.Status.Phase)
+		}
+		if err := wait(ctx); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package guestslot
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Two slots: two holders get one each, a third waits until one frees its
+// slot, and a waiter whose context ends gets an error naming the folder.
+func TestAcquire(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	r1, err := acquire(ctx, dir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := acquire(ctx, dir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer cancel()
+	if _, err := acquire(short, dir, 2); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("a third holder: %v, want a deadline error naming %s", err, dir)
+	}
+	got := make(chan error, 1)
+	go func() {
+		r3, err := acquire(ctx, dir, 2)
+		if err == nil {
+			r3()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a third holder got a slot while two were held: %v", err)
+	case <-time.After(2 * pollInterval):
+	}
+	r1()
+	r1() // a second release is harmless
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	r2()
+}
+
+// A slot held by another process is not free, and a process that dies
+// frees it.
+func TestAcquireAcrossProcesses(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Fatalf("flock (util-linux) is needed: %v", err)
+	}
+	// flock(1) takes the same kind of lock on the shell's descriptor 9 of
+	// slot-0, which the shell, become sleep, then holds.
+	holder := exec.Command("sh", "-c", `exec 9>"$1" && flock -x 9 && exec sleep 300`, "sh", filepath.Join(dir, "slot-0"))
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "slot-0")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("flock never created the slot file")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Give flock(1) the lock before trying (it creates the file first).
+	var held bool
+	for !held && time.Now().Before(deadline) {
+		f, err := tryLock(filepath.Join(dir, "slot-0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == nil {
+			held = true
+		} else {
+			f.Close()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !held {
+		t.Fatal("the other process never held slot-0")
+	}
+	short, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if _, err := acquire(short, dir, 1); err == nil {
+		t.Fatal("got the slot another process holds")
+	}
+	holder.Process.Kill()
+	_ = holder.Wait()
+	release, err := acquire(context.Background(), dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+}
+
+func TestSlots(t *testing.T) {
+	t.Setenv(EnvSlots, "3")
+	if Slots() != 3 {
+		t.Errorf("Slots with $%s=3: %d", EnvSlots, Slots())
+	}
+	t.Setenv(EnvSlots, "zero")
+	if Slots() < 2 {
+		t.Errorf("default Slots %d, want at least 2", Slots())
+	}
+	t.Setenv(EnvDir, "/x/y")
+	if Dir() != "/x/y" {
+		t.Errorf("Dir %q", Dir())
+	}
+}
