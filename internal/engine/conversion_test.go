@@ -2,55 +2,68 @@ package engine_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestslot"
 )
 
-// TestConversionIsACheckpoint interrupts a migration while the real
-// virt-v2v converts the guest, and runs again with a new engine: the
-// conversion runs again from the unchanged copied image (its leftover
+// TestConversionIsACheckpoint interrupts a migration while virt-v2v
+// converts the guest (a stand-in that writes into the disk it was given,
+// then works until it is stopped), and runs again with a new engine: the
+// conversion runs again from the unchanged copied image (its half-written
 // copy is replaced, never imported), once it finished it is never run
 // again, and the DataVolume receives the converted image, whose SHA-256
-// differs from the source's and is recorded with what virt-v2v saw.
+// differs from the source's and is recorded with what virt-v2v saw. The
+// real virt-v2v converting and booting the real guest is
+// convert.TestV2VDebian and provider.TestAccRealGuestConvertedBoots.
 func TestConversionIsACheckpoint(t *testing.T) {
-	img := testguest.Image(t)
+	// The disk is virt-v2v's last argument (-i disk -if raw PATH). The first
+	// run leaves the disk half converted and waits to be stopped; the
+	// second converts it whole.
+	runs := fakeV2VTools(t, `for disk; do :; done
+echo '{ "message": "Inspecting the source", "timestamp": "", "type": "message" }'
+printf 'half-converted' | dd of="$disk" bs=1 seek=8192 conv=notrunc status=none
+if [ "$n" = 0 ]; then sleep 600 & wait; fi
+printf 'converted-to-kvm' | dd of="$disk" bs=1 seek=4096 conv=notrunc status=none
+echo '{ "message": "Converting Debian GNU/Linux 12 (bookworm) to run on KVM", "timestamp": "", "type": "message" }'
+`)
 	e := newEnv(t)
-	fi, err := os.Stat(img)
+	_, files := e.host.AddVM(t, esxisim.VMSpec{Name: "guest01", GuestOS: "debian12-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: 8 << 20, Thin: true, Content: []esxisim.Extent{{Offset: 0, Length: 1 << 20, Seed: 11}}}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}}})
+	spec := e.spec("guest01", "guest01")
+	spec.Conversion = engine.ConversionVirtV2V
+	sourceSHA, err := convert.FileSHA256(files.Disks[0].LocalFlat)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, files := e.host.AddVM(t, esxisim.VMSpec{Name: "guest01", GuestOS: "debian12-64",
-		Disks: []esxisim.DiskSpec{{CapacityBytes: fi.Size(), Thin: true, Content: []esxisim.Extent{}}},
-		NICs:  []esxisim.NICSpec{{Network: "VM Network"}}})
-	if err := convert.CopySparse(img, files.Disks[0].LocalFlat); err != nil {
-		t.Fatal(err)
-	}
-	spec := e.spec("guest01", "guest01")
-	spec.Conversion = engine.ConversionVirtV2V
-	spec.Validation = engine.Validation{Timeout: time.Minute}
 
-	var starts atomic.Int32
+	// Stop the run once virt-v2v has written into its copy.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stop := func(ev engine.Event) {
-		if strings.HasPrefix(ev.Message, "converting the guest") && starts.Add(1) == 1 {
-			// virt-v2v is starting: stop the run while it works.
-			go func() { time.Sleep(15 * time.Second); cancel() }()
+		if strings.HasPrefix(ev.Message, "converting the guest") {
+			go func() {
+				for i := 0; i < 200 && !halfWritten(spec.WorkDir); i++ {
+					time.Sleep(50 * time.Millisecond)
+				}
+				cancel()
+			}()
 		}
 	}
 	e.onEvent.Store(&stop)
 	rec, err := e.engine().Run(ctx, spec)
+	e.onEvent.Store(nil)
 	var se *engine.StopError
 	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != engine.PhaseConverting {
 		t.Fatalf("first Run = %v, want an interruption in Converting", err)
@@ -58,25 +71,31 @@ func TestConversionIsACheckpoint(t *testing.T) {
 	if rec.Conversion != nil || rec.Disks[0].ConvertedSHA256 != "" {
 		t.Fatalf("an interrupted conversion was recorded: %+v", rec.Conversion)
 	}
-	sourceSHA := rec.Disks[0].SourceSHA256
+	if rec.Disks[0].SourceSHA256 != sourceSHA {
+		t.Fatalf("copied %s, source is %s", rec.Disks[0].SourceSHA256, sourceSHA)
+	}
 
-	// virt-v2v under TCG takes as long as the machine lets it: the run is
-	// bounded by the test's deadline, and virt-v2v by its own watchdog.
-	rec, err = e.engine().Run(testguest.Context(t), spec)
-	e.onEvent.Store(nil)
+	rec, err = e.engine().Run(e.ctx(2*time.Minute), spec)
 	if err != nil || rec.Phase != engine.PhaseCompleted {
 		t.Fatalf("second Run = %v in %s", err, rec.Phase)
 	}
-	if n := starts.Load(); n != 2 {
-		t.Errorf("virt-v2v started %d times, want 2 (once cut short, once to the end)", n)
+	if b, _ := os.ReadFile(runs); strings.TrimSpace(string(b)) != "2" {
+		t.Errorf("virt-v2v-in-place ran %q times, want 2 (once cut short, once to the end)", b)
 	}
 	d := rec.Disks[0]
 	c := rec.Conversion
-	if c == nil || c.Tool != "virt-v2v-in-place" || c.OS.Distro != "debian" || c.OS.Type != "linux" || c.Accelerator == "" || c.Seconds <= 0 {
+	if c == nil || c.Tool != "virt-v2v-in-place" || c.OS.Distro != "debian" || c.OS.Type != "linux" ||
+		c.Converted != "Converting Debian GNU/Linux 12 (bookworm) to run on KVM" {
 		t.Fatalf("conversion evidence %+v", c)
 	}
 	if d.SourceSHA256 != sourceSHA || d.ConvertedSHA256 == "" || d.ConvertedSHA256 == sourceSHA || d.ArtifactSHA256 != d.ConvertedSHA256 {
 		t.Errorf("checksums: source %s (was %s), converted %s, artifact %s", d.SourceSHA256, sourceSHA, d.ConvertedSHA256, d.ArtifactSHA256)
+	}
+	// What the DataVolume received is the whole conversion, not the
+	// half-written copy of the first run.
+	want := wholeConversion(t, files.Disks[0].LocalFlat)
+	if d.ConvertedSHA256 != want {
+		t.Errorf("converted image %s, want %s (the source with the second run's write)", d.ConvertedSHA256, want)
 	}
 	if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.ConvertedSHA256 {
 		t.Errorf("the DataVolume received %s, want the converted image %s", got, d.ConvertedSHA256)
@@ -89,9 +108,42 @@ func TestConversionIsACheckpoint(t *testing.T) {
 		t.Errorf("the source disk changed: %s, %v (copied %s)", sum, err, sourceSHA)
 	}
 	// Completed: applying again converts nothing.
-	if rec, err = e.engine().Run(e.ctx(time.Minute), spec); err != nil || rec.Phase != engine.PhaseCompleted || starts.Load() != 2 {
-		t.Errorf("third Run = %v in %s after %d conversions", err, rec.Phase, starts.Load())
+	if rec, err = e.engine().Run(e.ctx(time.Minute), spec); err != nil || rec.Phase != engine.PhaseCompleted {
+		t.Errorf("third Run = %v in %s", err, rec.Phase)
 	}
+	if b, _ := os.ReadFile(runs); strings.TrimSpace(string(b)) != "2" {
+		t.Errorf("virt-v2v-in-place ran %q times after Completed, want 2", b)
+	}
+}
+
+// halfWritten reports whether a conversion copy under workDir holds the
+// first run's partial write.
+func halfWritten(workDir string) bool {
+	copies, _ := filepath.Glob(filepath.Join(workDir, "*", "*", "*"+convert.TmpSuffix))
+	for _, c := range copies {
+		b := make([]byte, 14)
+		if f, err := os.Open(c); err == nil {
+			_, _ = f.ReadAt(b, 8192)
+			f.Close()
+			if string(b) == "half-converted" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wholeConversion is the SHA-256 of the source disk with only the
+// second run's write applied.
+func wholeConversion(t *testing.T, source string) string {
+	t.Helper()
+	b, err := os.ReadFile(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b[4096:], "converted-to-kvm")
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // fakeV2VTools puts stand-ins for virt-v2v's tools first in PATH: the
