@@ -28,12 +28,14 @@ import (
 // convert.TestV2VDebian and provider.TestAccRealGuestConvertedBoots.
 func TestConversionIsACheckpoint(t *testing.T) {
 	// The disk is virt-v2v's last argument (-i disk -if raw PATH). The first
-	// run leaves the disk half converted and waits to be stopped; the
-	// second converts it whole.
+	// run half converts the disk and waits to be stopped; the second
+	// converts it whole, and must be given a fresh copy.
 	runs := fakeV2VTools(t, `for disk; do :; done
 echo '{ "message": "Inspecting the source", "timestamp": "", "type": "message" }'
-printf 'half-converted' | dd of="$disk" bs=1 seek=8192 conv=notrunc status=none
-if [ "$n" = 0 ]; then sleep 600 & wait; fi
+if [ "$n" = 0 ]; then
+	printf 'half-converted' | dd of="$disk" bs=1 seek=8192 conv=notrunc status=none
+	sleep 600 & wait
+fi
 printf 'converted-to-kvm' | dd of="$disk" bs=1 seek=4096 conv=notrunc status=none
 echo '{ "message": "Converting Debian GNU/Linux 12 (bookworm) to run on KVM", "timestamp": "", "type": "message" }'
 `)
@@ -95,7 +97,7 @@ echo '{ "message": "Converting Debian GNU/Linux 12 (bookworm) to run on KVM", "t
 	// half-written copy of the first run.
 	want := wholeConversion(t, files.Disks[0].LocalFlat)
 	if d.ConvertedSHA256 != want {
-		t.Errorf("converted image %s, want %s (the source with the second run's write)", d.ConvertedSHA256, want)
+		t.Errorf("converted image %s, want %s (a fresh copy of the source with the second run's write only)", d.ConvertedSHA256, want)
 	}
 	if got, ok := e.sim.ReceivedSHA256(e.ns, d.DataVolume); !ok || got != d.ConvertedSHA256 {
 		t.Errorf("the DataVolume received %s, want the converted image %s", got, d.ConvertedSHA256)
