@@ -2,25 +2,27 @@
 // VMware ESXi host to KubeVirt, cold or warm (prepare_warm.go).
 //
 // A migration is a sequence of reconciliation checkpoints, not a script.
-// The phases are data (see the step table in run.go): Pending,
-// Discovering, Validated, Preparing, Converting, Importing, CreatingVM,
-// Starting, Validating and Completed, plus the stop states Retryable,
-// ManualInterventionRequired and Failed. Every step observes the real
+// The phases are data: an itinerary per mode (run.go), each listing the
+// same checkpoints in the same order, so that a stored phase means the
+// same point on every itinerary: Pending, Discovering, Validated,
+// Preparing, Converting, Importing, CreatingVM, Starting, Validating and
+// Completed, plus the stop states Retryable, ManualInterventionRequired
+// and Failed. Every step observes the real
 // systems first, decides, acts, and records what it saw; the phase advances
 // only after the step's goal has been observed, and the evidence and the new
 // phase are written in one update of the durable record ("record before you
 // advance").
 //
 // Each checkpoint's step, with what it observes, does and records, is in
-// the file named for it; Run, the step table and the loop that drives the
-// steps are in run.go:
+// the file named for it; Run, the itineraries and the loop that drives
+// them are in run.go:
 //
 //	Pending      run.go (stepPending)
 //	Discovering  discover.go
 //	Validated    validate.go; the claim of the source in claim.go
-//	Preparing    prepare_power.go: the step and the power-off guard;
+//	Preparing    prepare_power.go: the cold step and the power-off guard;
 //	             prepare_copy.go: the copy of every disk and its checksums;
-//	             prepare_warm.go: the warm precopy and cutover
+//	             prepare_warm.go: the warm step, its precopy and cutover
 //	Converting   convert.go
 //	Importing    import.go; DataVolume phases in datavolume.go, the
 //	             uploader in upload.go

@@ -12,29 +12,38 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
-// stepPrepare makes sure the source is off (per policy, decided once) and
-// every disk has been copied intact.
-func (r *run) stepPrepare(ctx context.Context) error {
-	vm, err := r.observeSource(ctx)
+// stepPrepareCold is Preparing for a cold migration: it makes sure the
+// source is off (per policy, decided once), then that every disk has been
+// copied intact.
+func (r *run) stepPrepareCold(ctx context.Context) error {
+	vm, err := r.prepareSource(ctx)
 	if err != nil {
 		return err
-	}
-	// Records validated before claims existed, or a claim deleted by hand.
-	if err := r.claimSource(ctx, vm); err != nil {
-		return err
-	}
-	// The space check again, on what is staged now (a resumed copy needs
-	// only the rest), before the source is touched.
-	if c := r.spec.spaceCheck(r.rec().Disks, vm); !c.Passed {
-		return needsHuman("WorkDirFull", c.Message, "free space on the file system of "+r.spec.WorkDir+", or set work_dir to a larger one, then run apply again", nil)
-	}
-	if r.spec.warm() {
-		return r.stepPrepareWarm(ctx, vm)
 	}
 	if err := r.ensurePoweredOff(ctx, vm); err != nil {
 		return err
 	}
 	return r.copyDisks(ctx)
+}
+
+// prepareSource is what Preparing observes first in every mode: the
+// source as it is now, claimed by this migration, with room for its
+// copies in work_dir.
+func (r *run) prepareSource(ctx context.Context) (*esxi.VM, error) {
+	vm, err := r.observeSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Records validated before claims existed, or a claim deleted by hand.
+	if err := r.claimSource(ctx, vm); err != nil {
+		return nil, err
+	}
+	// The space check again, on what is staged now (a resumed copy needs
+	// only the rest), before the source is touched.
+	if c := r.spec.spaceCheck(r.rec().Disks, vm); !c.Passed {
+		return nil, needsHuman("WorkDirFull", c.Message, "free space on the file system of "+r.spec.WorkDir+", or set work_dir to a larger one, then run apply again", nil)
+	}
+	return vm, nil
 }
 
 // powerAct is what the power-off guard does next.

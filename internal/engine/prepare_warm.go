@@ -574,8 +574,12 @@ func (r *run) warmCutover(ctx context.Context) error {
 
 // stepPrepareWarm is Preparing for a warm migration: the precopy while
 // the source runs, then the power-off decision, then the cutover copy.
-func (r *run) stepPrepareWarm(ctx context.Context, vm *esxi.VM) error {
-	vm, err := r.warmPrecopy(ctx, vm)
+func (r *run) stepPrepareWarm(ctx context.Context) error {
+	vm, err := r.prepareSource(ctx)
+	if err != nil {
+		return err
+	}
+	vm, err = r.warmPrecopy(ctx, vm)
 	if err != nil {
 		return err
 	}

@@ -15,19 +15,37 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
-// step is one checkpoint: run observes, decides, acts and records evidence,
-// and returns nil only once the checkpoint's goal has been observed.
-type step struct {
+// checkpoint is one step of an itinerary: run observes, decides, acts and
+// records evidence, and returns nil only once the checkpoint's goal has
+// been observed.
+type checkpoint struct {
 	phase Phase
 	run   func(r *run, ctx context.Context) error
 }
 
-// steps is the migration, in order.
-var steps = []step{
+// coldItinerary is a cold migration: the source is powered off before its
+// disks are copied.
+var coldItinerary = []checkpoint{
 	{PhasePending, (*run).stepPending},
 	{PhaseDiscovering, (*run).stepDiscover},
 	{PhaseValidated, (*run).stepValidate},
-	{PhasePreparing, (*run).stepPrepare},
+	{PhasePreparing, (*run).stepPrepareCold},
+	{PhaseConverting, (*run).stepConvert},
+	{PhaseImporting, (*run).stepImport},
+	{PhaseCreatingVM, (*run).stepCreateVM},
+	{PhaseStarting, (*run).stepStart},
+	{PhaseValidating, (*run).stepValidateGuest},
+	{PhaseCompleted, (*run).stepComplete},
+}
+
+// warmItinerary is a warm migration: the same checkpoints, but Preparing
+// copies while the source runs and powers it off only for the last delta,
+// and Completed also removes the migration's snapshots.
+var warmItinerary = []checkpoint{
+	{PhasePending, (*run).stepPending},
+	{PhaseDiscovering, (*run).stepDiscover},
+	{PhaseValidated, (*run).stepValidate},
+	{PhasePreparing, (*run).stepPrepareWarm},
 	{PhaseConverting, (*run).stepConvert},
 	{PhaseImporting, (*run).stepImport},
 	{PhaseCreatingVM, (*run).stepCreateVM},
@@ -36,15 +54,27 @@ var steps = []step{
 	{PhaseCompleted, (*run).stepCompleteWarm},
 }
 
-func stepIndex(p Phase) int {
-	return slices.IndexFunc(steps, func(s step) bool { return s.phase == p })
+// itinerary is the route a migration takes: warm when it was asked for,
+// or when the record holds warm evidence (a migration never changes mode
+// mid-flight, and a warm one's snapshots must be removed at the end).
+// Every itinerary passes the same phases in the same order, so a stored
+// record's phase means the same point on any of them.
+func itinerary(spec Spec, rec *Record) []checkpoint {
+	if spec.warm() || (rec != nil && rec.Warm != nil) {
+		return warmItinerary
+	}
+	return coldItinerary
+}
+
+func checkpointIndex(route []checkpoint, p Phase) int {
+	return slices.IndexFunc(route, func(c checkpoint) bool { return c.phase == p })
 }
 
 // Phases returns the checkpoints in order.
 func Phases() []Phase {
-	out := make([]Phase, len(steps))
-	for i, s := range steps {
-		out[i] = s.phase
+	out := make([]Phase, len(coldItinerary))
+	for i, c := range coldItinerary {
+		out[i] = c.phase
 	}
 	return out
 }
@@ -293,28 +323,33 @@ func (r *run) sourceLabel() string {
 	return fmt.Sprintf("VM %q on %s", name, r.spec.Host)
 }
 
-// loop runs the step table from the record's phase.
+// loop runs the migration's itinerary from the record's phase.
 func (r *run) loop(ctx context.Context) (Record, error) {
 	for {
 		rec := r.rec()
-		idx := stepIndex(rec.Phase)
+		route := itinerary(r.spec, rec)
+		idx := checkpointIndex(route, rec.Phase)
 		if idx < 0 {
 			return *rec, r.stopError(rec.Phase, PhaseFailed, "UnknownPhase",
 				fmt.Sprintf("the record is in phase %q, which this version of the provider does not know", rec.Phase),
 				"upgrade the provider, or forget this migration and start over", nil)
 		}
-		st := steps[idx]
+		st := route[idx]
 		if st.phase == PhaseCompleted {
 			if c, ok := rec.Condition(CondReady); ok && c.Status {
 				return *rec, nil
 			}
+		}
+		// A cancelled apply starts no new checkpoint.
+		if err := ctx.Err(); err != nil {
+			return r.interrupted(ctx, st.phase, err)
 		}
 		if err := r.hostSlot(ctx, st.phase); err != nil {
 			return r.interrupted(ctx, st.phase, err)
 		}
 		err := st.run(r, ctx)
 		if err == nil {
-			err = r.advance(ctx, idx)
+			err = r.advance(ctx, route, idx)
 			if err == nil {
 				if st.phase == PhaseCompleted {
 					return *r.rec(), nil
@@ -330,9 +365,9 @@ func (r *run) loop(ctx context.Context) (Record, error) {
 
 // advance records the step's success and moves to the next checkpoint in
 // one write.
-func (r *run) advance(ctx context.Context, idx int) error {
+func (r *run) advance(ctx context.Context, route []checkpoint, idx int) error {
 	rec := r.rec()
-	st := steps[idx]
+	st := route[idx]
 	now := r.now()
 	rec.Attempts = 0
 	rec.Reason, rec.Message, rec.Action, rec.RetryPhase = "", "", "", ""
@@ -346,7 +381,7 @@ func (r *run) advance(ctx context.Context, idx int) error {
 		r.emit(Event{Kind: EventPhase, Phase: PhaseCompleted, Message: "migration completed"})
 		return nil
 	}
-	next := steps[idx+1].phase
+	next := route[idx+1].phase
 	rec.Phase = next
 	if err := r.save(ctx); err != nil {
 		rec.Phase = st.phase
