@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/homedir"
 )
 
 // Attribute names of the connection settings, as the provider's schema
@@ -254,7 +256,7 @@ func (c Config) fromKubeconfig(overrides *clientcmd.ConfigOverrides) (*rest.Conf
 	var looked string
 	switch {
 	case c.ConfigPath != "":
-		p, err := expandHome(c.ConfigPath)
+		p, err := homedir.Expand(c.ConfigPath)
 		if err != nil {
 			return nil, &ConfigError{Attribute: AttrConfigPath, Detail: "cannot expand ~", Err: err}
 		}
@@ -266,7 +268,7 @@ func (c Config) fromKubeconfig(overrides *clientcmd.ConfigOverrides) (*rest.Conf
 	case len(paths) > 0:
 		pathAttr = AttrConfigPaths
 		for _, p := range paths {
-			e, err := expandHome(p)
+			e, err := homedir.Expand(p)
 			if err != nil {
 				return nil, &ConfigError{Attribute: AttrConfigPaths, Detail: "cannot expand ~", Err: err}
 			}
@@ -330,15 +332,4 @@ func contextNames(cfg *clientcmdapi.Config) string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
-}
-
-func expandHome(p string) (string, error) {
-	if p != "~" && !strings.HasPrefix(p, "~/") {
-		return p, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(home, strings.TrimPrefix(p, "~")), nil
 }

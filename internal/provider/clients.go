@@ -32,23 +32,11 @@ func newClients(s settings) (*clients, diag.Diagnostics) {
 	c := &clients{
 		settings: s,
 		esxi:     esxi.NewRegistry(nil),
-		kube:     kube.New(s.Kubernetes.kubeConfig()),
+		kube:     kube.New(s.Kubernetes),
 		progress: map[string]func(engine.Event){},
 	}
 	for _, h := range s.Hosts {
-		_, err := c.esxi.Add(esxi.HostConfig{
-			Name:                  h.Name,
-			Address:               h.Address,
-			Port:                  h.Port,
-			User:                  h.User,
-			Password:              h.Password,
-			PrivateKeyPEM:         h.PrivateKeyPEM,
-			HostKeyFingerprint:    h.HostKeyFingerprint,
-			KnownHostsFile:        h.KnownHostsFile,
-			InsecureIgnoreHostKey: h.InsecureIgnoreHostKey,
-			MaxSessions:           h.MaxSessions,
-			StreamsPerDisk:        h.StreamsPerDisk,
-		})
+		_, err := c.esxi.Add(h.HostConfig)
 		if err != nil {
 			diags.AddError("Invalid ESXi host configuration",
 				fmt.Sprintf("ESXi host %q: %v", h.Name, err))

@@ -6,13 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/homedir"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -24,34 +25,14 @@ type settings struct {
 	// drivers ("" for $VIRTIO_WIN, else the Debian location).
 	VirtioWin  string
 	Hosts      []hostSettings
-	Kubernetes kubeSettings
+	Kubernetes kube.Config
 }
 
+// hostSettings is one ESXi host: how to reach it, and how many migrations
+// from it run at once.
 type hostSettings struct {
-	Name                    string
-	Address                 string
-	Port                    int
-	User                    string
-	Password                string
-	PrivateKeyPEM           string
-	HostKeyFingerprint      string
-	KnownHostsFile          string
-	InsecureIgnoreHostKey   bool
-	MaxSessions             int
-	StreamsPerDisk          int
+	esxi.HostConfig
 	MaxConcurrentMigrations int
-}
-
-type kubeSettings struct {
-	ConfigPath           string
-	ConfigPaths          []string
-	ConfigContext        string
-	Host                 string
-	Token                string
-	ClusterCACertificate string
-	ClientCertificate    string
-	ClientKey            string
-	Insecure             bool
 }
 
 // lookupEnv is os.LookupEnv; tests pass their own.
@@ -107,17 +88,19 @@ func (h esxiHostModel) settings(index int, env func(string) (string, bool), fina
 	var diags diag.Diagnostics
 	p := path.Root("esxi_host").AtListIndex(index)
 	hs := hostSettings{
-		Name:                    h.Name.ValueString(),
-		Address:                 h.Address.ValueString(),
-		Port:                    int(int64Or(h.Port, defaultESXiPort)),
-		User:                    stringOr(h.User, env, envESXiUser, defaultESXiUser),
-		Password:                stringOr(h.Password, env, envESXiPassword, ""),
-		PrivateKeyPEM:           stringOr(h.PrivateKey, env, envESXiPrivateKey, ""),
-		HostKeyFingerprint:      h.HostKeyFingerprint.ValueString(),
-		KnownHostsFile:          h.KnownHostsFile.ValueString(),
-		InsecureIgnoreHostKey:   h.InsecureIgnoreHostKey.ValueBool(),
-		MaxSessions:             int(int64Or(h.MaxSessions, defaultMaxSessions)),
-		StreamsPerDisk:          int(int64Or(h.StreamsPerDisk, defaultStreamsPerDisk)),
+		HostConfig: esxi.HostConfig{
+			Name:                  h.Name.ValueString(),
+			Address:               h.Address.ValueString(),
+			Port:                  int(int64Or(h.Port, defaultESXiPort)),
+			User:                  stringOr(h.User, env, envESXiUser, defaultESXiUser),
+			Password:              stringOr(h.Password, env, envESXiPassword, ""),
+			PrivateKeyPEM:         stringOr(h.PrivateKey, env, envESXiPrivateKey, ""),
+			HostKeyFingerprint:    h.HostKeyFingerprint.ValueString(),
+			KnownHostsFile:        h.KnownHostsFile.ValueString(),
+			InsecureIgnoreHostKey: h.InsecureIgnoreHostKey.ValueBool(),
+			MaxSessions:           int(int64Or(h.MaxSessions, defaultMaxSessions)),
+			StreamsPerDisk:        int(int64Or(h.StreamsPerDisk, defaultStreamsPerDisk)),
+		},
 		MaxConcurrentMigrations: int(int64Or(h.MaxConcurrentMigrations, defaultMaxConcurrentMigrations)),
 	}
 	label := hs.Name
@@ -194,7 +177,7 @@ func (h esxiHostModel) settings(index int, env func(string) (string, bool), fina
 				"migrating production VMs.", label))
 	}
 	if final && hs.KnownHostsFile != "" {
-		expanded, err := expandHome(hs.KnownHostsFile)
+		expanded, err := homedir.Expand(hs.KnownHostsFile)
 		if err == nil {
 			_, err = os.Stat(expanded)
 		}
@@ -208,10 +191,10 @@ func (h esxiHostModel) settings(index int, env func(string) (string, bool), fina
 	return hs, diags
 }
 
-func (k kubernetesModel) settings(env func(string) (string, bool)) (kubeSettings, diag.Diagnostics) {
+func (k kubernetesModel) settings(env func(string) (string, bool)) (kube.Config, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	p := path.Root("kubernetes").AtListIndex(0)
-	ks := kubeSettings{
+	ks := kube.Config{
 		ConfigPath:           stringOr(k.ConfigPath, env, envKubeConfigPath, ""),
 		ConfigContext:        stringOr(k.ConfigContext, env, envKubeContext, ""),
 		Host:                 stringOr(k.Host, env, envKubeHost, ""),
@@ -239,26 +222,11 @@ func (k kubernetesModel) settings(env func(string) (string, bool)) (kubeSettings
 		}
 		ks.Insecure = b
 	}
-	for _, e := range ks.kubeConfig().Validate() {
+	for _, e := range ks.Validate() {
 		diags.AddAttributeError(p.AtName(e.Attribute), "Invalid Kubernetes setting",
 			fmt.Sprintf("kubernetes.%s %s (set in the kubernetes block or its environment variable).", e.Attribute, e.Detail))
 	}
 	return ks, diags
-}
-
-// kubeConfig is the settings in the Kubernetes client's terms.
-func (ks kubeSettings) kubeConfig() kube.Config {
-	return kube.Config{
-		ConfigPath:           ks.ConfigPath,
-		ConfigPaths:          ks.ConfigPaths,
-		ConfigContext:        ks.ConfigContext,
-		Host:                 ks.Host,
-		Token:                ks.Token,
-		ClusterCACertificate: ks.ClusterCACertificate,
-		ClientCertificate:    ks.ClientCertificate,
-		ClientKey:            ks.ClientKey,
-		Insecure:             ks.Insecure,
-	}
 }
 
 func stringOr(v types.String, env func(string) (string, bool), envName, def string) string {
@@ -278,15 +246,4 @@ func int64Or(v types.Int64, def int64) int64 {
 		return def
 	}
 	return v.ValueInt64()
-}
-
-func expandHome(p string) (string, error) {
-	if p != "~" && !strings.HasPrefix(p, "~/") {
-		return p, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(home, strings.TrimPrefix(p, "~")), nil
 }
