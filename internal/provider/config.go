@@ -117,7 +117,15 @@ func (h esxiHostModel) settings(index int, env func(string) (string, bool), fina
 				"session counted against max_sessions: lower streams_per_disk or raise max_sessions.", label, hs.StreamsPerDisk, hs.MaxSessions))
 	}
 
-	// Credentials. An unknown value (from another resource) counts as set.
+	diags.Append(h.checkCredentials(p, label, hs)...)
+	diags.Append(h.checkHostKey(p, label, &hs, env, final)...)
+	return hs, diags
+}
+
+// checkCredentials: a password or a private key, and a key the provider
+// can use. An unknown value (from another resource) counts as set.
+func (h esxiHostModel) checkCredentials(p path.Path, label string, hs hostSettings) diag.Diagnostics {
+	var diags diag.Diagnostics
 	credsUnknown := h.Password.IsUnknown() || h.PrivateKey.IsUnknown()
 	if hs.Password == "" && hs.PrivateKeyPEM == "" && !credsUnknown {
 		diags.AddAttributeError(p, "No credentials for ESXi host",
@@ -144,8 +152,14 @@ func (h esxiHostModel) settings(index int, env func(string) (string, bool), fina
 					"ed25519 client keys. If login fails, use an ECDSA or RSA (2048 bits or more) key.", label))
 		}
 	}
+	return diags
+}
 
-	// Host key verification: exactly one way, or a loud opt-out.
+// checkHostKey: exactly one way to verify the host's key, or a loud
+// opt-out. It fills hs.KnownHostsFile from the environment when nothing is
+// set, and expands it (final only).
+func (h esxiHostModel) checkHostKey(p path.Path, label string, hs *hostSettings, env func(string) (string, bool), final bool) diag.Diagnostics {
+	var diags diag.Diagnostics
 	if hs.KnownHostsFile == "" && hs.HostKeyFingerprint == "" && !hs.InsecureIgnoreHostKey && !h.HostKeyFingerprint.IsUnknown() && !h.KnownHostsFile.IsUnknown() {
 		hs.KnownHostsFile, _ = env(envESXiKnownHosts)
 	}
@@ -188,7 +202,7 @@ func (h esxiHostModel) settings(index int, env func(string) (string, bool), fina
 		}
 		hs.KnownHostsFile = expanded
 	}
-	return hs, diags
+	return diags
 }
 
 func (k kubernetesModel) settings(env func(string) (string, bool)) (kube.Config, diag.Diagnostics) {

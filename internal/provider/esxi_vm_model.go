@@ -197,37 +197,7 @@ func newVMModel(vm esxi.VM) vmModel {
 		Problems:        []types.String{},
 	}
 	for _, d := range vm.Disks {
-		m.Disks = append(m.Disks, diskModel{
-			Device:          types.StringValue(d.Device),
-			Bus:             types.StringValue(d.Bus),
-			ControllerType:  types.StringValue(d.ControllerType),
-			DescriptorPath:  types.StringValue(d.DescriptorPath),
-			DataPath:        types.StringValue(d.DataPath),
-			CapacityBytes:   types.Int64Value(d.CapacityBytes),
-			Thin:            types.BoolValue(d.Thin),
-			OnSnapshotDelta: types.BoolValue(d.OnSnapshotDelta),
-			Mode:            types.StringValue(d.Mode),
-			Independent:     types.BoolValue(d.Independent),
-			RDM:             types.BoolValue(d.RDM),
-			SnapshotChain:   []chainLinkModel{},
-			ChainCopyBytes:  types.Int64Value(0),
-			ChainProblems:   []types.String{},
-		})
-		if ch := d.Chain; ch != nil {
-			dm := &m.Disks[len(m.Disks)-1]
-			dm.ChainCopyBytes = types.Int64Value(ch.CopyBytes)
-			for _, l := range ch.Links {
-				dm.SnapshotChain = append(dm.SnapshotChain, chainLinkModel{
-					DescriptorPath: types.StringValue(l.DescriptorPath), Format: types.StringValue(l.CreateType),
-					CID: types.StringValue(l.CID), ParentCID: types.StringValue(l.ParentCID), ExtentPaths: stringValues(l.ExtentPaths),
-					CapacityBytes: types.Int64Value(l.CapacityBytes), ExtentBytes: types.Int64Value(l.ExtentBytes),
-					AllocatedBytes: types.Int64Value(l.AllocatedBytes), Thin: types.BoolValue(l.Thin),
-				})
-			}
-			for _, p := range ch.Problems {
-				dm.ChainProblems = append(dm.ChainProblems, types.StringValue(p.String()))
-			}
-		}
+		m.Disks = append(m.Disks, newDiskModel(d))
 	}
 	for _, n := range vm.NICs {
 		m.NICs = append(m.NICs, nicModel{
@@ -238,26 +208,67 @@ func newVMModel(vm esxi.VM) vmModel {
 			IPs:         stringValues(n.IPs),
 		})
 	}
-	var walk func(ss []esxi.Snapshot, parent string, depth int)
-	walk = func(ss []esxi.Snapshot, parent string, depth int) {
-		for _, s := range ss {
-			m.Snapshots = append(m.Snapshots, snapshotModel{
-				ID:          types.Int64Value(int64(s.ID)),
-				Name:        types.StringValue(s.Name),
-				Description: types.StringValue(s.Description),
-				Created:     types.StringValue(s.Created),
-				State:       types.StringValue(s.State),
-				Parent:      types.StringValue(parent),
-				Depth:       types.Int64Value(int64(depth)),
-			})
-			walk(s.Children, s.Name, depth+1)
-		}
-	}
-	walk(vm.Snapshots, "", 0)
+	m.Snapshots = appendSnapshots(m.Snapshots, vm.Snapshots, "", 0)
 	for _, p := range vm.Problems {
 		m.Problems = append(m.Problems, types.StringValue(p.String()))
 	}
 	return m
+}
+
+// newDiskModel is one disk as the data source shows it, with its snapshot
+// chain when the inventory read one.
+func newDiskModel(d esxi.Disk) diskModel {
+	dm := diskModel{
+		Device:          types.StringValue(d.Device),
+		Bus:             types.StringValue(d.Bus),
+		ControllerType:  types.StringValue(d.ControllerType),
+		DescriptorPath:  types.StringValue(d.DescriptorPath),
+		DataPath:        types.StringValue(d.DataPath),
+		CapacityBytes:   types.Int64Value(d.CapacityBytes),
+		Thin:            types.BoolValue(d.Thin),
+		OnSnapshotDelta: types.BoolValue(d.OnSnapshotDelta),
+		Mode:            types.StringValue(d.Mode),
+		Independent:     types.BoolValue(d.Independent),
+		RDM:             types.BoolValue(d.RDM),
+		SnapshotChain:   []chainLinkModel{},
+		ChainCopyBytes:  types.Int64Value(0),
+		ChainProblems:   []types.String{},
+	}
+	ch := d.Chain
+	if ch == nil {
+		return dm
+	}
+	dm.ChainCopyBytes = types.Int64Value(ch.CopyBytes)
+	for _, l := range ch.Links {
+		dm.SnapshotChain = append(dm.SnapshotChain, chainLinkModel{
+			DescriptorPath: types.StringValue(l.DescriptorPath), Format: types.StringValue(l.CreateType),
+			CID: types.StringValue(l.CID), ParentCID: types.StringValue(l.ParentCID), ExtentPaths: stringValues(l.ExtentPaths),
+			CapacityBytes: types.Int64Value(l.CapacityBytes), ExtentBytes: types.Int64Value(l.ExtentBytes),
+			AllocatedBytes: types.Int64Value(l.AllocatedBytes), Thin: types.BoolValue(l.Thin),
+		})
+	}
+	for _, p := range ch.Problems {
+		dm.ChainProblems = append(dm.ChainProblems, types.StringValue(p.String()))
+	}
+	return dm
+}
+
+// appendSnapshots flattens a snapshot tree depth first, each entry naming
+// its parent and depth.
+func appendSnapshots(out []snapshotModel, ss []esxi.Snapshot, parent string, depth int) []snapshotModel {
+	for _, s := range ss {
+		out = append(out, snapshotModel{
+			ID:          types.Int64Value(int64(s.ID)),
+			Name:        types.StringValue(s.Name),
+			Description: types.StringValue(s.Description),
+			Created:     types.StringValue(s.Created),
+			State:       types.StringValue(s.State),
+			Parent:      types.StringValue(parent),
+			Depth:       types.Int64Value(int64(depth)),
+		})
+		out = appendSnapshots(out, s.Children, s.Name, depth+1)
+	}
+	return out
 }
 
 func stringValues(ss []string) []types.String {

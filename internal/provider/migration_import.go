@@ -58,9 +58,6 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 	var diags diag.Diagnostics
 	rec := obs.Record
 	d := m.Destination
-	ns := d.Namespace.ValueString()
-	d.StorageClass = types.StringValue("")
-	d.AccessMode, d.VolumeMode = types.StringValue(engine.DefaultAccessMode), types.StringValue(engine.DefaultVolumeMode)
 	// An imported migration keeps the default conversion, so that a
 	// configuration leaving it out does not replace (migrate again) what
 	// was imported; the devices are read from the VM below.
@@ -69,61 +66,91 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 		conv = rec.ConversionMode
 	}
 	m.Conversion = types.StringValue(conv)
+	importedStorage(d, rec, obs.DataVolumes)
+	importedVM(d, rec, obs.VM, conv)
+	importedRecordAttributes(m, rec)
+	s, err := parseSettings(obs.Settings)
+	if err != nil {
+		diags.AddWarning("Import incomplete", fmt.Sprintf("The settings saved with migration %s/%s could not be read (%v): transport, validation and retry are left empty and show as changes in the next plan.", d.Namespace.ValueString(), d.Name.ValueString(), err))
+		return diags
+	}
+	if s != nil {
+		s.apply(m)
+	}
+	return diags
+}
+
+// importedStorage fills the destination's storage attributes from the
+// first disk's DataVolume, or the defaults where it says nothing.
+func importedStorage(d *destModel, rec *engine.Record, dvs []engine.DataVolumeObservation) {
+	d.StorageClass = types.StringValue("")
+	d.AccessMode, d.VolumeMode = types.StringValue(engine.DefaultAccessMode), types.StringValue(engine.DefaultVolumeMode)
+	if len(rec.Disks) == 0 {
+		return
+	}
+	for _, dv := range dvs {
+		if dv.Name != rec.Disks[0].DataVolume {
+			continue
+		}
+		if dv.StorageClass != "" {
+			d.StorageClass = types.StringValue(dv.StorageClass)
+		}
+		if len(dv.AccessModes) > 0 {
+			d.AccessMode = types.StringValue(dv.AccessModes[0])
+		}
+		if dv.VolumeMode != "" {
+			d.VolumeMode = types.StringValue(dv.VolumeMode)
+		}
+	}
+}
+
+// importedVM fills the destination's device, network and label attributes
+// from the VirtualMachine when it is the migration's, or the defaults of
+// the conversion.
+func importedVM(d *destModel, rec *engine.Record, vm engine.VMObservation, conv string) {
 	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus(conv)), types.StringValue(engine.DefaultRunStrategy)
 	d.NICModel, d.Timezone = types.StringValue(engine.DefaultNICModel(conv)), types.StringValue(engine.DefaultTimezone)
-	if len(rec.Disks) > 0 {
-		for _, dv := range obs.DataVolumes {
-			if dv.Name != rec.Disks[0].DataVolume {
-				continue
+	if !vm.Exists || !vm.Ours {
+		return
+	}
+	setIfObserved(&d.RunStrategy, vm.RunStrategy)
+	setIfObserved(&d.DiskBus, vm.DiskBus)
+	setIfObserved(&d.NICModel, vm.NICModel)
+	setIfObserved(&d.Timezone, vm.Timezone)
+	if rec.Source != nil && len(vm.Networks) > 0 {
+		nm := map[string]types.String{}
+		for i, n := range vm.Networks {
+			nic := sourceNICOf(rec.Source.NICs, n, i)
+			switch {
+			case nic == nil:
+			case n.Pod:
+				nm[nic.Network] = types.StringValue(preflight.PodNetwork)
+			case n.Multus != "":
+				nm[nic.Network] = types.StringValue(n.Multus)
 			}
-			if dv.StorageClass != "" {
-				d.StorageClass = types.StringValue(dv.StorageClass)
-			}
-			if len(dv.AccessModes) > 0 {
-				d.AccessMode = types.StringValue(dv.AccessModes[0])
-			}
-			if dv.VolumeMode != "" {
-				d.VolumeMode = types.StringValue(dv.VolumeMode)
-			}
+		}
+		d.NetworkMap = nm
+	}
+	labels := map[string]types.String{}
+	for k, v := range vm.Labels {
+		if !engine.IsOwnLabel(k) {
+			labels[k] = types.StringValue(v)
 		}
 	}
-	if vm := obs.VM; vm.Exists && vm.Ours {
-		if vm.RunStrategy != "" {
-			d.RunStrategy = types.StringValue(vm.RunStrategy)
-		}
-		if vm.DiskBus != "" {
-			d.DiskBus = types.StringValue(vm.DiskBus)
-		}
-		if vm.NICModel != "" {
-			d.NICModel = types.StringValue(vm.NICModel)
-		}
-		if vm.Timezone != "" {
-			d.Timezone = types.StringValue(vm.Timezone)
-		}
-		if rec.Source != nil && len(vm.Networks) > 0 {
-			nm := map[string]types.String{}
-			for i, n := range vm.Networks {
-				nic := sourceNICOf(rec.Source.NICs, n, i)
-				switch {
-				case nic == nil:
-				case n.Pod:
-					nm[nic.Network] = types.StringValue(preflight.PodNetwork)
-				case n.Multus != "":
-					nm[nic.Network] = types.StringValue(n.Multus)
-				}
-			}
-			d.NetworkMap = nm
-		}
-		labels := map[string]types.String{}
-		for k, v := range vm.Labels {
-			if !engine.IsOwnLabel(k) {
-				labels[k] = types.StringValue(v)
-			}
-		}
-		if len(labels) > 0 {
-			d.Labels = labels
-		}
+	if len(labels) > 0 {
+		d.Labels = labels
 	}
+}
+
+func setIfObserved(attr *types.String, observed string) {
+	if observed != "" {
+		*attr = types.StringValue(observed)
+	}
+}
+
+// importedRecordAttributes fills what the record itself says (format,
+// mode, power-off policy) and the defaults of what it does not keep.
+func importedRecordAttributes(m *migrationModel, rec *engine.Record) {
 	m.TargetFormat = types.StringValue(engine.DefaultTargetFormat)
 	if len(rec.Disks) > 0 && rec.Disks[0].ArtifactFormat != "" {
 		m.TargetFormat = types.StringValue(rec.Disks[0].ArtifactFormat)
@@ -144,15 +171,6 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 	}
 	m.ShutdownTO = types.StringValue(durationString(engine.DefaultShutdownTimeout))
 	m.DeletePolicy = types.StringValue(string(engine.DefaultDeletePolicy))
-	s, err := parseSettings(obs.Settings)
-	if err != nil {
-		diags.AddWarning("Import incomplete", fmt.Sprintf("The settings saved with migration %s/%s could not be read (%v): transport, validation and retry are left empty and show as changes in the next plan.", ns, d.Name.ValueString(), err))
-		return diags
-	}
-	if s != nil {
-		s.apply(m)
-	}
-	return diags
 }
 
 // sourceNICOf is the source NIC behind the VM's i-th network: the one

@@ -255,9 +255,33 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 	for k, v := range rec.Timestamps.Map() {
 		ts[k] = v.UTC().Format(time.RFC3339)
 	}
+	disks, diags := diskEvidence(ctx, rec.Disks)
+	conds := conditionModels(rec.Conditions)
+	errs := []string{}
+	for _, e := range rec.Errors {
+		errs = append(errs, fmt.Sprintf("%s %s attempt %d (%s): %s",
+			e.Time.UTC().Format(time.RFC3339), e.Phase, e.Attempt, e.Class, e.Message))
+	}
+	var d diag.Diagnostics
+	m.Timestamps, d = types.MapValueFrom(ctx, types.StringType, ts)
+	diags.Append(d...)
+	m.ConversionEvidence, d = types.MapValueFrom(ctx, types.StringType, conv)
+	diags.Append(d...)
+	m.Disks, d = types.ListValueFrom(ctx, diskEvidenceType, nonNil(disks))
+	diags.Append(d...)
+	m.Conditions, d = types.ListValueFrom(ctx, conditionType, nonNil(conds))
+	diags.Append(d...)
+	m.Errors, d = types.ListValueFrom(ctx, types.StringType, errs)
+	diags.Append(d...)
+	return diags
+}
+
+// diskEvidence is the disks attribute: each disk's evidence with its
+// snapshot chain's files.
+func diskEvidence(ctx context.Context, recDisks []engine.DiskEvidence) ([]diskEvidenceModel, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	var disks []diskEvidenceModel
-	for _, d := range rec.Disks {
+	for _, d := range recDisks {
 		chain := []chainFileModel{}
 		for _, f := range d.Chain {
 			chain = append(chain, chainFileModel{Link: types.Int64Value(int64(f.Link)), Kind: types.StringValue(f.Kind),
@@ -280,8 +304,13 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 			DataVolumeUID:   types.StringValue(d.DataVolumeUID),
 		})
 	}
+	return disks, diags
+}
+
+// conditionModels is the conditions attribute, oldest first.
+func conditionModels(cs []engine.Condition) []conditionModel {
 	var conds []conditionModel
-	sorted := append([]engine.Condition(nil), rec.Conditions...)
+	sorted := append([]engine.Condition(nil), cs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time.Before(sorted[j].Time) })
 	for _, c := range sorted {
 		status := "False"
@@ -293,23 +322,7 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 			Reason: types.StringValue(c.Reason), Message: types.StringValue(c.Message),
 		})
 	}
-	errs := []string{}
-	for _, e := range rec.Errors {
-		errs = append(errs, fmt.Sprintf("%s %s attempt %d (%s): %s",
-			e.Time.UTC().Format(time.RFC3339), e.Phase, e.Attempt, e.Class, e.Message))
-	}
-	var d diag.Diagnostics
-	m.Timestamps, d = types.MapValueFrom(ctx, types.StringType, ts)
-	diags.Append(d...)
-	m.ConversionEvidence, d = types.MapValueFrom(ctx, types.StringType, conv)
-	diags.Append(d...)
-	m.Disks, d = types.ListValueFrom(ctx, diskEvidenceType, nonNil(disks))
-	diags.Append(d...)
-	m.Conditions, d = types.ListValueFrom(ctx, conditionType, nonNil(conds))
-	diags.Append(d...)
-	m.Errors, d = types.ListValueFrom(ctx, types.StringType, errs)
-	diags.Append(d...)
-	return diags
+	return conds
 }
 
 // ConversionEvidenceKeys are the keys of the conversion_evidence attribute.
