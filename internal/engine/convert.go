@@ -280,6 +280,39 @@ func (r *run) planFlatten(i int) (*flattenPlan, error) {
 		d.Acquired = false
 		return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the copied snapshot chain of disk %d: %s", i, why)}
 	}
+	chain, err := r.verifiedChain(i, back)
+	if err != nil {
+		return nil, err
+	}
+	// The chain is flattened straight into the staged copy: the journaled
+	// copy reads the guest-visible content through the provider's chain
+	// reader (see convert.FlattenChain for why not qemu-img), hashes it
+	// and leaves zeros as holes in one pass, and resumes after a crash.
+	c, pc, err := convert.OpenPreparedChain(r.spec.stagingDir(), chain)
+	if errors.Is(err, vmdk.ErrCIDMismatch) || errors.Is(err, vmdk.ErrParentMissing) {
+		return nil, needsHuman("ChainInconsistent", fmt.Sprintf("disk %d: the copied snapshot chain cannot be read consistently: %v", i, err),
+			"check the chain on the host (a parent written after its snapshot was taken, or a missing parent); consolidate the snapshots in the host client, then run apply again", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
+	}
+	if pc.CapacityBytes != d.SizeBytes {
+		c.Close()
+		return nil, permanent("ChainSizeMismatch", fmt.Sprintf("disk %d: the flattened chain holds %d bytes, the disk %d", i, pc.CapacityBytes, d.SizeBytes),
+			"report this as a bug with the disk's descriptors", nil)
+	}
+	if err := convert.Remove(r.spec.flattenedPath(i)); err != nil { // left by an earlier version
+		c.Close()
+		return nil, err
+	}
+	return &flattenPlan{i: i, chain: c, disk: disk, staged: staged, chunk: r.chunkSize()}, nil
+}
+
+// verifiedChain is disk i's copied snapshot chain, base first, with every
+// copied file checked against its recorded SHA-256; a file that is missing
+// or differs sends the migration back (back) to copy it again.
+func (r *run) verifiedChain(i int, back func(why string) error) ([]convert.ChainLink, error) {
+	d := &r.rec().Disks[i]
 	links := map[int]*convert.ChainLink{}
 	var order []int
 	for _, f := range d.Chain {
@@ -324,28 +357,7 @@ func (r *run) planFlatten(i int) (*flattenPlan, error) {
 		}
 		chain = append(chain, *l)
 	}
-	// The chain is flattened straight into the staged copy: the journaled
-	// copy reads the guest-visible content through the provider's chain
-	// reader (see convert.FlattenChain for why not qemu-img), hashes it
-	// and leaves zeros as holes in one pass, and resumes after a crash.
-	c, pc, err := convert.OpenPreparedChain(r.spec.stagingDir(), chain)
-	if errors.Is(err, vmdk.ErrCIDMismatch) || errors.Is(err, vmdk.ErrParentMissing) {
-		return nil, needsHuman("ChainInconsistent", fmt.Sprintf("disk %d: the copied snapshot chain cannot be read consistently: %v", i, err),
-			"check the chain on the host (a parent written after its snapshot was taken, or a missing parent); consolidate the snapshots in the host client, then run apply again", err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("disk %d: flattening its snapshot chain: %w", i, err)
-	}
-	if pc.CapacityBytes != d.SizeBytes {
-		c.Close()
-		return nil, permanent("ChainSizeMismatch", fmt.Sprintf("disk %d: the flattened chain holds %d bytes, the disk %d", i, pc.CapacityBytes, d.SizeBytes),
-			"report this as a bug with the disk's descriptors", nil)
-	}
-	if err := convert.Remove(r.spec.flattenedPath(i)); err != nil { // left by an earlier version
-		c.Close()
-		return nil, err
-	}
-	return &flattenPlan{i: i, chain: c, disk: disk, staged: staged, chunk: r.chunkSize()}, nil
+	return chain, nil
 }
 
 // chainContent reads ranges of a snapshot chain's guest-visible content,

@@ -132,12 +132,41 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 	if src == nil {
 		return nil, fmt.Errorf("no source inventory recorded")
 	}
+	disks, vols := renderDisks(s, r.rec().Disks)
+	ifaces, nets, pod, err := renderNetworks(s, src)
+	if err != nil {
+		return nil, err
+	}
+	domain := r.renderDomain(src, disks, ifaces, pod)
 	halted := kubevirtv1.RunStrategyHalted
-	t, f := true, false
+	labels := s.labels()
+	vm := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.Namespace, Name: s.Name, Labels: labels,
+			Annotations: map[string]string{
+				AnnotationSourceHost: r.rec().Identity.Host,
+				AnnotationSourceVM:   r.rec().Identity.VMName,
+			},
+		},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: &halted,
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels)},
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: domain, Networks: nets, Volumes: vols,
+				},
+			},
+		},
+	}
+	return vm, nil
+}
 
+// renderDisks is one disk and one DataVolume volume per migrated disk, in
+// the source's order; the first boots.
+func renderDisks(s Spec, evidence []DiskEvidence) ([]kubevirtv1.Disk, []kubevirtv1.Volume) {
 	var disks []kubevirtv1.Disk
 	var vols []kubevirtv1.Volume
-	for i, d := range r.rec().Disks {
+	for i, d := range evidence {
 		name := fmt.Sprintf("disk-%d", i)
 		disk := kubevirtv1.Disk{Name: name, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBus(s.DiskBus)}}}
 		if i == 0 {
@@ -147,21 +176,24 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 		disks = append(disks, disk)
 		vols = append(vols, kubevirtv1.Volume{Name: name, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: d.DataVolume}}})
 	}
+	return disks, vols
+}
 
-	var ifaces []kubevirtv1.Interface
-	var nets []kubevirtv1.Network
-	pod := false
+// renderNetworks is one interface and network per source NIC, through the
+// network map, keeping each NIC's MAC address. pod says whether one NIC
+// is on the pod network (KubeVirt allows at most one).
+func renderNetworks(s Spec, src *SourceInventory) (ifaces []kubevirtv1.Interface, nets []kubevirtv1.Network, pod bool, err error) {
 	for i, n := range src.NICs {
 		target, ok := s.NetworkMap[n.Network]
 		if !ok {
-			return nil, fmt.Errorf("NIC %s on network %q has no entry in the network map", n.Device, n.Network)
+			return nil, nil, false, fmt.Errorf("NIC %s on network %q has no entry in the network map", n.Device, n.Network)
 		}
 		name := fmt.Sprintf("nic-%d", i)
 		iface := kubevirtv1.Interface{Name: name, MacAddress: strings.ToLower(n.MAC), Model: s.NICModel}
 		net := kubevirtv1.Network{Name: name}
 		if target == preflight.PodNetwork {
 			if pod {
-				return nil, fmt.Errorf("more than one NIC is mapped to the pod network; KubeVirt allows one")
+				return nil, nil, false, fmt.Errorf("more than one NIC is mapped to the pod network; KubeVirt allows one")
 			}
 			pod = true
 			net.Pod = &kubevirtv1.PodNetwork{}
@@ -177,7 +209,13 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 		ifaces = append(ifaces, iface)
 		nets = append(nets, net)
 	}
+	return ifaces, nets, pod, nil
+}
 
+// renderDomain is the guest's hardware: CPU, memory, machine, clock,
+// firmware and the features Windows and Secure Boot need.
+func (r *run) renderDomain(src *SourceInventory, disks []kubevirtv1.Disk, ifaces []kubevirtv1.Interface, pod bool) kubevirtv1.DomainSpec {
+	t, f := true, false
 	mem := resource.NewQuantity(int64(src.MemoryMiB)<<20, resource.BinarySI)
 	domain := kubevirtv1.DomainSpec{
 		CPU:     cpuTopology(src),
@@ -194,7 +232,7 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 	domain.Clock = &kubevirtv1.Clock{ClockOffset: kubevirtv1.ClockOffset{UTC: &kubevirtv1.ClockOffsetUTC{}}}
 	var features kubevirtv1.Features
 	if r.isWindows() {
-		tz := kubevirtv1.ClockOffsetTimezone(s.Timezone)
+		tz := kubevirtv1.ClockOffsetTimezone(r.spec.Timezone)
 		domain.Clock = &kubevirtv1.Clock{ClockOffset: kubevirtv1.ClockOffset{Timezone: &tz},
 			Timer: &kubevirtv1.Timer{Hyperv: &kubevirtv1.HypervTimer{}}}
 		features.Hyperv = windowsFeatures()
@@ -216,25 +254,5 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 	if features.SMM != nil || features.Hyperv != nil {
 		domain.Features = &features
 	}
-
-	labels := s.labels()
-	vm := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: s.Namespace, Name: s.Name, Labels: labels,
-			Annotations: map[string]string{
-				AnnotationSourceHost: r.rec().Identity.Host,
-				AnnotationSourceVM:   r.rec().Identity.VMName,
-			},
-		},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy: &halted,
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels)},
-				Spec: kubevirtv1.VirtualMachineInstanceSpec{
-					Domain: domain, Networks: nets, Volumes: vols,
-				},
-			},
-		},
-	}
-	return vm, nil
+	return domain
 }
