@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -13,7 +14,8 @@ import (
 // A record stored at any checkpoint, cold or warm, resumes on a new
 // process and completes: the run is stopped as it records each phase, and
 // the next Run starts from what the cluster holds. Both itineraries pass
-// the phases Phases lists, in that order.
+// the phases Phases lists, in that order. The migrations run side by side
+// (each has its own VM and destination), as a wave does.
 func TestEveryCheckpointResumesFromItsRecord(t *testing.T) {
 	e := newEnv(t)
 	phases := engine.Phases()
@@ -21,6 +23,7 @@ func TestEveryCheckpointResumesFromItsRecord(t *testing.T) {
 		for _, phase := range phases[1 : len(phases)-1] {
 			name := fmt.Sprintf("%s-%s", mode, phase)
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				vm := "it-" + mode + "-" + string(phase)
 				addWarmVM(t, e, vm)
 				spec := e.spec(vm, fmt.Sprintf("it-%s-%d", mode, slices.Index(phases, phase)))
@@ -28,17 +31,24 @@ func TestEveryCheckpointResumesFromItsRecord(t *testing.T) {
 					spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 1
 				}
 				var seen []engine.Phase
-				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+				ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 				defer cancel()
-				rec := e.runInterrupted(ctx, spec, phase, func(ev engine.Event) {
-					if ev.Kind != engine.EventPhase {
-						return
+				stopAt := func(d *engine.Deps) {
+					d.Progress = func(ev engine.Event) {
+						if ev.Kind != engine.EventPhase {
+							return
+						}
+						seen = append(seen, ev.Phase)
+						if ev.Phase == phase {
+							cancel()
+						}
 					}
-					seen = append(seen, ev.Phase)
-					if ev.Phase == phase {
-						cancel()
-					}
-				})
+				}
+				rec, err := e.engine(stopAt).Run(ctx, spec)
+				var se *engine.StopError
+				if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != phase {
+					t.Fatalf("first Run = %v, want an interruption in %s", err, phase)
+				}
 				if rec.Phase != phase {
 					t.Fatalf("the interrupted run recorded phase %s, want %s", rec.Phase, phase)
 				}
