@@ -126,39 +126,8 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 	now := r.now()
 	d := decidePowerOff(rec.PowerOff, state, r.spec.PowerOffPolicy, r.askedUserToPowerOff(), now)
 	po := rec.PowerOff
-	switch d.act {
-	case powerNothing:
-		return nil
-	case powerOnAgain:
-		if !po.SeenOnAgain {
-			po.SeenOnAgain = true
-			if err := r.save(ctx); err != nil {
-				return err
-			}
-		}
-		return needsHuman("SourcePoweredOnAgain",
-			fmt.Sprintf("source VM %s was powered off at %s (%s) but is %s now: someone turned it back on, so its disks may have changed", label, po.DoneAt.Format(time.RFC3339), po.Action, state),
-			"make sure the source should stay off and power it off yourself (the migration never powers a VM off twice), then run apply again; the disks will be copied again from the start", nil)
-	case powerRecopy:
-		for i := range rec.Disks {
-			dk := &rec.Disks[i]
-			if err := transfer.Remove(r.spec.stagedPath(i)); err != nil {
-				return err
-			}
-			if err := r.removeChainCopies(i); err != nil {
-				return err
-			}
-			dk.Acquired, dk.SourceSHA256, dk.ZeroBytes, dk.GuestSHA256 = false, "", 0, ""
-		}
-		po.SeenOnAgain = false
-		po.Note = strings.TrimSpace(po.Note + " The source was found running again after the power-off; the staged copies were discarded and the disks copied again.")
-		return r.save(ctx)
-	case powerSuspended:
-		return needsHuman("SourceSuspended", fmt.Sprintf("source VM %s is suspended: its memory state would be lost", label),
-			"resume it and shut the guest down, then run apply again", nil)
-	case powerAskUser:
-		return onField(FieldPowerOffPolicy, needsHuman("PowerOffManual", fmt.Sprintf("source VM %s is %s and power_off_policy is %q", label, state, PolicyManual),
-			fmt.Sprintf("power off %q yourself, then run apply again", vm.Name), nil))
+	if done, err := r.powerHandled(ctx, d.act, vm, label); done {
+		return err
 	}
 	if d.decide != nil {
 		rec.PowerOff, po = d.decide, d.decide
@@ -198,37 +167,8 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 			return r.powerOffDone(ctx, r.now())
 		}
 	}
-	if d.act == powerHard {
-		if err := c.PowerOff(ctx, vm.VMID); err != nil {
-			return err
-		}
-	} else {
-		sctx, cancel := context.WithTimeout(ctx, r.spec.ShutdownTimeout)
-		err := c.Shutdown(sctx, vm.VMID)
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil {
-			why := fmt.Sprintf("the guest did not shut down within %s", r.spec.ShutdownTimeout)
-			if errors.Is(err, esxi.ErrToolsUnavailable) {
-				why = "VMware Tools is not running in the guest, so it cannot be asked to shut down"
-			} else if !errors.Is(err, context.DeadlineExceeded) && esxi.Classify(err) == esxi.Transient {
-				return err
-			}
-			if po.Policy != PolicyGracefulThenHard {
-				return onField(FieldPowerOffPolicy, needsHuman("ShutdownFailed", fmt.Sprintf("source VM %s: %s (%v)", label, why, err),
-					fmt.Sprintf("shut %q down yourself (or choose power_off_policy %s), then run apply again", vm.Name, PolicyGracefulThenHard), nil))
-			}
-			po.HardAfterGraceful, po.Action = true, PowerActionHard
-			po.Note = strings.TrimSpace(po.Note + " " + why + "; powered off hard as graceful_then_hard allows.")
-			if err := r.save(ctx); err != nil {
-				return err
-			}
-			if err := c.PowerOff(ctx, vm.VMID); err != nil {
-				return err
-			}
-		}
+	if err := r.powerCommand(ctx, c, d.act, vm, label); err != nil {
+		return err
 	}
 	st, err := c.PowerState(ctx, vm.VMID)
 	if err != nil {
@@ -238,6 +178,84 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 		return transient("PowerOffNotObserved", fmt.Sprintf("source VM %s is still %s after %s power-off", label, st, po.Action), nil)
 	}
 	return r.powerOffDone(ctx, r.now())
+}
+
+// powerHandled carries out the guard's verdicts that send no power
+// command: nothing to do, a stop for a human, or staged copies discarded.
+// done is false when the verdict is to power off.
+func (r *run) powerHandled(ctx context.Context, act powerAct, vm *esxi.VM, label string) (done bool, err error) {
+	rec := r.rec()
+	po := rec.PowerOff
+	state := vm.PowerState
+	switch act {
+	case powerNothing:
+		return true, nil
+	case powerOnAgain:
+		if !po.SeenOnAgain {
+			po.SeenOnAgain = true
+			if err := r.save(ctx); err != nil {
+				return true, err
+			}
+		}
+		return true, needsHuman("SourcePoweredOnAgain",
+			fmt.Sprintf("source VM %s was powered off at %s (%s) but is %s now: someone turned it back on, so its disks may have changed", label, po.DoneAt.Format(time.RFC3339), po.Action, state),
+			"make sure the source should stay off and power it off yourself (the migration never powers a VM off twice), then run apply again; the disks will be copied again from the start", nil)
+	case powerRecopy:
+		for i := range rec.Disks {
+			dk := &rec.Disks[i]
+			if err := transfer.Remove(r.spec.stagedPath(i)); err != nil {
+				return true, err
+			}
+			if err := r.removeChainCopies(i); err != nil {
+				return true, err
+			}
+			dk.Acquired, dk.SourceSHA256, dk.ZeroBytes, dk.GuestSHA256 = false, "", 0, ""
+		}
+		po.SeenOnAgain = false
+		po.Note = strings.TrimSpace(po.Note + " The source was found running again after the power-off; the staged copies were discarded and the disks copied again.")
+		return true, r.save(ctx)
+	case powerSuspended:
+		return true, needsHuman("SourceSuspended", fmt.Sprintf("source VM %s is suspended: its memory state would be lost", label),
+			"resume it and shut the guest down, then run apply again", nil)
+	case powerAskUser:
+		return true, onField(FieldPowerOffPolicy, needsHuman("PowerOffManual", fmt.Sprintf("source VM %s is %s and power_off_policy is %q", label, state, PolicyManual),
+			fmt.Sprintf("power off %q yourself, then run apply again", vm.Name), nil))
+	}
+	return false, nil
+}
+
+// powerCommand sends the recorded power-off: hard, or a graceful shutdown
+// that may turn hard as the policy allows (recorded before it is sent).
+func (r *run) powerCommand(ctx context.Context, c *esxi.Client, act powerAct, vm *esxi.VM, label string) error {
+	po := r.rec().PowerOff
+	if act == powerHard {
+		return c.PowerOff(ctx, vm.VMID)
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.spec.ShutdownTimeout)
+	err := c.Shutdown(sctx, vm.VMID)
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil {
+		return nil
+	}
+	why := fmt.Sprintf("the guest did not shut down within %s", r.spec.ShutdownTimeout)
+	if errors.Is(err, esxi.ErrToolsUnavailable) {
+		why = "VMware Tools is not running in the guest, so it cannot be asked to shut down"
+	} else if !errors.Is(err, context.DeadlineExceeded) && esxi.Classify(err) == esxi.Transient {
+		return err
+	}
+	if po.Policy != PolicyGracefulThenHard {
+		return onField(FieldPowerOffPolicy, needsHuman("ShutdownFailed", fmt.Sprintf("source VM %s: %s (%v)", label, why, err),
+			fmt.Sprintf("shut %q down yourself (or choose power_off_policy %s), then run apply again", vm.Name, PolicyGracefulThenHard), nil))
+	}
+	po.HardAfterGraceful, po.Action = true, PowerActionHard
+	po.Note = strings.TrimSpace(po.Note + " " + why + "; powered off hard as graceful_then_hard allows.")
+	if err := r.save(ctx); err != nil {
+		return err
+	}
+	return c.PowerOff(ctx, vm.VMID)
 }
 
 // waitOff reads the source's power state until it is off or wait has
