@@ -357,7 +357,16 @@ func TestSchedulingFailures(t *testing.T) {
 		t.Fatalf("stop = %v", err)
 	}
 	e.sim.SetSchedulingFailure(kubesim.InsufficientMemory)
-	time.Sleep(300 * time.Millisecond) // let the simulated scheduler rewrite its condition
+	// Wait until the simulated scheduler has rewritten the VMI's condition
+	// (on a busy machine that takes a while; the engine reads what is there).
+	waitVMI(t, e, "k1", "its PodScheduled condition to say Insufficient memory", func(vmi *kubevirtv1.VirtualMachineInstance) bool {
+		for _, c := range vmi.Status.Conditions {
+			if c.Type == kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled) && strings.Contains(c.Message, "Insufficient memory") {
+				return true
+			}
+		}
+		return false
+	})
 	_, err = e.engine().Run(e.ctx(30*time.Second), spec)
 	se = stopErr(t, err)
 	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "RetriesExhausted" ||
@@ -367,17 +376,25 @@ func TestSchedulingFailures(t *testing.T) {
 	e.sim.ClearSchedulingFailure()
 	// Wait until the simulated scheduler has placed the VMI, as a cluster
 	// that got room would, before running again.
-	deadline := time.Now().Add(20 * time.Second)
+	waitVMI(t, e, "k1", "to be scheduled after the capacity came back", func(vmi *kubevirtv1.VirtualMachineInstance) bool {
+		return vmi.Status.NodeName != ""
+	})
+	e.mustComplete(e.engine(), spec)
+}
+
+// waitVMI polls VMI name until ok holds, for up to a minute.
+func waitVMI(t *testing.T, e *env, name, what string, ok func(*kubevirtv1.VirtualMachineInstance) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
 	for {
 		vmi := &kubevirtv1.VirtualMachineInstance{}
-		err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: "k1"}, vmi)
-		if err == nil && vmi.Status.NodeName != "" {
-			break
+		err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: name}, vmi)
+		if err == nil && ok(vmi) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the VMI was not scheduled after the capacity came back: %v", err)
+			t.Fatalf("waited a minute for VMI %s %s: %v, status %+v", name, what, err, vmi.Status.Conditions)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e.mustComplete(e.engine(), spec)
 }
