@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
 
 // Format is a disk image format understood by qemu-img.
@@ -51,13 +52,16 @@ const DefaultBinary = "qemu-img"
 // SidecarSuffix is appended to an artifact's path to name its sidecar.
 const SidecarSuffix = ".sha256"
 
-// Sentinel errors, matched with errors.Is.
+// Sentinel errors, matched with errors.Is; each carries its class (see
+// package fault).
 var (
-	// ErrQemuImgMissing: the qemu-img binary is not installed.
-	ErrQemuImgMissing = errors.New("qemu-img not found")
+	// ErrQemuImgMissing: the qemu-img binary is not installed. NeedsHuman:
+	// someone must install it.
+	ErrQemuImgMissing error = &sentinel{msg: "qemu-img not found", class: fault.NeedsHuman}
 	// ErrInvalidImage: an image failed Check (corrupt, unreadable, or the
-	// wrong size).
-	ErrInvalidImage = errors.New("invalid image")
+	// wrong size). Transient: converting again from the verified copy
+	// makes a new image.
+	ErrInvalidImage error = &sentinel{msg: "invalid image", class: fault.Transient}
 )
 
 // Tool runs qemu-img. The zero value uses qemu-img from PATH.

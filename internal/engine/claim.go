@@ -172,7 +172,7 @@ func (r *run) claimSource(ctx context.Context, vm *esxi.VM) error {
 			fmt.Sprintf("remove this migration from the configuration, or forget %s first (destroy it), then run apply again", holder.holder()), nil))
 	}
 	if took {
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("claimed the source VM %s on host %s (ConfigMap %s/%s)",
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("claimed the source VM %s on host %s (ConfigMap %s/%s)",
 			vm.VMXPath, r.spec.Host, r.e.claimNamespace(), SourceClaimName(r.e.hostIdentity(r.spec.Host), vm.VMXPath))})
 	}
 	return nil

@@ -139,7 +139,7 @@ func (r *run) prepareImage(ctx context.Context, i int) error {
 	if r.spec.Transport.Kind == TransportHTTP {
 		d.ArtifactURL = r.spec.imageURL(i)
 	}
-	r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+	r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferImage}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
 		Message: fmt.Sprintf("disk %d: %s image ready (sha256 %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
 	return nil
 }
@@ -243,7 +243,7 @@ func (r *run) recordFlatten(ctx context.Context, f *flattenPlan, res transfer.Re
 	}
 	d := &r.rec().Disks[i]
 	d.GuestSHA256, d.SourceSHA256, d.ZeroBytes = res.SHA256, res.SHA256, res.ZeroBytes
-	r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+	r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferFlatten}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
 		Message: fmt.Sprintf("disk %d: snapshot chain (%s) flattened (guest sha256 %s)", i, chainSummary(d.Chain), d.GuestSHA256)})
 	return r.save(ctx)
 }
@@ -698,7 +698,7 @@ func (r *run) convertGuest(ctx context.Context) error {
 			fmt.Sprintf("install the Debian packages %s on the machine running Terraform (or set conversion = %q if the guest has virtio drivers), then run apply again",
 				strings.Join(convert.V2VPackages, ", "), ConversionNone), err)
 	}
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("converting the guest on %d disk(s) with virt-v2v-in-place (helper VM on %s; minutes without KVM)",
+	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("converting the guest on %d disk(s) with virt-v2v-in-place (helper VM on %s; minutes without KVM)",
 		len(images), r.e.v2v.tool.Accel.Name)})
 	ev, out, err := r.e.v2v.tool.ConvertCopies(ctx, images, dsts, convert.V2VOptions{})
 	switch {
@@ -730,7 +730,7 @@ func (r *run) convertGuest(ctx context.Context) error {
 		}
 	}
 	rec.Conversion = conversionEvidenceOf(ev, r.now())
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("converted %s in %s with %s %s: %s",
+	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("converted %s in %s with %s %s: %s",
 		rec.Conversion.OS, ev.Duration.Round(time.Second), ev.Tool, ev.Version, ev.Converted)})
 	return r.save(ctx)
 }

@@ -28,7 +28,7 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 		err = kc.ApplyVirtualMachine(ctx, vm, false)
 		if err == nil {
 			created = true
-			r.emit(Event{Kind: EventInfo, Message: "created VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name})
+			r.report(ctx, Event{Kind: EventInfo, Message: "created VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name})
 		} else if kube.IsConflict(err) || kube.Classify(err) == kube.Transient {
 			// The apply may have been made although its reply was lost,
 			// or someone else's VM is there now: look at what is there;
@@ -59,7 +59,7 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 			return err
 		}
 		if applied.Generation != vm.Generation || !maps.Equal(applied.Labels, vm.Labels) || !maps.Equal(applied.Annotations, vm.Annotations) {
-			r.emit(Event{Kind: EventInfo, Message: "updated VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name + " to match the migration"})
+			r.report(ctx, Event{Kind: EventInfo, Message: "updated VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name + " to match the migration"})
 		}
 		vm = applied
 	}

@@ -84,15 +84,55 @@ const (
 	EventInfo     EventKind = "info"
 )
 
-// Event is one progress report, for the provider's logs.
+// TransferKind says what a transfer does with a disk's bytes.
+type TransferKind string
+
+// Transfer kinds.
+const (
+	// TransferCopy reads a disk, or one file of its snapshot chain, from
+	// the ESXi host into the staging folder.
+	TransferCopy TransferKind = "copy"
+	// TransferFlatten flattens a disk's snapshot chain into its staged
+	// copy.
+	TransferFlatten TransferKind = "flatten"
+	// TransferImage makes, from the staged copy, the image a DataVolume
+	// receives.
+	TransferImage TransferKind = "image"
+	// TransferUpload sends an image through CDI's upload proxy.
+	TransferUpload TransferKind = "upload"
+	// TransferImport is CDI filling a DataVolume.
+	TransferImport TransferKind = "import"
+)
+
+// Transfer names what a progress event measures. With the event's Phase
+// and Disk it identifies one transfer: successive progress events with the
+// same identity report the same transfer, whose throughput is measured
+// from its first report.
+type Transfer struct {
+	Kind TransferKind
+	// File is the snapshot chain file a copy reads, "" when the transfer
+	// is of a whole disk.
+	File string
+}
+
+// Event is one progress report, for the provider's logs. Reports with a
+// Reason are also recorded as Kubernetes Events on the migration's record
+// ConfigMap.
 type Event struct {
 	Time      time.Time
 	Kind      EventKind
 	Namespace string
 	Name      string
 	Phase     Phase
-	// Disk is the disk index of a progress event, -1 otherwise.
-	Disk       int
+	// Disk is the disk index of a progress event, -1 otherwise (and for
+	// the snapshot chain files of a warm precopy round, which span disks).
+	Disk int
+	// Transfer names what a progress event measures; zero for other kinds.
+	Transfer Transfer
+	// Reason is the reason of the Kubernetes Event the report was recorded
+	// as ("PhaseImporting", "Retrying", "Progress", ...), "" when it was
+	// not recorded.
+	Reason     string
 	BytesDone  int64
 	BytesTotal int64
 	Percent    float64
@@ -105,6 +145,9 @@ type Event struct {
 	Attempt int
 	Backoff time.Duration
 	Message string
+	// recorded is the Kubernetes Event's message where it words the
+	// report differently from Message; "" means Message.
+	recorded string
 }
 
 // Engine drives migrations. It is safe for concurrent use by several

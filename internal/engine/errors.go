@@ -90,6 +90,9 @@ func (c *stopCause) Error() string {
 
 func (c *stopCause) Unwrap() error { return c.err }
 
+// FaultClass is the class the step decided.
+func (c *stopCause) FaultClass() fault.Class { return c.class }
+
 func transient(reason, msg string, err error) error {
 	return &stopCause{class: fault.Transient, reason: reason, msg: msg, err: err}
 }
@@ -102,24 +105,19 @@ func permanent(reason, msg, action string, err error) error {
 	return &stopCause{class: fault.Permanent, reason: reason, msg: msg, action: action, err: err}
 }
 
-// classify decides, once, what err means. Errors from the esxi and kube
-// packages carry the class decided where they arose.
+// classify decides, once, what err means. Errors that carry their class
+// (fault.Classed: a step's stopCause, the esxi, kube and convert packages'
+// errors) are read as they say; the first found (the outermost, or the
+// first of a join) decides, and a step's own decision wins over the errors
+// it wraps. The reason says where a classed error arose.
 func classify(err error) (fault.Class, string) {
 	var sc *stopCause
-	var ee *esxi.Error
-	var ke *kube.Error
-	var ce *kube.ConfigError
+	var c fault.Classed
 	switch {
 	case errors.As(err, &sc):
-		return sc.class, sc.reason
-	case errors.As(err, &ee):
-		return esxi.Classify(err), "SourceError"
-	case errors.As(err, &ke), errors.As(err, &ce):
-		return kube.Classify(err), "ClusterError"
-	case errors.Is(err, convert.ErrQemuImgMissing):
-		return fault.NeedsHuman, "QemuImgMissing"
-	case errors.Is(err, convert.ErrInvalidImage):
-		return fault.Transient, "InvalidImage"
+		return sc.FaultClass(), sc.reason
+	case errors.As(err, &c):
+		return c.FaultClass(), classedReason(c)
 	case errors.Is(err, context.Canceled):
 		return fault.Interrupted, "Interrupted"
 	case errors.Is(err, context.DeadlineExceeded):
@@ -133,6 +131,24 @@ func classify(err error) (fault.Class, string) {
 		return fault.Transient, "Error"
 	}
 	return kube.Classify(err), "Error"
+}
+
+// classedReason names the stop reason of an error that carries its class:
+// the system it came from, or the convert sentinel it is.
+func classedReason(c fault.Classed) string {
+	switch c.(type) {
+	case *esxi.Error:
+		return "SourceError"
+	case *kube.Error, *kube.ConfigError:
+		return "ClusterError"
+	}
+	switch {
+	case errors.Is(c, convert.ErrQemuImgMissing):
+		return "QemuImgMissing"
+	case errors.Is(c, convert.ErrInvalidImage):
+		return "InvalidImage"
+	}
+	return "Error"
 }
 
 // actionOf returns the action a stopCause names, else the advice for a

@@ -96,7 +96,7 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 			if err := r.save(ctx); err != nil {
 				return err
 			}
-			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: created DataVolume %s", i, d.DataVolume)})
+			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: created DataVolume %s", i, d.DataVolume)})
 			continue
 		case err != nil:
 			return err
@@ -136,7 +136,7 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 					return transient("CleanupFailed", fmt.Sprintf("cannot remove the served image of disk %d", i), err)
 				}
 			}
-			r.emit(Event{Kind: EventProgress, Disk: i, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+			r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferImport}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
 				Message: fmt.Sprintf("disk %d: DataVolume %s Succeeded", i, d.DataVolume)})
 			return r.save(ctx)
 		case dvPaused:
@@ -175,7 +175,7 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 		}
 		if d.Progress != lastProgress {
 			lastProgress = d.Progress
-			r.emit(Event{Kind: EventProgress, Disk: i, BytesTotal: d.SizeBytes, Percent: parsePercent(d.Progress),
+			r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferImport}, BytesTotal: d.SizeBytes, Percent: parsePercent(d.Progress),
 				Message: fmt.Sprintf("disk %d: DataVolume %s %s %s", i, d.DataVolume, d.DataVolumePhase, d.Progress)})
 		}
 		if stalled := stall.observe(dv, r.now()); stalled >= r.spec.DataVolumeStallTimeout {
@@ -272,16 +272,16 @@ func (r *run) upload(ctx context.Context, i int) error {
 		return err
 	}
 	size := send.SizeBytes
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%s, %d bytes for a %d-byte disk) to DataVolume %s",
+	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading %s (%s, %d bytes for a %d-byte disk) to DataVolume %s",
 		i, send.Path, send.Format, size, d.SizeBytes, d.DataVolume)})
 	err = r.e.deps.Uploader.Upload(ctx, UploadRequest{
 		Namespace: r.spec.Namespace, DataVolume: d.DataVolume, Path: send.Path, Size: size,
 		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
 		ServerName: r.spec.Transport.UploadProxyServerName,
-		Progress:   r.uploadProgress(i, size, "", fmt.Sprintf("disk %d", i)),
+		Progress:   r.uploadProgress(ctx, i, size, "", fmt.Sprintf("disk %d", i)),
 		Route: func(route string) {
 			d.UploadRoute = route
-			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading through %s", i, route)})
+			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: uploading through %s", i, route)})
 		},
 	})
 	if err != nil {
@@ -290,16 +290,16 @@ func (r *run) upload(ctx context.Context, i int) error {
 	if send.Path != art {
 		// Sent: the qcow2 copy has done its job.
 		if err := convert.Remove(send.Path); err != nil {
-			r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: cannot remove %s (removed with the staging folder): %v", i, send.Path, err)})
+			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: cannot remove %s (removed with the staging folder): %v", i, send.Path, err)})
 		}
 	}
 	return nil
 }
 
 // uploadProgress reports an upload of disk i as progress events, at most
-// about once a second and at its end, under label (the transfer's name in
-// throughput figures) and in phase ("": the record's).
-func (r *run) uploadProgress(i int, size int64, phase Phase, label string) func(sent int64) {
+// about once a second and at its end, with label leading their messages and
+// in phase ("": the record's).
+func (r *run) uploadProgress(ctx context.Context, i int, size int64, phase Phase, label string) func(sent int64) {
 	var last time.Time
 	return func(sent int64) {
 		if time.Since(last) < time.Second && sent < size {
@@ -310,7 +310,7 @@ func (r *run) uploadProgress(i int, size int64, phase Phase, label string) func(
 		if size > 0 {
 			pct = 100 * float64(sent) / float64(size)
 		}
-		r.emit(Event{Kind: EventProgress, Phase: phase, Disk: i, BytesDone: sent, BytesTotal: size, Percent: pct,
+		r.report(ctx, Event{Kind: EventProgress, Phase: phase, Disk: i, Transfer: Transfer{Kind: TransferUpload}, BytesDone: sent, BytesTotal: size, Percent: pct,
 			Message: fmt.Sprintf("%s: uploaded %d of %d bytes (%.1f%%)", label, sent, size, pct)})
 	}
 }
@@ -345,7 +345,7 @@ func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artif
 	// nearly all data it would only add a local rewrite before the upload
 	// and CDI's conversion after it.
 	if data, err := convert.DataBytes(art); err == nil && data > fi.Size()-fi.Size()/qcow2MinSaving {
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: %d of its %d bytes hold data: uploading the raw image as it is, a qcow2 copy would save little", i, data, fi.Size())})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: %d of its %d bytes hold data: uploading the raw image as it is, a qcow2 copy would save little", i, data, fi.Size())})
 		return asIs, nil
 	}
 	q := r.spec.uploadPath(i)
@@ -353,7 +353,7 @@ func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artif
 	switch {
 	case isNoSpace(err):
 		_ = convert.Remove(q)
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: no room in %s for the qcow2 copy that keeps zero runs off the wire; uploading the raw image", i, filepath.Dir(q))})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: no room in %s for the qcow2 copy that keeps zero runs off the wire; uploading the raw image", i, filepath.Dir(q))})
 		return asIs, nil
 	case err != nil:
 		return convert.Artifact{}, err

@@ -42,7 +42,7 @@ func (r *run) uploadsEachDisk() bool {
 // staged copy). What it cannot do is reported and left to Importing.
 func (r *run) uploadEarly(ctx context.Context, i int, flattened bool) {
 	if err := r.tryUploadEarly(ctx, i, flattened); err != nil && ctx.Err() == nil {
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent early (%v); Importing sends it", i, err)})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent early (%v); Importing sends it", i, err)})
 	}
 }
 
@@ -60,7 +60,7 @@ func (r *run) tryUploadEarly(ctx context.Context, i int, flattened bool) error {
 	if err := r.waitUploadReady(ctx, i); err != nil {
 		return err
 	}
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image while the other disks are prepared", i)})
+	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image while the other disks are prepared", i)})
 	if err := r.upload(ctx, i); err != nil {
 		return err
 	}

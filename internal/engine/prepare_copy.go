@@ -69,7 +69,7 @@ func (r *run) copyDisks(ctx context.Context) error {
 			watch.progress(p)
 			// From the copy's goroutines: the phase is given, not read
 			// from the record the main goroutine saves.
-			r.emit(Event{Kind: EventProgress, Phase: PhasePreparing, Disk: byDest[p.Dest], BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+			r.report(ctx, Event{Kind: EventProgress, Phase: PhasePreparing, Disk: byDest[p.Dest], Transfer: Transfer{Kind: TransferCopy}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
 				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
 		},
 	}
@@ -250,7 +250,7 @@ func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
 		Progress: func(p transfer.Progress) {
 			for n, j := range jobs {
 				if j.Dest == p.Dest {
-					r.emit(Event{Kind: EventProgress, Disk: refs[n].disk, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+					r.report(ctx, Event{Kind: EventProgress, Disk: refs[n].disk, Transfer: Transfer{Kind: TransferCopy, File: p.Source}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
 						Message: fmt.Sprintf("disk %d: snapshot chain file %s: copied %d of %d bytes (%.1f%%)", refs[n].disk, p.Source, p.BytesDone, p.BytesTotal, p.Percent)})
 				}
 			}
@@ -526,11 +526,11 @@ func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *las
 		return nil
 	}
 	if err := r.importDisk(ctx, i, importCreated); err != nil {
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copies (%v); Importing sends it", i, err)})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copies (%v); Importing sends it", i, err)})
 		return nil
 	}
 	if err := r.waitUploadReady(ctx, i); err != nil {
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copies (%v); Importing sends it", i, err)})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copies (%v); Importing sends it", i, err)})
 		return nil
 	}
 	// What is being sent, before it leaves; its SHA-256 is the copy's,
@@ -547,14 +547,14 @@ func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *las
 		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
 		ServerName: r.spec.Transport.UploadProxyServerName,
 		// From the upload's goroutine: the phase is given.
-		Progress: r.uploadProgress(i, size, PhasePreparing, fmt.Sprintf("disk %d, sent as it copies", i)),
+		Progress: r.uploadProgress(ctx, i, size, PhasePreparing, fmt.Sprintf("disk %d, sent as it copies", i)),
 		// Also from the upload's goroutine: read once done is.
 		Route: func(route string) {
 			lu.route = route
-			r.emit(Event{Kind: EventInfo, Phase: PhasePreparing, Message: fmt.Sprintf("disk %d: uploading through %s", i, route)})
+			r.report(ctx, Event{Kind: EventInfo, Phase: PhasePreparing, Message: fmt.Sprintf("disk %d: uploading through %s", i, route)})
 		},
 	}
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image to DataVolume %s as its copy is verified", i, d.DataVolume)})
+	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image to DataVolume %s as its copy is verified", i, d.DataVolume)})
 	go func() { lu.done <- r.e.deps.Uploader.Upload(uctx, req) }()
 	return lu
 }
@@ -574,7 +574,7 @@ func (r *run) finishLastUpload(ctx context.Context, lu *lastUpload, copyErr erro
 	switch {
 	case copyErr == nil && err == nil:
 		d.Uploaded, d.UploadSHA256, d.UploadRoute = true, d.SourceSHA256, lu.route
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: its image reached DataVolume %s as its copy ended", lu.i, d.DataVolume)})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: its image reached DataVolume %s as its copy ended", lu.i, d.DataVolume)})
 	case copyErr != nil && err == nil:
 		// The whole image left, but the copy did not complete: the
 		// DataVolume must not count as imported.
@@ -582,7 +582,7 @@ func (r *run) finishLastUpload(ctx context.Context, lu *lastUpload, copyErr erro
 			d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = "", false, "", ""
 		}
 	case ctx.Err() == nil:
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copied (%v); Importing sends it", lu.i, err)})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: not sent while it copied (%v); Importing sends it", lu.i, err)})
 	}
 }
 

@@ -138,8 +138,8 @@ func (r *run) ensurePoweredOff(ctx context.Context, vm *esxi.VM) error {
 		if err := r.save(ctx); err != nil {
 			return err
 		}
-		r.e.event(ctx, r.s, false, "PoweringOff", fmt.Sprintf("powering off the source VM %s (%s, policy %s)", label, po.Action, po.Policy))
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("powering off source VM %s (%s, policy %s)", label, po.Action, po.Policy)})
+		what := fmt.Sprintf("source VM %s (%s, policy %s)", label, po.Action, po.Policy)
+		r.report(ctx, Event{Kind: EventInfo, Reason: "PoweringOff", Message: "powering off " + what, recorded: "powering off the " + what})
 	}
 	if d.act == powerObservedOff {
 		po.Note = strings.TrimSpace(po.Note + " Observed off when the run resumed.")

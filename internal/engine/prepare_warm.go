@@ -264,7 +264,7 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 			}
 		}
 		if s.ID == 0 {
-			r.emit(Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: taking snapshot %q of the running source", k, w.Rounds, s.Name)})
+			r.report(ctx, Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: taking snapshot %q of the running source", k, w.Rounds, s.Name)})
 			snap, err := c.SnapshotCreate(ctx, vm.VMID, s.Name, r.spec.warmSnapshotDescription())
 			if err != nil {
 				return nil, fmt.Errorf("precopy round %d: taking snapshot %q: %w", k, s.Name, err)
@@ -290,9 +290,9 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 		if err := r.save(ctx); err != nil {
 			return nil, err
 		}
-		r.emit(Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: copied %d bytes in %d file(s) while the source runs", k, w.Rounds, bytes, files)})
+		r.report(ctx, Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: copied %d bytes in %d file(s) while the source runs", k, w.Rounds, bytes, files)})
 		if w.Stopped != nil {
-			r.emit(Event{Kind: EventInfo, Disk: -1, Message: w.Stopped.Reason})
+			r.report(ctx, Event{Kind: EventInfo, Disk: -1, Message: w.Stopped.Reason})
 			if err := r.warmRenames(ctx); err != nil {
 				return nil, err
 			}
@@ -471,7 +471,7 @@ func (r *run) copyFrozenLinks(ctx context.Context, c *esxi.Client, vm *esxi.VM, 
 	_, err = transfer.CopyAll(ctx, c, jobs, len(jobs), transfer.Options{
 		ChunkSize: r.chunkSize(),
 		Progress: func(p transfer.Progress) {
-			r.emit(Event{Kind: EventProgress, Disk: -1, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+			r.report(ctx, Event{Kind: EventProgress, Disk: -1, Transfer: Transfer{Kind: TransferCopy, File: p.Source}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
 				Message: fmt.Sprintf("precopy: snapshot chain file %s: copied %d of %d bytes (%.1f%%)", p.Source, p.BytesDone, p.BytesTotal, p.Percent)})
 		},
 	})
@@ -561,7 +561,7 @@ func (r *run) warmCutover(ctx context.Context) error {
 	if err := r.save(ctx); err != nil {
 		return err
 	}
-	r.emit(Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("cutover: copying the last %d bytes in %d file(s) with the source off", bytes, files)})
+	r.report(ctx, Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("cutover: copying the last %d bytes in %d file(s) with the source off", bytes, files)})
 	if err := r.copyDisks(ctx); err != nil {
 		return err
 	}

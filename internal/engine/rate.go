@@ -8,9 +8,10 @@ import (
 
 // Throughput and the time left are computed from a transfer's own
 // progress: the bytes done since its first report over the time since then.
-// A transfer is one disk (or chain file) in one phase; a resumed transfer
-// starts counting again, so bytes verified by an earlier run do not inflate
-// the rate.
+// A transfer is what an Event's Phase, Disk and Transfer name (one disk or
+// chain file copied, flattened, uploaded or imported in one phase), never
+// what its message says; a resumed transfer starts counting again, so bytes
+// verified by an earlier run do not inflate the rate.
 
 // rateMinWindow is how long a transfer must have run before a rate is
 // reported: earlier figures swing too much to be useful.
@@ -21,11 +22,14 @@ const rateMinWindow = time.Second
 // copy with `kubectl get events`, rarely enough not to flood the API server.
 const progressEventInterval = 30 * time.Second
 
+// rateKey identifies a transfer: its phase, disk and Transfer (see
+// Transfer), and its size, so that a transfer started again with another
+// size counts afresh.
 type rateKey struct {
-	phase Phase
-	disk  int
-	total int64
-	what  string
+	phase    Phase
+	disk     int
+	transfer Transfer
+	total    int64
 }
 
 type rateStart struct {
@@ -47,7 +51,7 @@ func (t *rateTracker) observe(ev *Event) (eventDue bool) {
 	if ev.Kind != EventProgress || ev.BytesTotal <= 0 {
 		return false
 	}
-	key := rateKey{phase: ev.Phase, disk: ev.Disk, total: ev.BytesTotal, what: transferOf(ev.Message)}
+	key := rateKey{phase: ev.Phase, disk: ev.Disk, transfer: ev.Transfer, total: ev.BytesTotal}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.start == nil {
@@ -74,17 +78,6 @@ func (t *rateTracker) observe(ev *Event) (eventDue bool) {
 		return true
 	}
 	return false
-}
-
-// transferOf tells transfers of one disk and phase apart by what the
-// message names before its figures ("disk 0: snapshot chain file X: ...").
-func transferOf(msg string) string {
-	for i := len(msg) - 1; i > 0; i-- {
-		if msg[i] == ':' {
-			return msg[:i]
-		}
-	}
-	return ""
 }
 
 // RateText says a progress event's throughput and time left, or "" when

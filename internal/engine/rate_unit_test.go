@@ -59,14 +59,50 @@ func TestRateTrackerThroughputAndETA(t *testing.T) {
 	}
 }
 
-func TestTransferOf(t *testing.T) {
-	for msg, want := range map[string]string{
-		"disk 0: copied 1 of 2 bytes (50.0%)":                               "disk 0",
-		"disk 1: snapshot chain file /vmfs/volumes/a/b.vmdk: copied 1 of 2": "disk 1: snapshot chain file /vmfs/volumes/a/b.vmdk",
-		"no colon": "",
-	} {
-		if got := transferOf(msg); got != want {
-			t.Errorf("transferOf(%q) = %q, want %q", msg, got, want)
-		}
+// A transfer is known by its identity (phase, disk, Transfer, size), never
+// by its message: two chain files whose names differ by a suffix, or hold
+// ':', are measured apart; a copy and an upload of the same disk are
+// measured apart; and one transfer whose messages change (':' anywhere)
+// stays one transfer.
+func TestRateTrackerKeyedByIdentity(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var tr rateTracker
+	observe := func(disk int, tf Transfer, at time.Duration, done int64, msg string) Event {
+		t.Helper()
+		e := Event{Kind: EventProgress, Phase: PhasePreparing, Disk: disk, Transfer: tf, Time: t0.Add(at),
+			BytesDone: done, BytesTotal: 1000e6, Message: msg}
+		tr.observe(&e)
+		return e
+	}
+	base := Transfer{Kind: TransferCopy, File: "/vmfs/volumes/ds:1/web/web.vmdk"}
+	delta := Transfer{Kind: TransferCopy, File: "/vmfs/volumes/ds:1/web/web.vmdk-000001"}
+	observe(-1, base, 0, 0, "precopy: snapshot chain file "+base.File+": copied 0 of 1000000000 bytes")
+	observe(-1, delta, time.Second, 500e6, "precopy: snapshot chain file "+delta.File+": copied 500000000 of 1000000000 bytes")
+	if e := observe(-1, base, 2*time.Second, 200e6, "precopy: snapshot chain file "+base.File+": copied"); e.BytesPerSecond != 100e6 {
+		t.Errorf("base file: %v B/s, want 1e8 (its own bytes, not the other file's)", e.BytesPerSecond)
+	}
+	if e := observe(-1, delta, 3*time.Second, 900e6, "precopy: snapshot chain file "+delta.File+": copied"); e.BytesPerSecond != 200e6 {
+		t.Errorf("delta file: %v B/s, want 2e8", e.BytesPerSecond)
+	}
+
+	// The copy of disk 0 and its upload as it copies, in one phase with one
+	// size, are two transfers even under one label.
+	cp, up := Transfer{Kind: TransferCopy}, Transfer{Kind: TransferUpload}
+	observe(0, cp, 0, 0, "disk 0: copied")
+	observe(0, up, 0, 0, "disk 0: uploaded")
+	observe(0, cp, 4*time.Second, 400e6, "disk 0: copied")
+	if e := observe(0, up, 4*time.Second, 100e6, "disk 0: uploaded"); e.BytesPerSecond != 25e6 {
+		t.Errorf("upload: %v B/s, want 2.5e7 (not counted from the copy's 400 MB)", e.BytesPerSecond)
+	}
+	// Disk 1 with the same kind is another transfer again.
+	if e := observe(1, cp, 5*time.Second, 600e6, "disk 1: copied"); e.BytesPerSecond != 0 {
+		t.Errorf("disk 1's first report has a rate: %v", e.BytesPerSecond)
+	}
+
+	// One transfer whose messages put ':' in different places is still one.
+	imp := Transfer{Kind: TransferImport}
+	observe(2, imp, 0, 100e6, "disk 2: DataVolume web-disk-2 ImportInProgress 10.0%")
+	if e := observe(2, imp, 2*time.Second, 300e6, "disk 2: DataVolume web-disk-2 ImportInProgress: 30.0% (pod web:importer)"); e.BytesPerSecond != 100e6 {
+		t.Errorf("import with changing messages: %v B/s, want 1e8", e.BytesPerSecond)
 	}
 }

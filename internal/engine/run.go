@@ -134,7 +134,14 @@ func (r *run) now() time.Time { return r.e.now() }
 
 func (r *run) save(ctx context.Context) error { return r.e.save(ctx, r.s) }
 
-func (r *run) emit(ev Event) {
+// report tells the run's watchers about ev: the progress callback (the
+// provider's log) always and, when ev.Reason is set, the Kubernetes Events
+// of the record's ConfigMap, as a warning for retries and stops. A progress
+// event gets its transfer's throughput and, every progressEventInterval
+// and at the transfer's end, the reason "Progress". Progress comes from the
+// copies' and uploads' goroutines, so it is recorded against progressTo;
+// other reports with a reason come from the run's own goroutine.
+func (r *run) report(ctx context.Context, ev Event) {
 	ev.Namespace, ev.Name = r.spec.Namespace, r.spec.Name
 	if ev.Phase == "" {
 		ev.Phase = r.rec().Phase
@@ -148,8 +155,19 @@ func (r *run) emit(ev Event) {
 	if due := r.rates.observe(&ev); ev.BytesPerSecond > 0 {
 		ev.Message += " at " + ev.RateText()
 		if due && r.progressTo != nil {
-			r.e.event(context.Background(), r.progressTo, false, "Progress", ev.Message)
+			ev.Reason = "Progress"
 		}
+	}
+	if ev.Reason != "" {
+		on := r.s
+		if ev.Kind == EventProgress {
+			on = r.progressTo
+		}
+		msg := ev.recorded
+		if msg == "" {
+			msg = ev.Message
+		}
+		r.e.event(ctx, on, ev.Kind == EventRetry || ev.Kind == EventStop, ev.Reason, msg)
 	}
 	r.e.emit(ev)
 }
@@ -377,8 +395,7 @@ func (r *run) advance(ctx context.Context, route []checkpoint, idx int) error {
 		if err := r.save(ctx); err != nil {
 			return err
 		}
-		r.e.event(ctx, r.s, false, "Completed", "migration completed")
-		r.emit(Event{Kind: EventPhase, Phase: PhaseCompleted, Message: "migration completed"})
+		r.report(ctx, Event{Kind: EventPhase, Phase: PhaseCompleted, Reason: "Completed", Message: "migration completed"})
 		return nil
 	}
 	next := route[idx+1].phase
@@ -390,8 +407,8 @@ func (r *run) advance(ctx context.Context, route []checkpoint, idx int) error {
 	if next == PhaseConverting {
 		r.releaseSlot()
 	}
-	r.e.event(ctx, r.s, false, "Phase"+string(next), string(st.phase)+" done; now "+string(next))
-	r.emit(Event{Kind: EventPhase, Phase: next, Message: string(st.phase) + " done; entering " + string(next)})
+	r.report(ctx, Event{Kind: EventPhase, Phase: next, Reason: "Phase" + string(next), Message: string(st.phase) + " done; entering " + string(next),
+		recorded: string(st.phase) + " done; now " + string(next)})
 	return nil
 }
 
@@ -426,7 +443,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 			_, stop := r.interrupted(ctx, phase, serr)
 			return true, stop
 		}
-		r.emit(Event{Kind: EventRetry, Phase: phase, Attempt: n, Message: back.reason + "; going back to " + string(back.phase)})
+		r.report(ctx, Event{Kind: EventRetry, Phase: phase, Attempt: n, Message: back.reason + "; going back to " + string(back.phase)})
 		return false, nil
 	}
 	switch class {
@@ -450,8 +467,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 			_, stop := r.interrupted(ctx, phase, serr)
 			return true, stop
 		}
-		r.e.event(ctx, r.s, true, "Retrying", fmt.Sprintf("%s attempt %d of %d failed, retrying in %s: %v", phase, rec.Attempts, r.spec.Retry.Attempts, backoff, err))
-		r.emit(Event{Kind: EventRetry, Phase: phase, Attempt: rec.Attempts, Backoff: backoff,
+		r.report(ctx, Event{Kind: EventRetry, Phase: phase, Reason: "Retrying", Attempt: rec.Attempts, Backoff: backoff,
 			Message: fmt.Sprintf("%s attempt %d of %d failed, retrying in %s: %v", phase, rec.Attempts, r.spec.Retry.Attempts, backoff, err)})
 		if serr := retry.Sleep(ctx, backoff); serr != nil {
 			_, stop := r.interrupted(ctx, phase, serr)
@@ -506,12 +522,11 @@ func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action 
 	rec.Phase, rec.RetryPhase = state, phase
 	rec.Reason, rec.Message, rec.Action = reason, truncateMessage(msg, maxStopMessageBytes), truncateMessage(action, maxStopMessageBytes)
 	serr := r.save(context.WithoutCancel(ctx))
-	r.e.event(ctx, r.s, true, string(state), msg)
 	se := r.stopError(phase, state, reason, msg, action, err)
 	if serr != nil {
 		se.Message += " (the record could not be updated: " + serr.Error() + ")"
 	}
-	r.emit(Event{Kind: EventStop, Phase: phase, Message: se.Error()})
+	r.report(ctx, Event{Kind: EventStop, Phase: phase, Reason: string(state), Message: se.Error(), recorded: msg})
 	return se
 }
 
@@ -536,7 +551,7 @@ func (r *run) interrupted(ctx context.Context, phase Phase, err error) (Record, 
 	defer cancel()
 	_ = r.save(sctx)
 	se := r.stopError(phase, StateInterrupted, "Interrupted", msg, "run apply again to continue from "+string(phase), err)
-	r.emit(Event{Kind: EventStop, Phase: phase, Message: se.Error()})
+	r.report(ctx, Event{Kind: EventStop, Phase: phase, Message: se.Error()})
 	return *rec, se
 }
 
@@ -598,7 +613,7 @@ func (r *run) hostSlot(ctx context.Context, p Phase) error {
 		return nil
 	}
 	if !r.e.limiter.tryAcquire(r.spec.Host) {
-		r.emit(Event{Kind: EventInfo, Phase: p, Message: "waiting for a free migration slot on host " + r.spec.Host})
+		r.report(ctx, Event{Kind: EventInfo, Phase: p, Message: "waiting for a free migration slot on host " + r.spec.Host})
 		if err := r.e.limiter.acquire(ctx, r.spec.Host); err != nil {
 			return err
 		}

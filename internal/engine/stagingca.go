@@ -45,7 +45,7 @@ func (r *run) ensureStagingCA(ctx context.Context) error {
 		} else if err != nil {
 			return transient("StagingCARace", fmt.Sprintf("ConfigMap %s/%s appeared while it was created", ns, name), err)
 		}
-		r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("created ConfigMap %s with the staging server's CA", name)})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("created ConfigMap %s with the staging server's CA", name)})
 		return nil
 	case err != nil:
 		return &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: ns, Name: name, Class: kube.Classify(err), Err: err}
@@ -63,7 +63,7 @@ func (r *run) ensureStagingCA(ctx context.Context) error {
 	if err := cl.Update(ctx, cm); err != nil {
 		return &kube.Error{Op: "update", Kind: "ConfigMap", Namespace: ns, Name: name, Class: kube.Classify(err), Err: err}
 	}
-	r.emit(Event{Kind: EventInfo, Message: fmt.Sprintf("updated ConfigMap %s with the staging server's CA", name)})
+	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("updated ConfigMap %s with the staging server's CA", name)})
 	return nil
 }
 

@@ -57,7 +57,7 @@ func (r *run) stepStart(ctx context.Context) error {
 		if vm, err = kc.GetVirtualMachine(ctx, ns, name); err != nil {
 			return err
 		}
-		r.emit(Event{Kind: EventInfo, Message: "set runStrategy " + r.spec.RunStrategy + " on VirtualMachine " + ns + "/" + name})
+		r.report(ctx, Event{Kind: EventInfo, Message: "set runStrategy " + r.spec.RunStrategy + " on VirtualMachine " + ns + "/" + name})
 	}
 	if rec.VM == nil {
 		rec.VM = &VMEvidence{Name: name}
@@ -82,7 +82,7 @@ func (r *run) stepStart(ctx context.Context) error {
 			rec.VM.VMIPhase = phase
 			if phase != lastPhase {
 				lastPhase = phase
-				r.emit(Event{Kind: EventInfo, Message: "VirtualMachineInstance " + ns + "/" + name + " is " + phase})
+				r.report(ctx, Event{Kind: EventInfo, Message: "VirtualMachineInstance " + ns + "/" + name + " is " + phase})
 			}
 			switch vmi.Status.Phase {
 			case kubevirtv1.Running:

@@ -94,7 +94,7 @@ func (r *run) consoleNotLogged(ctx context.Context) *CheckResult {
 	msg := fmt.Sprintf("the cluster does not log the guest's serial console (%v): a guest that cannot boot is not recognised from its console, "+
 		"only when the checks time out after %s. To have boot failures found at once, set spec.domain.devices.logSerialConsole: true on the VM "+
 		"or remove disableSerialConsoleLog from the KubeVirt CR's spec.configuration.virtualMachineOptions", err, r.spec.Validation.Timeout)
-	r.emit(Event{Kind: EventInfo, Message: "warning: " + msg})
+	r.report(ctx, Event{Kind: EventInfo, Message: "warning: " + msg})
 	return &CheckResult{ID: CheckConsoleLog, Severity: "warning", Passed: false, Message: truncateMessage(msg, MaxErrorMessageBytes), Time: r.now()}
 }
 

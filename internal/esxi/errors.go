@@ -1,14 +1,10 @@
 package esxi
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
@@ -96,54 +92,21 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is reports whether target is e's Kind sentinel.
 func (e *Error) Is(target error) bool { return e.Kind != nil && target == e.Kind }
 
-// Classify reports the class of err. Errors from this package carry their
-// class; an operating-system error is classified by its errno
-// ([fault.OfErrno]: a full disk needs a human, a reset connection is
-// Transient); context cancellation, deadlines and other network errors are
-// Transient; anything else is Permanent (so it is not retried blindly).
-func Classify(err error) Class {
-	if err == nil {
-		return Permanent
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Class
-	}
-	if c, ok := fault.OfErrno(err); ok {
-		return c
-	}
-	if isNetworkError(err) {
-		return Transient
-	}
-	return Permanent
-}
+// Classify reports the class of err: the one an error of this package
+// carries (decided where it arose), else [fault.Classify]'s: an
+// operating-system error by its errno ([fault.OfErrno]: a full disk needs a
+// human, a reset connection is Transient), context cancellation, deadlines
+// and other network errors Transient, anything else Permanent (so it is not
+// retried blindly).
+func Classify(err error) Class { return fault.Classify(err) }
+
+// FaultClass is the class decided where the error arose (see package
+// fault).
+func (e *Error) FaultClass() Class { return e.Class }
 
 // isNetworkError reports errors that mean "the transport broke", the only
 // ones after which a reconnect is attempted.
-func isNetworkError(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return true
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) ||
-		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
-		return true
-	}
-	// A bare syscall.Errno satisfies net.Error too; only a real network
-	// error (net.OpError, a dial or DNS error) counts here. Errnos are
-	// decided by fault.OfErrno.
-	var ne net.Error
-	if errors.As(err, &ne) {
-		_, isErrno := ne.(syscall.Errno)
-		return !isErrno
-	}
-	return false
-}
+func isNetworkError(err error) bool { return fault.Disconnected(err) }
 
 // classifyText maps error text printed by BusyBox tools and vim-cmd to a
 // sentinel and class. ok is false when the text is not recognised.

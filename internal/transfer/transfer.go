@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
@@ -86,7 +86,7 @@ type Options struct {
 	// ProgressInterval defaults to DefaultProgressInterval.
 	ProgressInterval time.Duration
 	// Retries bounds how many times a chunk is retried after a transient
-	// read error (esxi.Classify == Transient); DefaultRetries if 0,
+	// read error (fault.Classify == Transient); DefaultRetries if 0,
 	// no retries if negative.
 	Retries int
 	// RetryDelay is the first backoff delay, doubled after each retry up
@@ -176,10 +176,10 @@ func (d Disk) validate() error {
 // returns the recorded Result without contacting the host.
 //
 // Nothing is created before the source has been read successfully once, so
-// a locked source (a powered-on VM: an error that esxi.Classify reports as
-// NeedsHuman) leaves the work directory untouched. Errors from the source
-// keep their esxi classification; errors of the local file system are
-// returned as they are (esxi.Classify reports them Permanent).
+// a locked source (a powered-on VM: an error whose class is NeedsHuman)
+// leaves the work directory untouched. Errors from the source keep the
+// class they carry (fault.Classed); errors of the local file system are
+// returned as they are, never retried.
 //
 // Only one Copy may work on a dest at a time; a second one (in this or
 // another process) fails at once.
@@ -593,7 +593,7 @@ func (c *copier) retry(ctx context.Context, op func() error) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (after: %v)", ctx.Err(), err)
 		}
-		if esxi.Classify(err) != esxi.Transient || attempt >= c.opts.Retries {
+		if fault.Classify(err) != fault.Transient || attempt >= c.opts.Retries {
 			return err
 		}
 		if serr := retry.Sleep(ctx, delay); serr != nil {
