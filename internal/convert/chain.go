@@ -80,53 +80,18 @@ func PrepareChain(dir string, links []ChainLink) (PreparedChain, error) {
 	if len(links) == 0 || len(links) > vmdk.MaxChainDepth {
 		return PreparedChain{}, fmt.Errorf("chain: %d links (want 1 to %d)", len(links), vmdk.MaxChainDepth)
 	}
-	seen := map[string]bool{}
-	claim := func(name string) error {
-		if err := validLocalName(name); err != nil {
-			return err
-		}
-		if seen[name] {
-			return fmt.Errorf("chain: local name %q is used twice", name)
-		}
-		seen[name] = true
-		return nil
-	}
+	names := localNames{}
 	descs := make([]vmdk.Descriptor, len(links))
 	for i, l := range links {
-		if err := claim(l.DescriptorName); err != nil {
-			return PreparedChain{}, fmt.Errorf("chain link %d: %w", i, err)
-		}
-		d, err := vmdk.ParseDescriptor(l.Descriptor)
+		d, err := names.localDescriptor(dir, links, i)
 		if err != nil {
-			return PreparedChain{}, fmt.Errorf("chain link %d (%s): %w", i, l.DescriptorName, err)
+			return PreparedChain{}, err
 		}
-		if len(d.Extents) != len(l.ExtentNames) {
-			return PreparedChain{}, fmt.Errorf("chain link %d (%s): %d extents in the descriptor, %d local files", i, l.DescriptorName, len(d.Extents), len(l.ExtentNames))
-		}
-		for k, name := range l.ExtentNames {
-			if err := claim(name); err != nil {
-				return PreparedChain{}, fmt.Errorf("chain link %d: %w", i, err)
-			}
-			fi, err := os.Lstat(filepath.Join(dir, name))
-			if err != nil {
-				return PreparedChain{}, fmt.Errorf("chain link %d: extent %q: %w", i, d.Extents[k].File, err)
-			}
-			if !fi.Mode().IsRegular() {
-				return PreparedChain{}, fmt.Errorf("chain link %d: extent %s is not a regular file", i, name)
-			}
-			d.Extents[k].File = name
-		}
-		last := i == len(links)-1
-		switch {
-		case !last && !d.CreateType.IsDelta():
-			return PreparedChain{}, fmt.Errorf("chain link %d (%s): createType %q is not a snapshot delta but links follow it", i, l.DescriptorName, d.CreateType)
-		case last && d.CreateType.IsDelta():
-			return PreparedChain{}, fmt.Errorf("chain: %w: the last link %s is a %s delta; its parent %q was not copied", vmdk.ErrParentMissing, l.DescriptorName, d.CreateType, d.ParentFileNameHint)
-		case last && d.ParentCID != vmdk.NoParentCID:
-			return PreparedChain{}, fmt.Errorf("chain: %w: base %s has parentCID=%08x, not ffffffff", vmdk.ErrCIDMismatch, l.DescriptorName, d.ParentCID)
+		if err := checkChainRole(i, l.DescriptorName, d, i == len(links)-1); err != nil {
+			return PreparedChain{}, err
 		}
 		d.ParentFileNameHint = ""
-		if !last {
+		if i < len(links)-1 {
 			d.ParentFileNameHint = links[i+1].DescriptorName
 		}
 		descs[i] = d
@@ -143,12 +108,7 @@ func PrepareChain(dir string, links []ChainLink) (PreparedChain, error) {
 		}
 	}
 	top := filepath.Join(dir, links[0].DescriptorName)
-	c, err := vmdk.OpenChain(top, func(_, name string) (string, error) {
-		if err := validLocalName(name); err != nil {
-			return "", err
-		}
-		return filepath.Join(dir, name), nil
-	})
+	c, err := vmdk.OpenChain(top, localResolver(dir))
 	if err != nil {
 		return PreparedChain{}, fmt.Errorf("chain: %w", err)
 	}
@@ -159,6 +119,76 @@ func PrepareChain(dir string, links []ChainLink) (PreparedChain, error) {
 	return PreparedChain{Top: top, Links: c.Links, CapacityBytes: c.CapacityBytes()}, nil
 }
 
+// localNames holds the local file names a chain uses: each is a plain
+// file name, used once.
+type localNames map[string]bool
+
+func (seen localNames) claim(name string) error {
+	if err := validLocalName(name); err != nil {
+		return err
+	}
+	if seen[name] {
+		return fmt.Errorf("chain: local name %q is used twice", name)
+	}
+	seen[name] = true
+	return nil
+}
+
+// localDescriptor parses link i's descriptor with its extents renamed to
+// their local copies, which must be regular files in dir.
+func (seen localNames) localDescriptor(dir string, links []ChainLink, i int) (vmdk.Descriptor, error) {
+	l := links[i]
+	if err := seen.claim(l.DescriptorName); err != nil {
+		return vmdk.Descriptor{}, fmt.Errorf("chain link %d: %w", i, err)
+	}
+	d, err := vmdk.ParseDescriptor(l.Descriptor)
+	if err != nil {
+		return vmdk.Descriptor{}, fmt.Errorf("chain link %d (%s): %w", i, l.DescriptorName, err)
+	}
+	if len(d.Extents) != len(l.ExtentNames) {
+		return vmdk.Descriptor{}, fmt.Errorf("chain link %d (%s): %d extents in the descriptor, %d local files", i, l.DescriptorName, len(d.Extents), len(l.ExtentNames))
+	}
+	for k, name := range l.ExtentNames {
+		if err := seen.claim(name); err != nil {
+			return vmdk.Descriptor{}, fmt.Errorf("chain link %d: %w", i, err)
+		}
+		fi, err := os.Lstat(filepath.Join(dir, name))
+		if err != nil {
+			return vmdk.Descriptor{}, fmt.Errorf("chain link %d: extent %q: %w", i, d.Extents[k].File, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return vmdk.Descriptor{}, fmt.Errorf("chain link %d: extent %s is not a regular file", i, name)
+		}
+		d.Extents[k].File = name
+	}
+	return d, nil
+}
+
+// checkChainRole checks that link i's descriptor d (named name) fits its
+// place: a delta above other links, a base with no parent CID at the
+// bottom.
+func checkChainRole(i int, name string, d vmdk.Descriptor, last bool) error {
+	switch {
+	case !last && !d.CreateType.IsDelta():
+		return fmt.Errorf("chain link %d (%s): createType %q is not a snapshot delta but links follow it", i, name, d.CreateType)
+	case last && d.CreateType.IsDelta():
+		return fmt.Errorf("chain: %w: the last link %s is a %s delta; its parent %q was not copied", vmdk.ErrParentMissing, name, d.CreateType, d.ParentFileNameHint)
+	case last && d.ParentCID != vmdk.NoParentCID:
+		return fmt.Errorf("chain: %w: base %s has parentCID=%08x, not ffffffff", vmdk.ErrCIDMismatch, name, d.ParentCID)
+	}
+	return nil
+}
+
+// localResolver resolves a chain's names only to plain files in dir.
+func localResolver(dir string) vmdk.Resolver {
+	return func(_, name string) (string, error) {
+		if err := validLocalName(name); err != nil {
+			return "", err
+		}
+		return filepath.Join(dir, name), nil
+	}
+}
+
 // OpenPreparedChain rebuilds the chain in dir (PrepareChain: local parent
 // hints, CIDs checked) and opens it for reading its guest-visible content,
 // parents resolved only to files in dir. The caller closes it.
@@ -167,12 +197,7 @@ func OpenPreparedChain(dir string, links []ChainLink) (*vmdk.Chain, PreparedChai
 	if err != nil {
 		return nil, PreparedChain{}, err
 	}
-	c, err := vmdk.OpenChain(pc.Top, func(_, name string) (string, error) {
-		if err := validLocalName(name); err != nil {
-			return "", err
-		}
-		return filepath.Join(filepath.Dir(pc.Top), name), nil
-	})
+	c, err := vmdk.OpenChain(pc.Top, localResolver(filepath.Dir(pc.Top)))
 	if err != nil {
 		return nil, PreparedChain{}, fmt.Errorf("chain: %w", err)
 	}
@@ -206,12 +231,8 @@ func (t *Tool) FlattenChain(ctx context.Context, dir string, links []ChainLink, 
 	if err != nil {
 		return ChainArtifact{}, err
 	}
-	for _, l := range pc.Links {
-		for _, x := range l.Extents {
-			if x.Path == dst || l.DescriptorPath == dst {
-				return ChainArtifact{}, fmt.Errorf("flatten: the destination %s is part of the chain", dst)
-			}
-		}
+	if err := checkOutsideChain(pc, dst); err != nil {
+		return ChainArtifact{}, err
 	}
 	fi, err := os.Stat(pc.Top)
 	if err != nil {
@@ -227,49 +248,13 @@ func (t *Tool) FlattenChain(ctx context.Context, dir string, links []ChainLink, 
 		os.Remove(tmp)
 		return ChainArtifact{}, err
 	}
-	var sum string
-	var size int64
-	if dstFormat == Raw {
-		if sum, size, err = flattenRaw(ctx, pc.Top, tmp); err != nil {
-			return fail(fmt.Errorf("flatten %s: %w", pc.Top, err))
-		}
-	} else {
-		if _, err := t.run(ctx, "convert", "-f", string(VMDK), "-O", string(dstFormat), pc.Top, tmp); err != nil {
-			return fail(err)
-		}
-		if err := fsyncFile(tmp); err != nil {
-			return fail(err)
-		}
-		if sum, size, err = hashFile(tmp); err != nil {
-			return fail(err)
-		}
+	sum, size, err := t.writeFlat(ctx, pc.Top, tmp, dstFormat)
+	if err != nil {
+		return fail(err)
 	}
-	if _, err := t.Check(ctx, tmp, dstFormat, pc.CapacityBytes); err != nil {
-		return fail(fmt.Errorf("flatten %s: the output failed its check: %w", pc.Top, err))
-	}
-	guest := sum
-	if dstFormat != Raw {
-		out, code, err := t.runStatus(ctx, "compare", "-f", string(VMDK), "-F", string(dstFormat), pc.Top, tmp)
-		if err != nil {
-			return fail(err)
-		}
-		if code != 0 {
-			return fail(fmt.Errorf("flatten %s: %w: qemu-img compare (exit status %d): %s", pc.Top, ErrInvalidImage, code, out.stderrText()))
-		}
-		c, err := vmdk.OpenChain(pc.Top, func(_, name string) (string, error) {
-			if err := validLocalName(name); err != nil {
-				return "", err
-			}
-			return filepath.Join(filepath.Dir(pc.Top), name), nil
-		})
-		if err != nil {
-			return fail(err)
-		}
-		guest, err = c.SHA256()
-		c.Close()
-		if err != nil {
-			return fail(err)
-		}
+	guest, err := t.verifyFlat(ctx, pc, tmp, dstFormat, sum)
+	if err != nil {
+		return fail(err)
 	}
 	sc := sidecar{Version: sidecarVersion, SHA256: sum, Format: dstFormat, SizeBytes: size, VirtualSize: pc.CapacityBytes,
 		Source: sourceInfo{Path: pc.Top, Format: VMDK, SizeBytes: fi.Size(), ModTime: fi.ModTime().UTC()}, CreatedAt: time.Now().UTC()}
@@ -290,17 +275,68 @@ func (t *Tool) FlattenChain(ctx context.Context, dir string, links []ChainLink, 
 		GuestSHA256: guest, Chain: pc}, nil
 }
 
+// checkOutsideChain refuses a destination that is one of the chain's files.
+func checkOutsideChain(pc PreparedChain, dst string) error {
+	for _, l := range pc.Links {
+		for _, x := range l.Extents {
+			if x.Path == dst || l.DescriptorPath == dst {
+				return fmt.Errorf("flatten: the destination %s is part of the chain", dst)
+			}
+		}
+	}
+	return nil
+}
+
+// writeFlat writes the chain whose top descriptor is top to the new file
+// tmp in dstFormat, fsynced, and returns its SHA-256 and size.
+func (t *Tool) writeFlat(ctx context.Context, top, tmp string, dstFormat Format) (string, int64, error) {
+	if dstFormat == Raw {
+		sum, size, err := flattenRaw(ctx, top, tmp)
+		if err != nil {
+			return "", 0, fmt.Errorf("flatten %s: %w", top, err)
+		}
+		return sum, size, nil
+	}
+	if _, err := t.run(ctx, "convert", "-f", string(VMDK), "-O", string(dstFormat), top, tmp); err != nil {
+		return "", 0, err
+	}
+	if err := fsyncFile(tmp); err != nil {
+		return "", 0, err
+	}
+	return hashFile(tmp)
+}
+
+// verifyFlat checks the image tmp and returns the guest-visible content's
+// SHA-256: the image's own (sum) for raw; for qcow2, after qemu-img
+// compare confirms it holds the chain's content, the chain's read in Go.
+func (t *Tool) verifyFlat(ctx context.Context, pc PreparedChain, tmp string, dstFormat Format, sum string) (string, error) {
+	if _, err := t.Check(ctx, tmp, dstFormat, pc.CapacityBytes); err != nil {
+		return "", fmt.Errorf("flatten %s: the output failed its check: %w", pc.Top, err)
+	}
+	if dstFormat == Raw {
+		return sum, nil
+	}
+	out, code, err := t.runStatus(ctx, "compare", "-f", string(VMDK), "-F", string(dstFormat), pc.Top, tmp)
+	if err != nil {
+		return "", err
+	}
+	if code != 0 {
+		return "", fmt.Errorf("flatten %s: %w: qemu-img compare (exit status %d): %s", pc.Top, ErrInvalidImage, code, out.stderrText())
+	}
+	c, err := vmdk.OpenChain(pc.Top, localResolver(filepath.Dir(pc.Top)))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.SHA256()
+}
+
 // flattenRaw writes the guest-visible content of the chain whose top
 // descriptor is top to the new file tmp, leaving all-zero blocks as holes,
 // fsyncs it and returns its SHA-256 and size. Parents resolve only to
 // files beside top.
 func flattenRaw(ctx context.Context, top, tmp string) (string, int64, error) {
-	c, err := vmdk.OpenChain(top, func(_, name string) (string, error) {
-		if err := validLocalName(name); err != nil {
-			return "", err
-		}
-		return filepath.Join(filepath.Dir(top), name), nil
-	})
+	c, err := vmdk.OpenChain(top, localResolver(filepath.Dir(top)))
 	if err != nil {
 		return "", 0, err
 	}

@@ -156,65 +156,13 @@ func BuildDiskChain(top string, descs map[string]Descriptor, sizes map[string]Fi
 		seen[p] = true
 		d, present, ok := readable(descs, p)
 		if !ok {
-			msg := "descriptor was not read"
-			if present {
-				msg = "descriptor could not be read or parsed"
-			}
-			if n := len(ch.Links); n > 0 {
-				msg = fmt.Sprintf("parent of %s: %s", ch.Links[n-1].DescriptorPath, msg)
-			}
-			ch.Problems = append(ch.Problems, Problem{Source: p, Message: msg})
+			ch.Problems = append(ch.Problems, ch.unreadable(p, present))
 			break
 		}
-		link := ChainLink{DescriptorPath: p, CreateType: d.CreateType, CID: strings.ToLower(d.CID),
-			ParentCID: strings.ToLower(d.ParentCID), Thin: d.Thin(), ExtentBytes: 0, AllocatedBytes: 0}
-		capacity, probs := DescriptorCapacity(d)
-		ch.Problems = append(ch.Problems, withSource(probs, p)...)
-		link.CapacityBytes = capacity
-		if len(d.Extents) == 0 {
-			ch.Problems = append(ch.Problems, Problem{Source: p, Message: "no extents"})
-		}
-		allocKnown := true
-		for _, e := range d.Extents {
-			if e.FileName == "" {
-				continue
-			}
-			ep, err := ResolveDiskPath(p, e.FileName)
-			if err != nil {
-				ch.Problems = append(ch.Problems, Problem{Source: p, Message: "extent: " + err.Error()})
-				link.ExtentBytes, allocKnown = -1, false
-				continue
-			}
-			link.ExtentPaths = append(link.ExtentPaths, ep)
-			fs, known := sizes[ep]
-			if !known || fs.Bytes < 0 {
-				link.ExtentBytes = -1
-			} else if link.ExtentBytes >= 0 {
-				link.ExtentBytes = addSaturating(link.ExtentBytes, fs.Bytes)
-			}
-			if !known || fs.AllocatedBytes < 0 {
-				allocKnown = false
-			} else {
-				link.AllocatedBytes = addSaturating(link.AllocatedBytes, fs.AllocatedBytes)
-			}
-		}
-		if !allocKnown {
-			link.AllocatedBytes = -1
-		}
-		delta := link.IsDelta() || d.IsDelta()
-		if !delta && !link.Thin && len(probs) == 0 {
-			link.AllocatedBytes = capacity // thick: every block is allocated
-		}
+		link, probs := chainLink(p, d, sizes)
+		ch.Problems = append(ch.Problems, probs...)
 		if n := len(ch.Links); n > 0 {
-			child := ch.Links[n-1]
-			if child.ParentCID != link.CID {
-				ch.Problems = append(ch.Problems, Problem{Source: child.DescriptorPath, Message: fmt.Sprintf(
-					"parentCID=%s but its parent %s has CID=%s: the parent changed after the snapshot was taken; the chain cannot be read consistently", child.ParentCID, p, link.CID)})
-			}
-			if child.CapacityBytes != link.CapacityBytes {
-				ch.Problems = append(ch.Problems, Problem{Source: child.DescriptorPath, Message: fmt.Sprintf(
-					"capacity %d bytes differs from its parent %s (%d bytes)", child.CapacityBytes, p, link.CapacityBytes)})
-			}
+			ch.Problems = append(ch.Problems, parentMismatches(ch.Links[n-1], link)...)
 		}
 		if d.ParentFileNameHint != "" {
 			pp, err := ResolveDiskPath(p, d.ParentFileNameHint)
@@ -227,18 +175,112 @@ func BuildDiskChain(top string, descs map[string]Descriptor, sizes map[string]Fi
 		}
 		ch.Links = append(ch.Links, link)
 		if link.ParentDescriptorPath == "" {
-			switch {
-			case delta:
-				ch.Problems = append(ch.Problems, Problem{Source: p, Message: fmt.Sprintf("a %s delta without parentFileNameHint: its parent is unknown", d.CreateType)})
-			case link.ParentCID != "" && link.ParentCID != noParentCID:
-				ch.Problems = append(ch.Problems, Problem{Source: p, Message: fmt.Sprintf("base disk with parentCID=%s (want ffffffff): a parent is missing", link.ParentCID)})
-			default:
-				ch.Complete = true
-			}
+			ch.endAtBase(link, d)
 			break
 		}
 		p = link.ParentDescriptorPath
 	}
+	ch.sumUp()
+	return ch
+}
+
+// unreadable is the problem of a descriptor at p that was not read
+// (present: read but unusable), naming the child it is the parent of.
+func (ch *DiskChain) unreadable(p string, present bool) Problem {
+	msg := "descriptor was not read"
+	if present {
+		msg = "descriptor could not be read or parsed"
+	}
+	if n := len(ch.Links); n > 0 {
+		msg = fmt.Sprintf("parent of %s: %s", ch.Links[n-1].DescriptorPath, msg)
+	}
+	return Problem{Source: p, Message: msg}
+}
+
+// chainLink is the link of descriptor d at p, with its extents' sizes,
+// without its parent path.
+func chainLink(p string, d Descriptor, sizes map[string]FileSize) (ChainLink, []Problem) {
+	link := ChainLink{DescriptorPath: p, CreateType: d.CreateType, CID: strings.ToLower(d.CID),
+		ParentCID: strings.ToLower(d.ParentCID), Thin: d.Thin(), ExtentBytes: 0, AllocatedBytes: 0}
+	capacity, capProbs := DescriptorCapacity(d)
+	probs := withSource(capProbs, p)
+	link.CapacityBytes = capacity
+	if len(d.Extents) == 0 {
+		probs = append(probs, Problem{Source: p, Message: "no extents"})
+	}
+	probs = append(probs, addExtentSizes(&link, d.Extents, sizes)...)
+	delta := link.IsDelta() || d.IsDelta()
+	if !delta && !link.Thin && len(capProbs) == 0 {
+		link.AllocatedBytes = capacity // thick: every block is allocated
+	}
+	return link, probs
+}
+
+// addExtentSizes records the paths of extents and sums their lengths and
+// allocated bytes into link (-1: unknown).
+func addExtentSizes(link *ChainLink, extents []Extent, sizes map[string]FileSize) []Problem {
+	p := link.DescriptorPath
+	var probs []Problem
+	allocKnown := true
+	for _, e := range extents {
+		if e.FileName == "" {
+			continue
+		}
+		ep, err := ResolveDiskPath(p, e.FileName)
+		if err != nil {
+			probs = append(probs, Problem{Source: p, Message: "extent: " + err.Error()})
+			link.ExtentBytes, allocKnown = -1, false
+			continue
+		}
+		link.ExtentPaths = append(link.ExtentPaths, ep)
+		fs, known := sizes[ep]
+		if !known || fs.Bytes < 0 {
+			link.ExtentBytes = -1
+		} else if link.ExtentBytes >= 0 {
+			link.ExtentBytes = addSaturating(link.ExtentBytes, fs.Bytes)
+		}
+		if !known || fs.AllocatedBytes < 0 {
+			allocKnown = false
+		} else {
+			link.AllocatedBytes = addSaturating(link.AllocatedBytes, fs.AllocatedBytes)
+		}
+	}
+	if !allocKnown {
+		link.AllocatedBytes = -1
+	}
+	return probs
+}
+
+// parentMismatches reports where child and its parent disagree.
+func parentMismatches(child, parent ChainLink) []Problem {
+	var probs []Problem
+	if child.ParentCID != parent.CID {
+		probs = append(probs, Problem{Source: child.DescriptorPath, Message: fmt.Sprintf(
+			"parentCID=%s but its parent %s has CID=%s: the parent changed after the snapshot was taken; the chain cannot be read consistently", child.ParentCID, parent.DescriptorPath, parent.CID)})
+	}
+	if child.CapacityBytes != parent.CapacityBytes {
+		probs = append(probs, Problem{Source: child.DescriptorPath, Message: fmt.Sprintf(
+			"capacity %d bytes differs from its parent %s (%d bytes)", child.CapacityBytes, parent.DescriptorPath, parent.CapacityBytes)})
+	}
+	return probs
+}
+
+// endAtBase judges link, which names no parent: a base disk completes the
+// chain; a delta, or a base naming a parent CID, is missing its parent.
+func (ch *DiskChain) endAtBase(link ChainLink, d Descriptor) {
+	p := link.DescriptorPath
+	switch {
+	case link.IsDelta() || d.IsDelta():
+		ch.Problems = append(ch.Problems, Problem{Source: p, Message: fmt.Sprintf("a %s delta without parentFileNameHint: its parent is unknown", d.CreateType)})
+	case link.ParentCID != "" && link.ParentCID != noParentCID:
+		ch.Problems = append(ch.Problems, Problem{Source: p, Message: fmt.Sprintf("base disk with parentCID=%s (want ffffffff): a parent is missing", link.ParentCID)})
+	default:
+		ch.Complete = true
+	}
+}
+
+// sumUp sets the chain's totals from its links.
+func (ch *DiskChain) sumUp() {
 	if len(ch.Links) > 0 {
 		ch.CapacityBytes = ch.Links[0].CapacityBytes
 		last := ch.Links[len(ch.Links)-1]
@@ -257,7 +299,6 @@ func BuildDiskChain(top string, descs map[string]Descriptor, sizes map[string]Fi
 	if len(ch.Problems) > 0 {
 		ch.Complete = false
 	}
-	return ch
 }
 
 // addSaturating adds non-negative sizes, stopping at math.MaxInt64.

@@ -452,31 +452,9 @@ func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (exec
 	}
 	defer func() { <-c.sem }()
 
-	var (
-		sess *ssh.Session
-		conn *ssh.Client
-	)
-	for attempt := 0; ; attempt++ {
-		var err error
-		conn, err = c.connection(ctx)
-		if err != nil {
-			return execResult{}, err
-		}
-		sess, err = conn.NewSession()
-		if err == nil {
-			break
-		}
-		broken := isNetworkError(err) || strings.Contains(err.Error(), "EOF")
-		if broken {
-			// Only a dead transport is dropped: a refused channel (session
-			// limit) must not kill the other sessions on this connection.
-			c.dropConn(conn)
-		}
-		if attempt > 0 || !broken {
-			return execResult{}, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op,
-				Msg: "could not open an SSH session (the host may limit sessions; lower max_sessions if this repeats)", Err: err}
-		}
-		c.logf("esxi %s: connection lost, reconnecting: %v", c.cfg.Name, err)
+	sess, conn, err := c.openSession(ctx, op)
+	if err != nil {
+		return execResult{}, err
 	}
 	defer sess.Close()
 
@@ -492,7 +470,6 @@ func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (exec
 	}
 	done := make(chan error, 1)
 	go func() { done <- sess.Wait() }()
-	var err error
 	select {
 	case err = <-done:
 	case <-out.failed:
@@ -516,18 +493,50 @@ func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (exec
 	if werr := out.failure(); werr != nil {
 		return res, c.outputError(op, w, werr)
 	}
+	return c.exitResult(op, res, err)
+}
+
+// openSession opens an SSH session on the host's connection, reconnecting
+// once when the connection turns out to be dead.
+func (c *Client) openSession(ctx context.Context, op string) (*ssh.Session, *ssh.Client, error) {
+	for attempt := 0; ; attempt++ {
+		conn, err := c.connection(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		sess, err := conn.NewSession()
+		if err == nil {
+			return sess, conn, nil
+		}
+		broken := isNetworkError(err) || strings.Contains(err.Error(), "EOF")
+		if broken {
+			// Only a dead transport is dropped: a refused channel (session
+			// limit) must not kill the other sessions on this connection.
+			c.dropConn(conn)
+		}
+		if attempt > 0 || !broken {
+			return nil, nil, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op,
+				Msg: "could not open an SSH session (the host may limit sessions; lower max_sessions if this repeats)", Err: err}
+		}
+		c.logf("esxi %s: connection lost, reconnecting: %v", c.cfg.Name, err)
+	}
+}
+
+// exitResult reads the session's end, waitErr from Wait: an exit status
+// goes into res; a missing one or an interrupted session is Transient.
+func (c *Client) exitResult(op string, res execResult, waitErr error) (execResult, error) {
 	var ee *ssh.ExitError
 	var missing *ssh.ExitMissingError
 	switch {
-	case err == nil:
+	case waitErr == nil:
 		return res, nil
-	case errors.As(err, &ee):
+	case errors.As(waitErr, &ee):
 		res.status = ee.ExitStatus()
 		return res, nil
-	case errors.As(err, &missing):
-		return res, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op, Msg: "the command ended without an exit status (connection dropped?): retry", Err: err}
+	case errors.As(waitErr, &missing):
+		return res, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op, Msg: "the command ended without an exit status (connection dropped?): retry", Err: waitErr}
 	default:
-		return res, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op, Msg: "the command was interrupted (connection dropped?): retry", Err: err}
+		return res, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: op, Msg: "the command was interrupted (connection dropped?): retry", Err: waitErr}
 	}
 }
 

@@ -167,84 +167,140 @@ func (run *inventoryRun) list(ctx context.Context) error {
 	if e := c.vimErr("getallvms", 0, gavRes); e != nil {
 		return e
 	}
-	gav, gavProbs := ParseGetAllVMs(gavRes.Output)
-	gavByID := map[int]*GetAllVMsEntry{}
-	for i := range gav.VMs {
-		gavByID[gav.VMs[i].VMID] = &gav.VMs[i]
+	l := newVMListing(ParseGetAllVMs(gavRes.Output))
+	entries, err := l.readInventoryXML(c, r["inventory"])
+	if err != nil {
+		return err
 	}
-	skipped := map[int]bool{}
-	for _, id := range gav.Skipped {
-		skipped[id] = true
-	}
+	l.addInventoryEntries(entries)
+	l.addGetAllVMsOnly()
+	l.settleProblems()
 
-	// Problems about one vmid wait here until that VM's work exists.
-	byVM := map[int][]Problem{}
-	var loose []Problem
-	add := func(ps []Problem) {
-		for _, p := range ps {
-			if p.VMID > 0 && !p.HostWide {
-				byVM[p.VMID] = append(byVM[p.VMID], p)
-			} else {
-				loose = append(loose, p)
+	work := l.work
+	// The single-VM filter: the only place that looks at run.only.
+	if run.only > 0 {
+		var kept []*vmWork
+		for _, w := range work {
+			if w.vm.VMID == run.only {
+				kept = append(kept, w)
 			}
 		}
+		work = kept
 	}
+	sort.Slice(work, func(i, j int) bool { return work[i].vm.VMID < work[j].vm.VMID })
+	sort.SliceStable(l.loose, func(i, j int) bool { return l.loose[i].VMID < l.loose[j].VMID })
+	run.work = work
+	run.host = append(run.host, l.loose...)
+	return nil
+}
 
-	var entries []InventoryEntry
-	invRes := r["inventory"]
+// vmListing builds stage 1's VM list from vmInventory.xml and getallvms.
+type vmListing struct {
+	gav      GetAllVMsResult
+	gavProbs []Problem
+	gavByID  map[int]*GetAllVMsEntry
+	skipped  map[int]bool
+	// byVM holds problems about one vmid until that VM's work exists;
+	// loose holds the others.
+	byVM  map[int][]Problem
+	loose []Problem
+	seen  map[int]bool
+	work  []*vmWork
+}
+
+func newVMListing(gav GetAllVMsResult, gavProbs []Problem) *vmListing {
+	l := &vmListing{
+		gav:      gav,
+		gavProbs: gavProbs,
+		gavByID:  map[int]*GetAllVMsEntry{},
+		skipped:  map[int]bool{},
+		byVM:     map[int][]Problem{},
+		seen:     map[int]bool{},
+	}
+	for i := range gav.VMs {
+		l.gavByID[gav.VMs[i].VMID] = &gav.VMs[i]
+	}
+	for _, id := range gav.Skipped {
+		l.skipped[id] = true
+	}
+	return l
+}
+
+// addProblems files each problem under its VM, or as loose.
+func (l *vmListing) addProblems(ps []Problem) {
+	for _, p := range ps {
+		if p.VMID > 0 && !p.HostWide {
+			l.byVM[p.VMID] = append(l.byVM[p.VMID], p)
+		} else {
+			l.loose = append(l.loose, p)
+		}
+	}
+}
+
+// readInventoryXML parses vmInventory.xml's result and files getallvms'
+// problems according to whether the file could be read: unreadable (but
+// not transiently) leaves getallvms as the only list and no entries.
+func (l *vmListing) readInventoryXML(c *Client, invRes Result) ([]InventoryEntry, error) {
 	if e := c.fileErr("cat", InventoryXMLPath, 0, invRes); e != nil {
 		if Classify(e) == Transient {
-			return e
+			return nil, e
 		}
 		// getallvms is now the only list: a line it does not understand
 		// may be a VM missing from it.
-		loose = append(loose, Problem{Source: InventoryXMLPath, HostWide: true, Message: "unreadable, using getallvms paths instead: " + e.Error()})
-		for i := range gavProbs {
-			if gavProbs[i].VMID == 0 {
-				gavProbs[i].HostWide = true
+		l.loose = append(l.loose, Problem{Source: InventoryXMLPath, HostWide: true, Message: "unreadable, using getallvms paths instead: " + e.Error()})
+		for i := range l.gavProbs {
+			if l.gavProbs[i].VMID == 0 {
+				l.gavProbs[i].HostWide = true
 			}
 		}
-		add(gavProbs)
-	} else {
-		// With vmInventory.xml authoritative for the list and paths (and
-		// names coming from the .vmx), a getallvms line read as part of a
-		// multi-line annotation, or a row that splits into columns in
-		// several ways, is not worth reporting.
-		for _, p := range gavProbs {
-			if !strings.Contains(p.Message, "is not a complete VM row") && !strings.Contains(p.Message, "splits into columns") {
-				add([]Problem{p})
-			}
-		}
-		var probs []Problem
-		entries, probs = ParseVMInventory(invRes.Output)
-		add(probs)
+		l.addProblems(l.gavProbs)
+		return nil, nil
 	}
+	// With vmInventory.xml authoritative for the list and paths (and
+	// names coming from the .vmx), a getallvms line read as part of a
+	// multi-line annotation, or a row that splits into columns in
+	// several ways, is not worth reporting.
+	for _, p := range l.gavProbs {
+		if !strings.Contains(p.Message, "is not a complete VM row") && !strings.Contains(p.Message, "splits into columns") {
+			l.addProblems([]Problem{p})
+		}
+	}
+	entries, probs := ParseVMInventory(invRes.Output)
+	l.addProblems(probs)
+	return entries, nil
+}
 
-	seen := map[int]bool{}
-	var work []*vmWork
-	newWork := func(vmid int) *vmWork {
-		w := &vmWork{vm: VM{VMID: vmid}, gav: gavByID[vmid]}
-		seen[vmid] = true
-		work = append(work, w)
-		return w
-	}
+func (l *vmListing) newWork(vmid int) *vmWork {
+	w := &vmWork{vm: VM{VMID: vmid}, gav: l.gavByID[vmid]}
+	l.seen[vmid] = true
+	l.work = append(l.work, w)
+	return w
+}
+
+// addInventoryEntries lists the VMs of vmInventory.xml, and the entries
+// it has but could not give a path for: still registered VMs, listed with
+// their problem.
+func (l *vmListing) addInventoryEntries(entries []InventoryEntry) {
 	for _, e := range entries {
-		w := newWork(e.VMID)
+		w := l.newWork(e.VMID)
 		w.vm.VMXPath, w.vm.System = e.VMXPath, e.System
 	}
-	// Entries vmInventory.xml has but could not give a path for: still
-	// registered VMs, listed with their problem.
-	for vmid := range byVM {
-		if !seen[vmid] && gavByID[vmid] == nil && !skipped[vmid] {
-			newWork(vmid)
+	for vmid := range l.byVM {
+		if !l.seen[vmid] && l.gavByID[vmid] == nil && !l.skipped[vmid] {
+			l.newWork(vmid)
 		}
 	}
-	for i := range gav.VMs {
-		g := &gav.VMs[i]
-		if seen[g.VMID] {
+}
+
+// addGetAllVMsOnly lists the VMs getallvms has and vmInventory.xml lacks,
+// with the .vmx path getallvms gives, and the VMs hostd skips as invalid.
+func (l *vmListing) addGetAllVMsOnly() {
+	for i := range l.gav.VMs {
+		g := &l.gav.VMs[i]
+		if l.seen[g.VMID] {
 			continue
 		}
-		w := newWork(g.VMID)
+		w := l.newWork(g.VMID)
 		switch {
 		case g.Ambiguous:
 			w.problem("getallvms", "not in vmInventory.xml and its getallvms row is ambiguous: .vmx path unknown")
@@ -262,48 +318,36 @@ func (run *inventoryRun) list(ctx context.Context) error {
 			w.vm.System = system
 		}
 	}
-	for _, id := range gav.Skipped {
-		if !seen[id] {
-			newWork(id)
+	for _, id := range l.gav.Skipped {
+		if !l.seen[id] {
+			l.newWork(id)
 		}
 	}
+}
 
-	for _, w := range work {
+// settleProblems marks system and invalid VMs, notes VMs getallvms does
+// not list, and hands each VM its waiting problems; problems about a vmid
+// listed nowhere concern no listed VM and become loose.
+func (l *vmListing) settleProblems() {
+	for _, w := range l.work {
 		id := w.vm.VMID
 		if g := w.gav; g != nil && !g.Ambiguous && g.Datastore == "" && strings.HasPrefix(g.File, "/") {
 			// getallvms prints "[] /abs/path.vmx" for system VMs.
 			w.vm.System = true
 		}
 		switch {
-		case skipped[id]:
+		case l.skipped[id]:
 			w.invalid = true
 			w.problem("getallvms", "hostd skips this VM as invalid (its datastore may be missing or its .vmx unreadable)")
 		case w.gav == nil:
 			w.problem("getallvms", "registered in vmInventory.xml but not listed by getallvms")
 		}
-		w.vm.Problems = append(w.vm.Problems, byVM[id]...)
-		delete(byVM, id)
+		w.vm.Problems = append(w.vm.Problems, l.byVM[id]...)
+		delete(l.byVM, id)
 	}
-	// Problems about a vmid that is listed nowhere concern no listed VM.
-	for _, ps := range byVM {
-		loose = append(loose, ps...)
+	for _, ps := range l.byVM {
+		l.loose = append(l.loose, ps...)
 	}
-
-	// The single-VM filter: the only place that looks at run.only.
-	if run.only > 0 {
-		var kept []*vmWork
-		for _, w := range work {
-			if w.vm.VMID == run.only {
-				kept = append(kept, w)
-			}
-		}
-		work = kept
-	}
-	sort.Slice(work, func(i, j int) bool { return work[i].vm.VMID < work[j].vm.VMID })
-	sort.SliceStable(loose, func(i, j int) bool { return loose[i].VMID < loose[j].VMID })
-	run.work = work
-	run.host = append(run.host, loose...)
-	return nil
 }
 
 // readConfigs is stage 2: .vmx files and per-VM vim-cmd output. System
@@ -519,14 +563,7 @@ func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool), chain fun
 		vm.Datastore = ds
 	}
 	if !w.vmxOK {
-		if w.gav != nil && !w.gav.Ambiguous {
-			vm.Name = w.gav.Name
-			vm.GuestOS = w.gav.GuestOS
-			vm.Annotation = w.gav.Annotation
-			if n, err := strconv.Atoi(strings.TrimPrefix(w.gav.Version, "vmx-")); err == nil && n > 0 && n <= maxHardwareVersion {
-				vm.HardwareVersion = n
-			}
-		}
+		w.assembleFromGetAllVMs()
 		return
 	}
 	x := w.vmx
@@ -552,59 +589,85 @@ func (c *Client) assemble(w *vmWork, desc func(string) (Result, bool), chain fun
 		vm.NICs = append(vm.NICs, NIC{Device: n.Device, NetworkName: n.NetworkName, MAC: n.MAC, AdapterType: n.VirtualDev, IPs: w.guestIPs[n.MAC]})
 	}
 	for _, d := range x.Disks {
-		if !d.Present {
-			continue
+		if d.Present {
+			vm.Disks = append(vm.Disks, c.assembleDisk(vm, d, desc, chain))
 		}
-		disk := Disk{Device: d.Device, Bus: d.Bus, ControllerType: d.ControllerType, Mode: d.Mode, Independent: d.Independent()}
-		src := vm.VMXPath + " " + d.Device
-		p, err := ResolveDiskPath(vm.VMXPath, d.FileName)
-		if err != nil {
-			vm.Problems = append(vm.Problems, Problem{Source: src, Message: err.Error()})
-			vm.Disks = append(vm.Disks, disk)
-			continue
-		}
-		disk.DescriptorPath = p
-		r, ok := desc(p)
-		if !ok {
-			vm.Problems = append(vm.Problems, Problem{Source: src, Message: "descriptor " + p + " was not read"})
-		} else if e := c.fileErr("cat", p, vm.VMID, r); e != nil {
-			vm.Problems = append(vm.Problems, Problem{Source: src, Message: e.Error()})
-		} else {
-			dd, probs := ParseDescriptor(r.Output)
-			vm.Problems = append(vm.Problems, withSource(probs, p)...)
-			disk.CreateType = dd.CreateType
-			capacity, cprobs := DescriptorCapacity(dd)
-			vm.Problems = append(vm.Problems, withSource(cprobs, p)...)
-			disk.CapacityBytes = capacity
-			disk.Thin = dd.Thin()
-			disk.OnSnapshotDelta = dd.IsDelta()
-			disk.RDM, disk.RDMPassthrough = dd.RDM()
-			if len(dd.Extents) > 0 && dd.Extents[0].FileName != "" {
-				dp, err := ResolveDiskPath(p, dd.Extents[0].FileName)
-				if err != nil {
-					vm.Problems = append(vm.Problems, Problem{Source: p, Message: "extent: " + err.Error()})
-				} else {
-					disk.DataPath = dp
-				}
-			}
-			if len(dd.Extents) > 1 {
-				vm.Problems = append(vm.Problems, Problem{Source: p, Message: fmt.Sprintf("%d extents: only single-extent disks can be copied", len(dd.Extents))})
-			}
-			if dd.ParentFileNameHint != "" {
-				pp, err := ResolveDiskPath(p, dd.ParentFileNameHint)
-				if err != nil {
-					vm.Problems = append(vm.Problems, Problem{Source: p, Message: "parentFileNameHint: " + err.Error()})
-				} else {
-					disk.ParentDescriptorPath = pp
-				}
-			}
-			// RDM and snapshot-delta disks are states, not read failures:
-			// the Disk flags carry them and the pre-flight checks judge them.
-			// So are a chain's problems (a missing parent, a CID mismatch).
-			if disk.Chain = chain(p); disk.Chain != nil && disk.Chain.Complete {
-				disk.Thin = disk.Chain.BaseThin
-			}
-		}
-		vm.Disks = append(vm.Disks, disk)
 	}
+}
+
+// assembleFromGetAllVMs fills what getallvms knows of a VM whose .vmx was
+// not read.
+func (w *vmWork) assembleFromGetAllVMs() {
+	if w.gav == nil || w.gav.Ambiguous {
+		return
+	}
+	vm := &w.vm
+	vm.Name = w.gav.Name
+	vm.GuestOS = w.gav.GuestOS
+	vm.Annotation = w.gav.Annotation
+	if n, err := strconv.Atoi(strings.TrimPrefix(w.gav.Version, "vmx-")); err == nil && n > 0 && n <= maxHardwareVersion {
+		vm.HardwareVersion = n
+	}
+}
+
+// assembleDisk is one present disk of vm's .vmx, from its descriptor and
+// snapshot chain.
+func (c *Client) assembleDisk(vm *VM, d VMXDisk, desc func(string) (Result, bool), chain func(string) *DiskChain) Disk {
+	disk := Disk{Device: d.Device, Bus: d.Bus, ControllerType: d.ControllerType, Mode: d.Mode, Independent: d.Independent()}
+	src := vm.VMXPath + " " + d.Device
+	p, err := ResolveDiskPath(vm.VMXPath, d.FileName)
+	if err != nil {
+		vm.Problems = append(vm.Problems, Problem{Source: src, Message: err.Error()})
+		return disk
+	}
+	disk.DescriptorPath = p
+	r, ok := desc(p)
+	if !ok {
+		vm.Problems = append(vm.Problems, Problem{Source: src, Message: "descriptor " + p + " was not read"})
+	} else if e := c.fileErr("cat", p, vm.VMID, r); e != nil {
+		vm.Problems = append(vm.Problems, Problem{Source: src, Message: e.Error()})
+	} else {
+		vm.Problems = append(vm.Problems, applyDescriptor(&disk, p, r.Output)...)
+		// RDM and snapshot-delta disks are states, not read failures:
+		// the Disk flags carry them and the pre-flight checks judge them.
+		// So are a chain's problems (a missing parent, a CID mismatch).
+		if disk.Chain = chain(p); disk.Chain != nil && disk.Chain.Complete {
+			disk.Thin = disk.Chain.BaseThin
+		}
+	}
+	return disk
+}
+
+// applyDescriptor fills disk from the text of its descriptor at path p and
+// returns the problems found.
+func applyDescriptor(disk *Disk, p, text string) []Problem {
+	dd, probs := ParseDescriptor(text)
+	out := withSource(probs, p)
+	disk.CreateType = dd.CreateType
+	capacity, cprobs := DescriptorCapacity(dd)
+	out = append(out, withSource(cprobs, p)...)
+	disk.CapacityBytes = capacity
+	disk.Thin = dd.Thin()
+	disk.OnSnapshotDelta = dd.IsDelta()
+	disk.RDM, disk.RDMPassthrough = dd.RDM()
+	if len(dd.Extents) > 0 && dd.Extents[0].FileName != "" {
+		dp, err := ResolveDiskPath(p, dd.Extents[0].FileName)
+		if err != nil {
+			out = append(out, Problem{Source: p, Message: "extent: " + err.Error()})
+		} else {
+			disk.DataPath = dp
+		}
+	}
+	if len(dd.Extents) > 1 {
+		out = append(out, Problem{Source: p, Message: fmt.Sprintf("%d extents: only single-extent disks can be copied", len(dd.Extents))})
+	}
+	if dd.ParentFileNameHint != "" {
+		pp, err := ResolveDiskPath(p, dd.ParentFileNameHint)
+		if err != nil {
+			out = append(out, Problem{Source: p, Message: "parentFileNameHint: " + err.Error()})
+		} else {
+			disk.ParentDescriptorPath = pp
+		}
+	}
+	return out
 }

@@ -19,6 +19,30 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 	for p, r := range run.descs {
 		run.parsed[p] = parsedDescriptor(r)
 	}
+	tops := run.chainTops()
+	if len(tops) == 0 {
+		return nil
+	}
+	cr := &chainReader{run: run, statted: map[string]bool{}, deltas: map[string]deltaExtent{}}
+	for round := 0; round <= MaxChainLinks; round++ {
+		b := cr.plan(tops)
+		if len(b.cmds) == 0 {
+			return nil
+		}
+		rs, err := run.batch(ctx, b.labels, b.cmds)
+		if err != nil {
+			return err
+		}
+		if err := cr.apply(b, rs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chainTops lists the descriptors of the present disks that run on a
+// snapshot delta.
+func (run *inventoryRun) chainTops() []string {
 	var tops []string
 	for _, w := range run.work {
 		if !w.vmxOK {
@@ -37,101 +61,135 @@ func (run *inventoryRun) readChains(ctx context.Context) error {
 			}
 		}
 	}
-	if len(tops) == 0 {
-		return nil
+	return tops
+}
+
+// chainReader carries the chains stage from one round to the next.
+type chainReader struct {
+	run *inventoryRun
+	// statted holds the extents whose size is asked for already.
+	statted map[string]bool
+	// deltas holds the snapshot deltas whose header is asked for.
+	deltas map[string]deltaExtent
+}
+
+// chainBatch is one round's commands. A label's first letter says what
+// its command reads: c a descriptor, h a delta's header, s a size.
+type chainBatch struct {
+	labels  []string
+	cmds    []Command
+	byLabel map[string]string // label -> the path it reads
+}
+
+func (b *chainBatch) add(kind byte, cmd Command, path string) {
+	l := string(kind) + strconv.Itoa(len(b.labels))
+	b.labels, b.cmds, b.byLabel[l] = append(b.labels, l), append(b.cmds, cmd), path
+}
+
+// plan lists the round's commands: the parent descriptors not read yet,
+// and the header and size of each extent not asked about yet.
+func (cr *chainReader) plan(tops []string) *chainBatch {
+	run := cr.run
+	b := &chainBatch{byLabel: map[string]string{}}
+	for _, p := range PendingChainDescriptors(tops, run.parsed) {
+		cmd, err := Cat(p)
+		if err != nil {
+			run.parsed[p] = Descriptor{} // unreadable: BuildDiskChain says so
+			continue
+		}
+		b.add('c', cmd, p)
 	}
-	statted := map[string]bool{}
-	deltas := map[string]deltaExtent{}
-	for round := 0; round <= MaxChainLinks; round++ {
-		var labels []string
-		var cmds []Command
-		byLabel := map[string]string{}
-		for _, p := range PendingChainDescriptors(tops, run.parsed) {
-			cmd, err := Cat(p)
-			if err != nil {
-				run.parsed[p] = Descriptor{} // unreadable: BuildDiskChain says so
-				continue
-			}
-			l := "c" + strconv.Itoa(len(labels))
-			labels, cmds, byLabel[l] = append(labels, l), append(cmds, cmd), p
+	for _, ce := range chainExtents(tops, run.parsed) {
+		ep := ce.path
+		if cr.statted[ep] {
+			continue
 		}
-		for _, ce := range chainExtents(tops, run.parsed) {
-			ep := ce.path
-			if statted[ep] {
-				continue
+		cr.statted[ep] = true
+		// A delta's first sector says how much of it is grains. It is
+		// read before the length: a running VM only grows its delta,
+		// so the header never names a sector past the length read.
+		if f := vmdk.ExtentFormat(ce.extent.Type); f != "" {
+			if cmd, err := DD(ep, vmdk.DeltaHeaderBytes, 0, 1); err == nil {
+				b.add('h', cmd, ep)
+				cr.deltas[ep] = deltaExtent{format: f, sectors: ce.extent.Sectors}
 			}
-			statted[ep] = true
-			// A delta's first sector says how much of it is grains. It is
-			// read before the length: a running VM only grows its delta,
-			// so the header never names a sector past the length read.
-			if f := vmdk.ExtentFormat(ce.extent.Type); f != "" {
-				if cmd, err := DD(ep, vmdk.DeltaHeaderBytes, 0, 1); err == nil {
-					l := "h" + strconv.Itoa(len(labels))
-					labels, cmds, byLabel[l] = append(labels, l), append(cmds, cmd), ep
-					deltas[ep] = deltaExtent{format: f, sectors: ce.extent.Sectors}
-				}
-			}
-			cmd, err := StatSize(ep)
-			if err != nil {
-				continue
-			}
-			l := "s" + strconv.Itoa(len(labels))
-			labels, cmds, byLabel[l] = append(labels, l), append(cmds, cmd), ep
 		}
-		if len(cmds) == 0 {
-			return nil
+		cmd, err := StatSize(ep)
+		if err != nil {
+			continue
 		}
-		rs, err := run.batch(ctx, labels, cmds)
+		b.add('s', cmd, ep)
+	}
+	return b
+}
+
+// apply takes in the round's results in command order; a Transient
+// failure aborts the stage.
+func (cr *chainReader) apply(b *chainBatch, rs map[string]Result) error {
+	for _, l := range b.labels {
+		p, r := b.byLabel[l], rs[l]
+		var err error
+		switch l[0] {
+		case 'c':
+			err = cr.takeDescriptor(p, r)
+		case 'h':
+			err = cr.takeHeader(p, r)
+		default:
+			err = cr.takeSize(p, r)
+		}
 		if err != nil {
 			return err
 		}
-		for _, l := range labels {
-			p, r := byLabel[l], rs[l]
-			switch l[0] {
-			case 'c':
-				if e := run.c.fileErr("cat", p, 0, r); e != nil && Classify(e) == Transient {
-					return e
-				}
-				run.parsed[p] = parsedDescriptor(r)
-				continue
-			case 'h':
-				if e := run.c.fileErr("dd", p, 0, r); e != nil {
-					if Classify(e) == Transient {
-						return e
-					}
-					// Unread (a running VM locks the delta it writes; a
-					// missing file shows elsewhere): its use stays unknown.
-					delete(deltas, p)
-					continue
-				}
-				h := deltas[p]
-				h.header = []byte(r.Output[:min(len(r.Output), vmdk.DeltaHeaderBytes)])
-				deltas[p] = h
-				continue
-			}
-			if e := run.c.fileErr("stat", p, 0, r); e != nil {
-				if Classify(e) == Transient {
-					return e
-				}
-				continue
-			}
-			n, err := ParseStatSize(r.Output, p)
-			if err != nil {
-				continue
-			}
-			// stat gives the length only; for a delta the header tells
-			// how much of it is grains. A flat extent's use is unknown.
-			fs := FileSize{Bytes: n, AllocatedBytes: -1}
-			if h, ok := deltas[p]; ok {
-				if g, err := vmdk.DeltaGrainBytes(h.format, h.header, n, h.sectors); err != nil {
-					run.headerProblems[p] = err.Error()
-				} else {
-					fs.AllocatedBytes = g
-				}
-			}
-			run.sizes[p] = fs
+	}
+	return nil
+}
+
+func (cr *chainReader) takeDescriptor(p string, r Result) error {
+	if e := cr.run.c.fileErr("cat", p, 0, r); e != nil && Classify(e) == Transient {
+		return e
+	}
+	cr.run.parsed[p] = parsedDescriptor(r)
+	return nil
+}
+
+func (cr *chainReader) takeHeader(p string, r Result) error {
+	if e := cr.run.c.fileErr("dd", p, 0, r); e != nil {
+		if Classify(e) == Transient {
+			return e
+		}
+		// Unread (a running VM locks the delta it writes; a missing
+		// file shows elsewhere): its use stays unknown.
+		delete(cr.deltas, p)
+		return nil
+	}
+	h := cr.deltas[p]
+	h.header = []byte(r.Output[:min(len(r.Output), vmdk.DeltaHeaderBytes)])
+	cr.deltas[p] = h
+	return nil
+}
+
+func (cr *chainReader) takeSize(p string, r Result) error {
+	if e := cr.run.c.fileErr("stat", p, 0, r); e != nil {
+		if Classify(e) == Transient {
+			return e
+		}
+		return nil
+	}
+	n, err := ParseStatSize(r.Output, p)
+	if err != nil {
+		return nil
+	}
+	// stat gives the length only; for a delta the header tells how much
+	// of it is grains. A flat extent's use is unknown.
+	fs := FileSize{Bytes: n, AllocatedBytes: -1}
+	if h, ok := cr.deltas[p]; ok {
+		if g, err := vmdk.DeltaGrainBytes(h.format, h.header, n, h.sectors); err != nil {
+			cr.run.headerProblems[p] = err.Error()
+		} else {
+			fs.AllocatedBytes = g
 		}
 	}
+	cr.run.sizes[p] = fs
 	return nil
 }
 

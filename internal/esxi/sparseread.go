@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strconv"
 	"strings"
@@ -177,106 +178,138 @@ func DecodeSparseStream(r io.Reader, offset, length int64, sink SparseSink) (Spa
 }
 
 func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink) (SparseStats, error) {
-	var st SparseStats
 	var magic [len(sparseMagic)]byte
 	if _, err := io.ReadFull(br, magic[:]); err != nil {
-		return st, streamErr("reading the stream header: %v", err)
+		return SparseStats{}, streamErr("reading the stream header: %v", err)
 	}
 	if string(magic[:]) != sparseMagic {
-		return st, streamErr("bad stream header %q", magic[:])
+		return SparseStats{}, streamErr("bad stream header %q", magic[:])
 	}
-	end := offset + length
-	next := offset
+	d := &sparseDecoder{br: br, sink: sink, offset: offset, length: length, end: offset + length, next: offset,
+		h: sha256.New(), buf: make([]byte, maxSparseData)}
+	for {
+		if _, err := io.ReadFull(br, d.hdr[:1]); err != nil {
+			return d.st, streamErr("stream ended at offset %d before the END frame: %v", d.next, err)
+		}
+		var err error
+		switch d.hdr[0] {
+		case frameData:
+			err = d.data()
+		case frameZero:
+			err = d.zero()
+		case frameEnd:
+			if err := d.finish(); err != nil {
+				return d.st, err
+			}
+			return d.st, nil
+		default:
+			err = streamErr("unknown frame type 0x%02x at offset %d", d.hdr[0], d.next)
+		}
+		if err != nil {
+			return d.st, err
+		}
+	}
+}
+
+// sparseDecoder is one range's stream being decoded.
+type sparseDecoder struct {
+	br                        *bufio.Reader
+	sink                      SparseSink
+	offset, length, end, next int64 // next: where the next frame must start
+	st                        SparseStats
 	// Zero runs join the hash only when data follows them: a range that
 	// is all zeros is checked against the digest of zeros, computed once
-	// per length (zerosum), and the host may then send the
-	// all-zero digest sentinel instead of hashing them itself.
-	h := sha256.New()
-	var pending int64
-	hashed := false
-	buf := make([]byte, maxSparseData)
-	var hdr [1 + 8 + 32]byte
-	for {
-		if _, err := io.ReadFull(br, hdr[:1]); err != nil {
-			return st, streamErr("stream ended at offset %d before the END frame: %v", next, err)
-		}
-		switch hdr[0] {
-		case frameData:
-			if _, err := io.ReadFull(br, hdr[1:13]); err != nil {
-				return st, streamErr("truncated DATA header at offset %d: %v", next, err)
-			}
-			off := int64(binary.BigEndian.Uint64(hdr[1:9]))
-			n := int64(binary.BigEndian.Uint32(hdr[9:13]))
-			if err := checkFrame("DATA", off, n, next, end); err != nil {
-				return st, err
-			}
-			if n > maxSparseData {
-				return st, streamErr("DATA frame of %d bytes at offset %d exceeds %d", n, off, maxSparseData)
-			}
-			p := buf[:n]
-			if _, err := io.ReadFull(br, p); err != nil {
-				return st, streamErr("truncated DATA frame at offset %d: %v", off, err)
-			}
-			zerosum.Write(h, pending)
-			pending, hashed = 0, true
-			h.Write(p)
-			if err := sink.WriteData(off, p); err != nil {
-				return st, err
-			}
-			st.DataBytes += n
-			st.DataFrames++
-			next = off + n
-		case frameZero:
-			if _, err := io.ReadFull(br, hdr[1:17]); err != nil {
-				return st, streamErr("truncated ZERO frame at offset %d: %v", next, err)
-			}
-			u, un := binary.BigEndian.Uint64(hdr[1:9]), binary.BigEndian.Uint64(hdr[9:17])
-			if u > maxInt64 || un > maxInt64 {
-				return st, streamErr("ZERO frame offset %d length %d out of range", u, un)
-			}
-			off, n := int64(u), int64(un)
-			if err := checkFrame("ZERO", off, n, next, end); err != nil {
-				return st, err
-			}
-			pending += n
-			if err := sink.WriteZeros(off, n); err != nil {
-				return st, err
-			}
-			st.ZeroBytes += n
-			st.ZeroFrames++
-			next = off + n
-		case frameEnd:
-			if _, err := io.ReadFull(br, hdr[1:41]); err != nil {
-				return st, streamErr("truncated END frame: %v", err)
-			}
-			total := binary.BigEndian.Uint64(hdr[1:9])
-			if total != uint64(length) || next != end {
-				return st, streamErr("END after %d of %d bytes (END says %d)", next-offset, length, total)
-			}
-			var sum [32]byte
-			if hashed {
-				zerosum.Write(h, pending)
-				h.Sum(sum[:0])
-			} else {
-				sum = zerosum.SHA256(length)
-			}
-			host := hdr[9:41]
-			if !bytes.Equal(sum[:], host) && (hashed || !bytes.Equal(host, allZeroDigest[:])) {
-				return st, streamErr("SHA-256 mismatch: host %x, received %x", host, sum)
-			}
-			if _, err := br.ReadByte(); err != io.EOF {
-				if err == nil {
-					return st, streamErr("data after the END frame")
-				}
-				return st, streamErr("after the END frame: %v", err)
-			}
-			st.SHA256 = sum
-			st.LogicalBytes = length
-			return st, nil
-		default:
-			return st, streamErr("unknown frame type 0x%02x at offset %d", hdr[0], next)
-		}
+	// per length (zerosum), and the host may then send the all-zero
+	// digest sentinel instead of hashing them itself.
+	h       hash.Hash
+	pending int64 // zero bytes not hashed yet
+	hashed  bool  // some data was hashed
+	buf     []byte
+	hdr     [1 + 8 + 32]byte
+}
+
+// data reads a DATA frame (its type byte read) and passes it on.
+func (d *sparseDecoder) data() error {
+	if _, err := io.ReadFull(d.br, d.hdr[1:13]); err != nil {
+		return streamErr("truncated DATA header at offset %d: %v", d.next, err)
 	}
+	off := int64(binary.BigEndian.Uint64(d.hdr[1:9]))
+	n := int64(binary.BigEndian.Uint32(d.hdr[9:13]))
+	if err := checkFrame("DATA", off, n, d.next, d.end); err != nil {
+		return err
+	}
+	if n > maxSparseData {
+		return streamErr("DATA frame of %d bytes at offset %d exceeds %d", n, off, maxSparseData)
+	}
+	p := d.buf[:n]
+	if _, err := io.ReadFull(d.br, p); err != nil {
+		return streamErr("truncated DATA frame at offset %d: %v", off, err)
+	}
+	zerosum.Write(d.h, d.pending)
+	d.pending, d.hashed = 0, true
+	d.h.Write(p)
+	if err := d.sink.WriteData(off, p); err != nil {
+		return err
+	}
+	d.st.DataBytes += n
+	d.st.DataFrames++
+	d.next = off + n
+	return nil
+}
+
+// zero reads a ZERO frame (its type byte read) and passes it on.
+func (d *sparseDecoder) zero() error {
+	if _, err := io.ReadFull(d.br, d.hdr[1:17]); err != nil {
+		return streamErr("truncated ZERO frame at offset %d: %v", d.next, err)
+	}
+	u, un := binary.BigEndian.Uint64(d.hdr[1:9]), binary.BigEndian.Uint64(d.hdr[9:17])
+	if u > maxInt64 || un > maxInt64 {
+		return streamErr("ZERO frame offset %d length %d out of range", u, un)
+	}
+	off, n := int64(u), int64(un)
+	if err := checkFrame("ZERO", off, n, d.next, d.end); err != nil {
+		return err
+	}
+	d.pending += n
+	if err := d.sink.WriteZeros(off, n); err != nil {
+		return err
+	}
+	d.st.ZeroBytes += n
+	d.st.ZeroFrames++
+	d.next = off + n
+	return nil
+}
+
+// finish reads the END frame (its type byte read), checks the total and
+// the digest, and that nothing follows.
+func (d *sparseDecoder) finish() error {
+	if _, err := io.ReadFull(d.br, d.hdr[1:41]); err != nil {
+		return streamErr("truncated END frame: %v", err)
+	}
+	total := binary.BigEndian.Uint64(d.hdr[1:9])
+	if total != uint64(d.length) || d.next != d.end {
+		return streamErr("END after %d of %d bytes (END says %d)", d.next-d.offset, d.length, total)
+	}
+	var sum [32]byte
+	if d.hashed {
+		zerosum.Write(d.h, d.pending)
+		d.h.Sum(sum[:0])
+	} else {
+		sum = zerosum.SHA256(d.length)
+	}
+	host := d.hdr[9:41]
+	if !bytes.Equal(sum[:], host) && (d.hashed || !bytes.Equal(host, allZeroDigest[:])) {
+		return streamErr("SHA-256 mismatch: host %x, received %x", host, sum)
+	}
+	if _, err := d.br.ReadByte(); err != io.EOF {
+		if err == nil {
+			return streamErr("data after the END frame")
+		}
+		return streamErr("after the END frame: %v", err)
+	}
+	d.st.SHA256 = sum
+	d.st.LogicalBytes = d.length
+	return nil
 }
 
 // checkFrame checks that a frame [off, off+n) is non-empty, starts at next

@@ -254,110 +254,138 @@ var (
 // of root snapshots (usually one) with their children. `Get Snapshot:` alone
 // means no snapshots.
 func ParseSnapshotGet(out string) ([]Snapshot, []Problem) {
-	type node struct {
-		s        Snapshot
-		depth    int
-		children []*node
-		lastAttr string
-	}
-	var (
-		roots  []*node
-		path   []*node // path[d] is the latest node at depth d
-		probs  []Problem
-		header bool
-	)
+	p := &snapParser{}
 	for i, raw := range strings.Split(out, "\n") {
 		ln := i + 1
 		line := strings.TrimRight(raw, " \t\r")
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		if !header {
-			if line == "Get Snapshot:" {
-				header = true
-				continue
-			}
-			probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("expected \"Get Snapshot:\", got %q", truncate(line, 120))})
-			header = true
-			if !snapNodeRE.MatchString(line) {
-				continue
-			}
-		}
-		if m := snapNodeRE.FindStringSubmatch(line); m != nil {
-			depth := len(m[1]) / 2
-			if len(m[1])%2 != 0 || (m[2] == "ROOT") != (depth == 0) || depth > len(path) {
-				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot node %q at an impossible depth", line)})
-				path = nil // attributes until the next valid node are dropped
-				continue
-			}
-			n := &node{depth: depth}
-			if depth == 0 {
-				roots = append(roots, n)
-			} else {
-				parent := path[depth-1]
-				parent.children = append(parent.children, n)
-			}
-			path = append(path[:depth], n)
+		if !p.header && !p.readHeader(line, ln) {
 			continue
 		}
-		if m := snapAttrRE.FindStringSubmatch(line); m != nil {
-			depth := len(m[1])/2 - 1
-			if len(m[1])%2 != 0 || depth < 0 || depth != len(path)-1 {
-				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot attribute %q does not belong to the current node", truncate(line, 120))})
-				continue
-			}
-			n := path[depth]
-			val := strings.TrimSpace(m[3])
-			key := m[2]
-			n.lastAttr = key
-			switch key {
-			case "Name":
-				n.s.Name = val
-			case "Id":
-				id, err := strconv.Atoi(val)
-				if err != nil || id < 0 {
-					probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("snapshot id %q is not a non-negative number", val)})
-					id = 0
-				}
-				n.s.ID = id
-			case "Desciption", "Description":
-				n.s.Description = val
-			case "Created On":
-				n.s.Created = val
-				if t, err := time.Parse("1/2/2006 15:4:5", val); err == nil {
-					n.s.CreatedTime = t
-				}
-			case "State":
-				n.s.State = val
-			default:
-				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("unknown snapshot attribute %q", key)})
-			}
-			continue
-		}
-		// A bare line continues a multi-line description.
-		if len(path) > 0 && (path[len(path)-1].lastAttr == "Desciption" || path[len(path)-1].lastAttr == "Description") {
-			n := path[len(path)-1]
-			n.s.Description += "\n" + line
-			continue
-		}
-		probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("unrecognised line %q", truncate(line, 120))})
+		p.line(line, ln)
 	}
-	if !header {
-		probs = append(probs, Problem{Message: "empty output: expected \"Get Snapshot:\""})
-	}
-	var build func(n *node) Snapshot
-	build = func(n *node) Snapshot {
-		s := n.s
-		for _, c := range n.children {
-			s.Children = append(s.Children, build(c))
-		}
-		return s
+	if !p.header {
+		p.probs = append(p.probs, Problem{Message: "empty output: expected \"Get Snapshot:\""})
 	}
 	var out2 []Snapshot
-	for _, r := range roots {
-		out2 = append(out2, build(r))
+	for _, r := range p.roots {
+		out2 = append(out2, r.build())
 	}
-	return out2, withSource(probs, "snapshot.get")
+	return out2, withSource(p.probs, "snapshot.get")
+}
+
+// snapNode is a snapshot while its tree is read.
+type snapNode struct {
+	s        Snapshot
+	children []*snapNode
+	lastAttr string
+}
+
+func (n *snapNode) build() Snapshot {
+	s := n.s
+	for _, c := range n.children {
+		s.Children = append(s.Children, c.build())
+	}
+	return s
+}
+
+// snapParser reads snapshot.get's tree line by line.
+type snapParser struct {
+	roots  []*snapNode
+	path   []*snapNode // path[d] is the latest node at depth d
+	probs  []Problem
+	header bool
+}
+
+func (p *snapParser) problem(ln int, format string, args ...any) {
+	p.probs = append(p.probs, Problem{Line: ln, Message: fmt.Sprintf(format, args...)})
+}
+
+// readHeader takes the first line, which should be "Get Snapshot:", and
+// reports whether the line is still to be read as part of the tree.
+func (p *snapParser) readHeader(line string, ln int) bool {
+	p.header = true
+	if line == "Get Snapshot:" {
+		return false
+	}
+	p.problem(ln, "expected \"Get Snapshot:\", got %q", truncate(line, 120))
+	return snapNodeRE.MatchString(line)
+}
+
+// line reads one line of the tree: a node, an attribute of the current
+// node, or a continuation of its description.
+func (p *snapParser) line(line string, ln int) {
+	if m := snapNodeRE.FindStringSubmatch(line); m != nil {
+		p.node(line, m[1], m[2] == "ROOT", ln)
+		return
+	}
+	if m := snapAttrRE.FindStringSubmatch(line); m != nil {
+		depth := len(m[1])/2 - 1
+		if len(m[1])%2 != 0 || depth < 0 || depth != len(p.path)-1 {
+			p.problem(ln, "snapshot attribute %q does not belong to the current node", truncate(line, 120))
+			return
+		}
+		p.attr(p.path[depth], m[2], strings.TrimSpace(m[3]), ln)
+		return
+	}
+	// A bare line continues a multi-line description.
+	if len(p.path) > 0 && isSnapDescription(p.path[len(p.path)-1].lastAttr) {
+		n := p.path[len(p.path)-1]
+		n.s.Description += "\n" + line
+		return
+	}
+	p.problem(ln, "unrecognised line %q", truncate(line, 120))
+}
+
+// node starts a snapshot node indented by indent (ROOT at depth 0 only).
+func (p *snapParser) node(line, indent string, root bool, ln int) {
+	depth := len(indent) / 2
+	if len(indent)%2 != 0 || root != (depth == 0) || depth > len(p.path) {
+		p.problem(ln, "snapshot node %q at an impossible depth", line)
+		p.path = nil // attributes until the next valid node are dropped
+		return
+	}
+	n := &snapNode{}
+	if depth == 0 {
+		p.roots = append(p.roots, n)
+	} else {
+		parent := p.path[depth-1]
+		parent.children = append(parent.children, n)
+	}
+	p.path = append(p.path[:depth], n)
+}
+
+// isSnapDescription reports the attribute holding the description
+// (vim-cmd spells it "Desciption").
+func isSnapDescription(key string) bool { return key == "Desciption" || key == "Description" }
+
+// attr sets attribute key of n to val.
+func (p *snapParser) attr(n *snapNode, key, val string, ln int) {
+	n.lastAttr = key
+	switch {
+	case key == "Name":
+		n.s.Name = val
+	case key == "Id":
+		id, err := strconv.Atoi(val)
+		if err != nil || id < 0 {
+			p.problem(ln, "snapshot id %q is not a non-negative number", val)
+			id = 0
+		}
+		n.s.ID = id
+	case isSnapDescription(key):
+		n.s.Description = val
+	case key == "Created On":
+		n.s.Created = val
+		if t, err := time.Parse("1/2/2006 15:4:5", val); err == nil {
+			n.s.CreatedTime = t
+		}
+	case key == "State":
+		n.s.State = val
+	default:
+		p.problem(ln, "unknown snapshot attribute %q", key)
+	}
 }
 
 // HostVersion is the parsed output of `vmware -v`.

@@ -98,109 +98,139 @@ var (
 
 // parseDump parses every top-level object or array in s.
 func parseDump(s string) (dump, []Problem) {
-	var (
-		d     dump
-		probs []Problem
-		stack []*dumpValue
-	)
-	lines := strings.Split(s, "\n")
-	add := func(key string, v *dumpValue, ln int) {
-		if len(stack) == 0 {
-			d.roots = append(d.roots, v)
-			return
-		}
-		top := stack[len(stack)-1]
-		if top.kind == dumpArray {
-			if key != "" {
-				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("field %q inside array (%s)", key, top.typ)})
-			}
-			top.items = append(top.items, v)
-			return
-		}
-		if key == "" {
-			probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("value without a field name inside (%s)", top.typ)})
-			return
-		}
-		top.fields = append(top.fields, dumpField{key: key, value: v})
+	p := &dumpParser{lines: strings.Split(s, "\n")}
+	for ; p.i < len(p.lines); p.i++ {
+		p.line()
 	}
-	for i := 0; i < len(lines); i++ {
-		ln := i + 1
-		t := strings.TrimSpace(lines[i])
-		if t == "" {
-			continue
-		}
-		body := strings.TrimSuffix(t, ",")
-		if body == "}" || body == "]" {
-			if len(stack) == 0 {
-				probs = append(probs, Problem{Line: ln, Message: "closing " + body + " without an open block"})
-				continue
-			}
-			top := stack[len(stack)-1]
-			if (body == "}") != (top.kind == dumpObject) {
-				probs = append(probs, Problem{Line: ln, Message: fmt.Sprintf("closing %s does not match open (%s) from line %d", body, top.typ, top.line)})
-			}
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		key, val := "", body
-		if m := dumpKeyRE.FindStringSubmatch(body); m != nil {
-			key, val = m[1], m[2]
-		}
-		if len(stack) == 0 && key == "" && !dumpTypedRE.MatchString(val) {
-			d.preamble = append(d.preamble, t)
-			continue
-		}
-		if len(stack) == 0 && key != "" {
-			// A key = value line outside any object is not a dump.
-			d.preamble = append(d.preamble, t)
-			continue
-		}
-		v := &dumpValue{line: ln}
-		switch {
-		case dumpTypedRE.MatchString(val):
-			m := dumpTypedRE.FindStringSubmatch(val)
-			v.typ = m[1]
-			switch m[2] {
-			case "{":
-				v.kind = dumpObject
-			case "[":
-				v.kind = dumpArray
-			default:
-				v.kind = dumpNull
-			}
-		case val == "<unset>":
-			v.kind = dumpUnset
-		case strings.HasPrefix(val, `"`):
-			v.kind = dumpString
-			// A string that does not end on this line continues on the
-			// next ones (vim-cmd prints embedded newlines raw).
-			raw := strings.TrimSuffix(strings.TrimRight(lines[i], " \t\r"), ",")
-			raw = raw[strings.Index(raw, `"`):]
-			for !(len(raw) >= 2 && strings.HasSuffix(raw, `"`)) && i+1 < len(lines) {
-				i++
-				raw += "\n" + strings.TrimSuffix(strings.TrimRight(lines[i], " \t\r"), ",")
-			}
-			if len(raw) >= 2 && strings.HasSuffix(raw, `"`) {
-				v.text = raw[1 : len(raw)-1]
-			} else {
-				probs = append(probs, Problem{Line: ln, Message: "string value is never closed"})
-				v.text = raw[1:]
-			}
-		case strings.HasPrefix(val, "'") && len(val) >= 2 && strings.HasSuffix(val, "'"):
-			v.kind = dumpRef
-			v.text = val[1 : len(val)-1]
+	if len(p.stack) > 0 {
+		outer := p.stack[0]
+		p.probs = append(p.probs, Problem{Line: outer.line, Message: fmt.Sprintf("(%s) opened here is never closed (%d blocks left open): the output is truncated", outer.typ, len(p.stack))})
+	}
+	return p.d, p.probs
+}
+
+// dumpParser reads a dump line by line; stack holds the open objects and
+// arrays, innermost last.
+type dumpParser struct {
+	d     dump
+	probs []Problem
+	stack []*dumpValue
+	lines []string
+	i     int // index of the line being read
+}
+
+func (p *dumpParser) problem(ln int, format string, args ...any) {
+	p.probs = append(p.probs, Problem{Line: ln, Message: fmt.Sprintf(format, args...)})
+}
+
+// line reads line p.i (and the continuation lines of a string it opens).
+func (p *dumpParser) line() {
+	ln := p.i + 1
+	t := strings.TrimSpace(p.lines[p.i])
+	if t == "" {
+		return
+	}
+	body := strings.TrimSuffix(t, ",")
+	if body == "}" || body == "]" {
+		p.close(body, ln)
+		return
+	}
+	key, val := "", body
+	if m := dumpKeyRE.FindStringSubmatch(body); m != nil {
+		key, val = m[1], m[2]
+	}
+	if len(p.stack) == 0 && (key != "" || !dumpTypedRE.MatchString(val)) {
+		// Text outside any object, and a key = value line there, are
+		// not a dump.
+		p.d.preamble = append(p.d.preamble, t)
+		return
+	}
+	v := p.value(val, ln)
+	p.add(key, v, ln)
+	if v.kind == dumpObject || v.kind == dumpArray {
+		p.stack = append(p.stack, v)
+	}
+}
+
+// close ends the innermost open block with body ("}" or "]").
+func (p *dumpParser) close(body string, ln int) {
+	if len(p.stack) == 0 {
+		p.problem(ln, "closing %s without an open block", body)
+		return
+	}
+	top := p.stack[len(p.stack)-1]
+	if (body == "}") != (top.kind == dumpObject) {
+		p.problem(ln, "closing %s does not match open (%s) from line %d", body, top.typ, top.line)
+	}
+	p.stack = p.stack[:len(p.stack)-1]
+}
+
+// value reads the value val of line ln.
+func (p *dumpParser) value(val string, ln int) *dumpValue {
+	v := &dumpValue{line: ln}
+	switch {
+	case dumpTypedRE.MatchString(val):
+		m := dumpTypedRE.FindStringSubmatch(val)
+		v.typ = m[1]
+		switch m[2] {
+		case "{":
+			v.kind = dumpObject
+		case "[":
+			v.kind = dumpArray
 		default:
-			v.kind = dumpScalar
-			v.text = val
+			v.kind = dumpNull
 		}
-		add(key, v, ln)
-		if v.kind == dumpObject || v.kind == dumpArray {
-			stack = append(stack, v)
+	case val == "<unset>":
+		v.kind = dumpUnset
+	case strings.HasPrefix(val, `"`):
+		v.kind = dumpString
+		v.text = p.stringValue(ln)
+	case strings.HasPrefix(val, "'") && len(val) >= 2 && strings.HasSuffix(val, "'"):
+		v.kind = dumpRef
+		v.text = val[1 : len(val)-1]
+	default:
+		v.kind = dumpScalar
+		v.text = val
+	}
+	return v
+}
+
+// stringValue reads the quoted string that starts on line p.i. A string
+// that does not end on this line continues on the next ones (vim-cmd
+// prints embedded newlines raw); p.i is left on its last line.
+func (p *dumpParser) stringValue(ln int) string {
+	trim := func(s string) string { return strings.TrimSuffix(strings.TrimRight(s, " \t\r"), ",") }
+	raw := trim(p.lines[p.i])
+	raw = raw[strings.Index(raw, `"`):]
+	for !(len(raw) >= 2 && strings.HasSuffix(raw, `"`)) && p.i+1 < len(p.lines) {
+		p.i++
+		raw += "\n" + trim(p.lines[p.i])
+	}
+	if len(raw) >= 2 && strings.HasSuffix(raw, `"`) {
+		return raw[1 : len(raw)-1]
+	}
+	p.problem(ln, "string value is never closed")
+	return raw[1:]
+}
+
+// add puts v (named key, "" for none) into the innermost open block, or
+// among the roots when none is open.
+func (p *dumpParser) add(key string, v *dumpValue, ln int) {
+	if len(p.stack) == 0 {
+		p.d.roots = append(p.d.roots, v)
+		return
+	}
+	top := p.stack[len(p.stack)-1]
+	if top.kind == dumpArray {
+		if key != "" {
+			p.problem(ln, "field %q inside array (%s)", key, top.typ)
 		}
+		top.items = append(top.items, v)
+		return
 	}
-	if len(stack) > 0 {
-		outer := stack[0]
-		probs = append(probs, Problem{Line: outer.line, Message: fmt.Sprintf("(%s) opened here is never closed (%d blocks left open): the output is truncated", outer.typ, len(stack))})
+	if key == "" {
+		p.problem(ln, "value without a field name inside (%s)", top.typ)
+		return
 	}
-	return d, probs
+	top.fields = append(top.fields, dumpField{key: key, value: v})
 }

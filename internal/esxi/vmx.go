@@ -220,127 +220,160 @@ func isDigits(s string) bool {
 // their |XX escapes decoded.
 func ParseVMX(s string) (VMXConfig, []Problem) {
 	f, probs := parseKV(s)
+	p := &vmxParser{f: f, probs: probs}
 	c := VMXConfig{Values: f.values}
 	c.DisplayName = f.str("displayName")
 	c.GuestOS = f.str("guestOS")
 	c.Annotation = f.str("annotation")
 	c.WorkingDir = f.str("workingDir")
 	if enc, ok := f.get(".encoding"); ok && !strings.EqualFold(enc, "UTF-8") {
-		probs = append(probs, Problem{Message: fmt.Sprintf(".encoding is %q, not UTF-8: names with non-ASCII characters may be wrong", enc)})
+		p.problem(".encoding is %q, not UTF-8: names with non-ASCII characters may be wrong", enc)
 	}
-	// atoi reads a count in [lo, hi]: anything else is a problem and 0,
-	// so that no sign or overflow error reaches a resource request.
-	atoi := func(key string, lo, hi int) (int, bool) {
-		v, ok := f.get(key)
-		if !ok {
-			return 0, false
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		switch {
-		case err != nil && !isDigits(strings.TrimSpace(v)):
-			probs = append(probs, Problem{Message: fmt.Sprintf("%s = %q is not a number", key, v)})
-			return 0, false
-		case err != nil || n < lo || n > hi:
-			probs = append(probs, Problem{Message: fmt.Sprintf("%s = %q is out of range %d-%d", key, v, lo, hi)})
-			return 0, false
-		}
-		return n, true
+	p.readSizing(&c)
+	p.readFirmware(&c)
+	c.Disks = p.disks()
+	sortBootOrder(c.Disks, f.str("bios.hddOrder"))
+	c.NICs = p.nics()
+	return c, p.probs
+}
+
+// vmxParser reads typed values out of a parsed .vmx, collecting a Problem
+// for each value it cannot use.
+type vmxParser struct {
+	f     kvFile
+	probs []Problem
+}
+
+func (p *vmxParser) problem(format string, args ...any) {
+	p.probs = append(p.probs, Problem{Message: fmt.Sprintf(format, args...)})
+}
+
+// count reads a count in [lo, hi]: anything else is a problem and 0, so
+// that no sign or overflow error reaches a resource request.
+func (p *vmxParser) count(key string, lo, hi int) (int, bool) {
+	v, ok := p.f.get(key)
+	if !ok {
+		return 0, false
 	}
-	c.HardwareVersion, _ = atoi("virtualHW.version", 1, maxHardwareVersion)
-	if n, ok := atoi("numvcpus", 1, maxVCPUs); ok {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	switch {
+	case err != nil && !isDigits(strings.TrimSpace(v)):
+		p.problem("%s = %q is not a number", key, v)
+		return 0, false
+	case err != nil || n < lo || n > hi:
+		p.problem("%s = %q is out of range %d-%d", key, v, lo, hi)
+		return 0, false
+	}
+	return n, true
+}
+
+// flag reads a boolean key; absent or not a boolean (a problem) is false.
+func (p *vmxParser) flag(key string) bool {
+	v, ok := p.f.get(key)
+	if !ok {
+		return false
+	}
+	b, valid := parseVMXBool(v)
+	if !valid {
+		p.problem("%s = %q is not a boolean", key, v)
+	}
+	return b
+}
+
+// readSizing reads the hardware version, vCPUs, cores per socket and memory.
+func (p *vmxParser) readSizing(c *VMXConfig) {
+	c.HardwareVersion, _ = p.count("virtualHW.version", 1, maxHardwareVersion)
+	if n, ok := p.count("numvcpus", 1, maxVCPUs); ok {
 		c.CPUs = n
-	} else if _, present := f.get("numvcpus"); !present {
+	} else if _, present := p.f.get("numvcpus"); !present {
 		c.CPUs = 1
 	}
-	if n, ok := atoi("cpuid.coresPerSocket", 1, maxVCPUs); ok {
+	if n, ok := p.count("cpuid.coresPerSocket", 1, maxVCPUs); ok {
 		c.CoresPerSocket = n
 		if c.CPUs > 0 && c.CPUs%n != 0 {
-			probs = append(probs, Problem{Message: fmt.Sprintf("cpuid.coresPerSocket = %d does not divide numvcpus = %d", n, c.CPUs)})
+			p.problem("cpuid.coresPerSocket = %d does not divide numvcpus = %d", n, c.CPUs)
 			c.CoresPerSocket = 0
 		}
 	}
-	if n, ok := atoi("memSize", 1, maxMemoryMiB); ok {
+	if n, ok := p.count("memSize", 1, maxMemoryMiB); ok {
 		c.MemoryMiB = n
-	} else if _, present := f.get("memSize"); !present {
-		probs = append(probs, Problem{Message: "memSize is missing"})
+	} else if _, present := p.f.get("memSize"); !present {
+		p.problem("memSize is missing")
 	}
-	switch fw, ok := f.get("firmware"); {
+}
+
+// readFirmware reads the firmware, vTPM and secure boot settings.
+func (p *vmxParser) readFirmware(c *VMXConfig) {
+	switch fw, ok := p.f.get("firmware"); {
 	case !ok || strings.EqualFold(fw, "bios"):
 		c.Firmware = FirmwareBIOS
 	case strings.EqualFold(fw, "efi"):
 		c.Firmware = FirmwareEFI
 	default:
-		probs = append(probs, Problem{Message: fmt.Sprintf("unknown firmware %q", fw)})
+		p.problem("unknown firmware %q", fw)
 	}
-	if v, ok := f.get("vtpm.present"); ok {
-		b, valid := parseVMXBool(v)
-		if !valid {
-			probs = append(probs, Problem{Message: fmt.Sprintf("vtpm.present = %q is not a boolean", v)})
-		}
-		c.VTPM = b && valid
-	}
-	if v, ok := f.get("uefi.secureBoot.enabled"); ok {
-		b, valid := parseVMXBool(v)
-		if !valid {
-			probs = append(probs, Problem{Message: fmt.Sprintf("uefi.secureBoot.enabled = %q is not a boolean", v)})
-		}
-		c.SecureBoot = b
-	}
-	present := func(key string) bool {
-		v, ok := f.get(key)
-		if !ok {
-			return false
-		}
-		b, valid := parseVMXBool(v)
-		if !valid {
-			probs = append(probs, Problem{Message: fmt.Sprintf("%s = %q is not a boolean", key, v)})
-		}
-		return b
-	}
+	c.VTPM = p.flag("vtpm.present")
+	c.SecureBoot = p.flag("uefi.secureBoot.enabled")
+}
 
-	for _, k := range f.keys {
+// disks returns the hard disks in file order.
+func (p *vmxParser) disks() []VMXDisk {
+	var disks []VMXDisk
+	for _, k := range p.f.keys {
 		m := vmxDiskKeyRE.FindStringSubmatch(k)
 		if m == nil {
 			continue
 		}
-		dev := m[1] + m[2] + ":" + m[3]
-		ctrl := m[1] + m[2]
-		fileName := f.str(k)
-		devType := f.str(dev + ".deviceType")
-		if !isHardDisk(devType, fileName) {
-			continue
+		if d, ok := p.disk(k, m[1], m[2], m[3]); ok {
+			disks = append(disks, d)
 		}
-		d := VMXDisk{
-			Device:         dev,
-			Bus:            m[1],
-			FileName:       fileName,
-			DeviceType:     devType,
-			Mode:           cmp.Or(f.str(dev+".mode"), "persistent"),
-			ControllerType: f.str(ctrl + ".virtualDev"),
-		}
-		d.Controller, _ = strconv.Atoi(m[2])
-		d.Unit, _ = strconv.Atoi(m[3])
-		devPresent := present(dev + ".present")
-		ctrlPresent := present(ctrl + ".present")
-		// IDE controllers are built in and often have no present key.
-		if m[1] == "ide" {
-			if _, ok := f.get(ctrl + ".present"); !ok {
-				ctrlPresent = true
-			}
-		}
-		d.Present = devPresent && ctrlPresent
-		if devPresent && !ctrlPresent {
-			probs = append(probs, Problem{Message: fmt.Sprintf("disk %s is present but its controller %s is not", dev, ctrl)})
-		}
-		c.Disks = append(c.Disks, d)
 	}
-	// Boot order: the disk bios.hddOrder names first, then SCSI, SATA, NVMe
-	// and IDE, each by controller and unit. The first disk becomes the
-	// destination VM's boot disk.
-	boot := strings.ToLower(strings.TrimSpace(strings.Split(f.str("bios.hddOrder"), ",")[0]))
+	return disks
+}
+
+// disk reads the disk whose fileName is key, on controller bus+ctrlNum at
+// unit; false when the device is not a hard disk (a CD-ROM, say).
+func (p *vmxParser) disk(key, bus, ctrlNum, unit string) (VMXDisk, bool) {
+	dev := bus + ctrlNum + ":" + unit
+	ctrl := bus + ctrlNum
+	fileName := p.f.str(key)
+	devType := p.f.str(dev + ".deviceType")
+	if !isHardDisk(devType, fileName) {
+		return VMXDisk{}, false
+	}
+	d := VMXDisk{
+		Device:         dev,
+		Bus:            bus,
+		FileName:       fileName,
+		DeviceType:     devType,
+		Mode:           cmp.Or(p.f.str(dev+".mode"), "persistent"),
+		ControllerType: p.f.str(ctrl + ".virtualDev"),
+	}
+	d.Controller, _ = strconv.Atoi(ctrlNum)
+	d.Unit, _ = strconv.Atoi(unit)
+	devPresent := p.flag(dev + ".present")
+	ctrlPresent := p.flag(ctrl + ".present")
+	// IDE controllers are built in and often have no present key.
+	if bus == "ide" {
+		if _, ok := p.f.get(ctrl + ".present"); !ok {
+			ctrlPresent = true
+		}
+	}
+	d.Present = devPresent && ctrlPresent
+	if devPresent && !ctrlPresent {
+		p.problem("disk %s is present but its controller %s is not", dev, ctrl)
+	}
+	return d, true
+}
+
+// sortBootOrder puts disks in boot order: the disk hddOrder (bios.hddOrder)
+// names first, then SCSI, SATA, NVMe and IDE, each by controller and unit.
+// The first disk becomes the destination VM's boot disk.
+func sortBootOrder(disks []VMXDisk, hddOrder string) {
+	boot := strings.ToLower(strings.TrimSpace(strings.Split(hddOrder, ",")[0]))
 	busRank := map[string]int{"scsi": 0, "sata": 1, "nvme": 2, "ide": 3}
-	sort.SliceStable(c.Disks, func(i, j int) bool {
-		a, b := c.Disks[i], c.Disks[j]
+	sort.SliceStable(disks, func(i, j int) bool {
+		a, b := disks[i], disks[j]
 		if (a.Device == boot) != (b.Device == boot) {
 			return a.Device == boot
 		}
@@ -352,37 +385,46 @@ func ParseVMX(s string) (VMXConfig, []Problem) {
 		}
 		return a.Unit < b.Unit
 	})
+}
 
-	for _, k := range f.keys {
+// nics returns the network adapters by index.
+func (p *vmxParser) nics() []VMXNIC {
+	var nics []VMXNIC
+	for _, k := range p.f.keys {
 		m := vmxNICKeyRE.FindStringSubmatch(k)
 		if m == nil {
 			continue
 		}
-		dev := "ethernet" + m[1]
-		n := VMXNIC{
-			Device:      dev,
-			NetworkName: f.str(dev + ".networkName"),
-			AddressType: f.str(dev + ".addressType"),
-			VirtualDev:  f.str(dev + ".virtualDev"),
-			Present:     present(dev + ".present"),
-		}
-		n.Index, _ = strconv.Atoi(m[1])
-		switch strings.ToLower(n.AddressType) {
-		case "static":
-			n.MAC = f.str(dev + ".address")
-		case "generated", "vpx":
-			n.MAC = f.str(dev + ".generatedAddress")
-		default:
-			n.MAC = f.str(dev + ".address")
-			if n.MAC == "" {
-				n.MAC = f.str(dev + ".generatedAddress")
-			}
-		}
-		n.MAC = strings.ToLower(n.MAC)
-		c.NICs = append(c.NICs, n)
+		nics = append(nics, p.nic(m[1]))
 	}
-	sort.SliceStable(c.NICs, func(i, j int) bool { return c.NICs[i].Index < c.NICs[j].Index })
-	return c, probs
+	sort.SliceStable(nics, func(i, j int) bool { return nics[i].Index < nics[j].Index })
+	return nics
+}
+
+// nic reads adapter ethernet<index>.
+func (p *vmxParser) nic(index string) VMXNIC {
+	dev := "ethernet" + index
+	n := VMXNIC{
+		Device:      dev,
+		NetworkName: p.f.str(dev + ".networkName"),
+		AddressType: p.f.str(dev + ".addressType"),
+		VirtualDev:  p.f.str(dev + ".virtualDev"),
+		Present:     p.flag(dev + ".present"),
+	}
+	n.Index, _ = strconv.Atoi(index)
+	switch strings.ToLower(n.AddressType) {
+	case "static":
+		n.MAC = p.f.str(dev + ".address")
+	case "generated", "vpx":
+		n.MAC = p.f.str(dev + ".generatedAddress")
+	default:
+		n.MAC = p.f.str(dev + ".address")
+		if n.MAC == "" {
+			n.MAC = p.f.str(dev + ".generatedAddress")
+		}
+	}
+	n.MAC = strings.ToLower(n.MAC)
+	return n
 }
 
 // VMSD is a parsed .vmsd (the snapshot database next to a .vmx).

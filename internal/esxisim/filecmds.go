@@ -168,113 +168,140 @@ Usage: dd [if=FILE] [of=FILE] [ibs=N obs=N/bs=N] [count=N] [skip=N] [seek=N]
 
 // cmdDD is BusyBox dd reading whole blocks to stdout.
 func cmdDD(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer) int {
-	var (
-		in          string
-		bs          uint64 = 512
-		skip, count uint64
-		haveCount   bool
-		quiet       bool
-	)
-	for _, a := range args[1:] {
-		k, v, ok := strings.Cut(a, "=")
-		if !ok {
-			io.WriteString(stderr, ddUsage)
-			return 1
-		}
-		var n uint64
-		switch k {
-		case "bs", "ibs", "skip", "count":
-			if n, ok = ddNumber(v); !ok {
-				fmt.Fprintf(stderr, "dd: invalid number '%s'\n", v)
-				return 1
-			}
-		}
-		switch k {
-		case "if":
-			in = v
-		case "bs", "ibs":
-			bs = n
-		case "skip":
-			skip = n
-		case "count":
-			count, haveCount = n, true
-		case "status":
-			switch v {
-			case "none", "noxfer":
-				quiet = v == "none"
-			default:
-				fmt.Fprintf(stderr, "dd: invalid status '%s'\n", v)
-				return 1
-			}
-		default:
-			io.WriteString(stderr, ddUsage)
-			return 1
-		}
-	}
-	if bs == 0 {
-		fmt.Fprintf(stderr, "dd: invalid number '0'\n")
+	a, ok := parseDDArgs(args[1:], stderr)
+	if !ok {
 		return 1
 	}
 	start := time.Now()
-	var full, part, total uint64
+	var c ddCounts
 	status := 0
-	if in != "" {
-		f, err := s.openPath(in)
+	if a.in != "" {
+		f, err := s.openPath(a.in)
 		if err != nil {
-			fmt.Fprintf(stderr, "dd: can't open '%s': %s\n", in, errText(err))
+			fmt.Fprintf(stderr, "dd: can't open '%s': %s\n", a.in, errText(err))
 			return 1
 		}
 		defer f.Close()
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			fmt.Fprintf(stderr, "dd: %s: Is a directory\n", in)
+			fmt.Fprintf(stderr, "dd: %s: Is a directory\n", a.in)
 			return 1
 		}
-		off := int64(skip * bs)
-		buf := make([]byte, min(bs, copyChunk))
-	blocks:
-		for !haveCount || full+part < count {
-			var got uint64
-			for got < bs {
-				if err := env.ctx.Err(); err != nil {
-					return 1
-				}
-				want := min(bs-got, uint64(len(buf)))
-				n, err := f.ReadAt(buf[:want], off)
-				if n > 0 {
-					if _, werr := stdout.Write(buf[:n]); werr != nil {
-						return 1
-					}
-					got += uint64(n)
-					off += int64(n)
-					total += uint64(n)
-				}
-				if err != nil {
-					if !errors.Is(err, io.EOF) {
-						fmt.Fprintf(stderr, "dd: %s: %s\n", in, errText(err))
-						status = 1
-					}
-					if got == bs {
-						full++
-					} else if got > 0 {
-						part++
-					}
-					break blocks
-				}
-			}
-			full++
+		var aborted bool
+		if c, status, aborted = a.copy(env, f, stdout, stderr); aborted {
+			return 1
 		}
 	}
-	if quiet {
+	if a.quiet {
 		return status
 	}
 	secs := time.Since(start).Seconds()
 	if secs <= 0 {
 		secs = 1e-6
 	}
-	fmt.Fprintf(stderr, "%d+%d records in\n%d+%d records out\n", full, part, full, part)
+	fmt.Fprintf(stderr, "%d+%d records in\n%d+%d records out\n", c.full, c.part, c.full, c.part)
 	fmt.Fprintf(stderr, "%d bytes (%sB) copied, %f seconds, %sB/s\n",
-		total, humanReadable(total), secs, humanReadable(uint64(float64(total)/secs)))
+		c.total, humanReadable(c.total), secs, humanReadable(uint64(float64(c.total)/secs)))
 	return status
+}
+
+// ddArgs are the operands of a dd command.
+type ddArgs struct {
+	in              string
+	bs, skip, count uint64
+	haveCount       bool
+	quiet           bool // status=none
+}
+
+// parseDDArgs reads dd's key=value operands; on a bad one it prints
+// BusyBox's message and returns false.
+func parseDDArgs(args []string, stderr io.Writer) (ddArgs, bool) {
+	d := ddArgs{bs: 512}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			io.WriteString(stderr, ddUsage)
+			return d, false
+		}
+		var n uint64
+		switch k {
+		case "bs", "ibs", "skip", "count":
+			if n, ok = ddNumber(v); !ok {
+				fmt.Fprintf(stderr, "dd: invalid number '%s'\n", v)
+				return d, false
+			}
+		}
+		switch k {
+		case "if":
+			d.in = v
+		case "bs", "ibs":
+			d.bs = n
+		case "skip":
+			d.skip = n
+		case "count":
+			d.count, d.haveCount = n, true
+		case "status":
+			switch v {
+			case "none", "noxfer":
+				d.quiet = v == "none"
+			default:
+				fmt.Fprintf(stderr, "dd: invalid status '%s'\n", v)
+				return d, false
+			}
+		default:
+			io.WriteString(stderr, ddUsage)
+			return d, false
+		}
+	}
+	if d.bs == 0 {
+		fmt.Fprintf(stderr, "dd: invalid number '0'\n")
+		return d, false
+	}
+	return d, true
+}
+
+// ddCounts are dd's full and partial blocks and bytes copied.
+type ddCounts struct {
+	full, part, total uint64
+}
+
+// copy copies the blocks the operands select from f to stdout. status is
+// 1 after a read error (reported); aborted is true when the command was
+// cancelled or stdout failed, and dd then exits without its summary.
+func (a ddArgs) copy(env *shellEnv, f hostFile, stdout, stderr io.Writer) (c ddCounts, status int, aborted bool) {
+	off := int64(a.skip * a.bs)
+	buf := make([]byte, min(a.bs, copyChunk))
+	for !a.haveCount || c.full+c.part < a.count {
+		var got uint64
+		for got < a.bs {
+			if err := env.ctx.Err(); err != nil {
+				return c, 1, true
+			}
+			want := min(a.bs-got, uint64(len(buf)))
+			n, err := f.ReadAt(buf[:want], off)
+			if n > 0 {
+				if _, werr := stdout.Write(buf[:n]); werr != nil {
+					return c, 1, true
+				}
+				got += uint64(n)
+				off += int64(n)
+				c.total += uint64(n)
+			}
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					fmt.Fprintf(stderr, "dd: %s: %s\n", a.in, errText(err))
+					status = 1
+				}
+				if got == a.bs {
+					c.full++
+				} else if got > 0 {
+					c.part++
+				}
+				return c, status, false
+			}
+		}
+		c.full++
+	}
+	return c, status, false
 }
 
 // cmdStat is BusyBox `stat -c FORMAT FILE...`.

@@ -305,11 +305,45 @@ func spacedHex(b []byte) string {
 // and one SPARSE -flat.vmdk per disk (a 4 GiB disk with 10 MiB of data costs
 // 10 MiB), snapshot files and the .vmsd. It does not register the VM.
 func WriteVM(root string, spec VMSpec) (*VMFiles, error) {
+	spec, err := spec.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, spec.Datastore, spec.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("esxisim: creating VM folder: %w", err)
+	}
+	hostDir := volumesDir + "/" + spec.Datastore + "/" + spec.Name
+	files := &VMFiles{VMXPath: hostDir + "/" + spec.Name + ".vmx", LocalDir: dir, VMSD: hostDir + "/" + spec.Name + ".vmsd"}
+
+	w := &vmxWriter{}
+	id := idBytes(spec.Datastore, spec.Name)
+	w.header(spec, id)
+	if err := w.disks(root, spec, files); err != nil {
+		return nil, err
+	}
+	w.nics(spec.NICs, id)
+	vmxData := strings.Join(w.lines, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, spec.Name+".vmx"), []byte(vmxData), 0o644); err != nil {
+		return nil, fmt.Errorf("esxisim: writing .vmx: %w", err)
+	}
+	vmsd := ""
+	if spec.Snapshots {
+		vmsd = fixtureVMSD(spec.Name, files)
+	}
+	if err := os.WriteFile(filepath.Join(dir, spec.Name+".vmsd"), []byte(vmsd), 0o644); err != nil {
+		return nil, fmt.Errorf("esxisim: writing .vmsd: %w", err)
+	}
+	return files, nil
+}
+
+// withDefaults checks the VM's name and fills in VMware's defaults.
+func (spec VMSpec) withDefaults() (VMSpec, error) {
 	if spec.Name == "" {
-		return nil, errors.New("esxisim: VMSpec.Name is required")
+		return spec, errors.New("esxisim: VMSpec.Name is required")
 	}
 	if strings.ContainsAny(spec.Name, "/\x00") || spec.Name == "." || spec.Name == ".." {
-		return nil, fmt.Errorf("esxisim: invalid VM name %q", spec.Name)
+		return spec, fmt.Errorf("esxisim: invalid VM name %q", spec.Name)
 	}
 	if spec.Datastore == "" {
 		spec.Datastore = "datastore1"
@@ -326,39 +360,47 @@ func WriteVM(root string, spec VMSpec) (*VMFiles, error) {
 	if spec.MemoryMiB == 0 {
 		spec.MemoryMiB = 1024
 	}
-	dir := filepath.Join(root, spec.Datastore, spec.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("esxisim: creating VM folder: %w", err)
-	}
-	hostDir := volumesDir + "/" + spec.Datastore + "/" + spec.Name
-	files := &VMFiles{VMXPath: hostDir + "/" + spec.Name + ".vmx", LocalDir: dir, VMSD: hostDir + "/" + spec.Name + ".vmsd"}
+	return spec, nil
+}
 
-	var vmxLines []string
-	set := func(k, v string) { vmxLines = append(vmxLines, fmt.Sprintf("%s = \"%s\"", k, vmxEscape(v))) }
-	id := idBytes(spec.Datastore, spec.Name)
-	set(".encoding", "UTF-8")
-	set("config.version", "8")
-	set("virtualHW.version", fmt.Sprint(spec.HardwareVersion))
-	set("displayName", spec.Name)
-	set("guestOS", spec.GuestOS)
+// vmxWriter collects the lines of a .vmx.
+type vmxWriter struct {
+	lines []string
+}
+
+func (w *vmxWriter) set(k, v string) {
+	w.lines = append(w.lines, fmt.Sprintf("%s = \"%s\"", k, vmxEscape(v)))
+}
+
+// header sets the VM's identity, firmware and sizing; id is its idBytes.
+func (w *vmxWriter) header(spec VMSpec, id []byte) {
+	w.set(".encoding", "UTF-8")
+	w.set("config.version", "8")
+	w.set("virtualHW.version", fmt.Sprint(spec.HardwareVersion))
+	w.set("displayName", spec.Name)
+	w.set("guestOS", spec.GuestOS)
 	if strings.EqualFold(spec.Firmware, "efi") {
-		set("firmware", "efi")
+		w.set("firmware", "efi")
 		if spec.SecureBoot {
-			set("uefi.secureBoot.enabled", "TRUE")
+			w.set("uefi.secureBoot.enabled", "TRUE")
 		}
 	}
-	set("numvcpus", fmt.Sprint(spec.CPUs))
-	set("memSize", fmt.Sprint(spec.MemoryMiB))
-	set("uuid.bios", spacedHex(id[:16]))
-	set("uuid.location", spacedHex(id[:16]))
-	set("vc.uuid", spacedHex(id[16:32]))
-	set("pciBridge0.present", "TRUE")
-	set("svga.present", "TRUE")
-	set("tools.syncTime", "FALSE")
+	w.set("numvcpus", fmt.Sprint(spec.CPUs))
+	w.set("memSize", fmt.Sprint(spec.MemoryMiB))
+	w.set("uuid.bios", spacedHex(id[:16]))
+	w.set("uuid.location", spacedHex(id[:16]))
+	w.set("vc.uuid", spacedHex(id[16:32]))
+	w.set("pciBridge0.present", "TRUE")
+	w.set("svga.present", "TRUE")
+	w.set("tools.syncTime", "FALSE")
 	if spec.Annotation != "" {
-		set("annotation", spec.Annotation)
+		w.set("annotation", spec.Annotation)
 	}
+}
 
+// disks writes each disk's files under root, adds them to files and
+// declares them and their controllers.
+func (w *vmxWriter) disks(root string, spec VMSpec, files *VMFiles) error {
 	ctrlSeen := map[string]bool{}
 	for i, d := range spec.Disks {
 		if d.Controller == "" {
@@ -366,16 +408,14 @@ func WriteVM(root string, spec VMSpec) (*VMFiles, error) {
 		}
 		m := controllerRE.FindStringSubmatch(d.Controller)
 		if m == nil {
-			return nil, fmt.Errorf("esxisim: invalid controller %q", d.Controller)
+			return fmt.Errorf("esxisim: invalid controller %q", d.Controller)
 		}
 		ctrl := m[1] + m[2]
 		if !ctrlSeen[ctrl] {
 			ctrlSeen[ctrl] = true
-			set(ctrl+".present", "TRUE")
-			switch m[1] {
-			case "scsi":
-				set(ctrl+".virtualDev", "pvscsi")
-			case "sata", "nvme":
+			w.set(ctrl+".present", "TRUE")
+			if m[1] == "scsi" {
+				w.set(ctrl+".virtualDev", "pvscsi")
 			}
 		}
 		base := d.FileName
@@ -387,17 +427,22 @@ func WriteVM(root string, spec VMSpec) (*VMFiles, error) {
 		}
 		df, ref, err := writeDisk(root, spec, d, base, i)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		df.Controller = d.Controller
 		files.Disks = append(files.Disks, df)
-		set(d.Controller+".present", "TRUE")
+		w.set(d.Controller+".present", "TRUE")
 		if m[1] == "scsi" {
-			set(d.Controller+".deviceType", "scsi-hardDisk")
+			w.set(d.Controller+".deviceType", "scsi-hardDisk")
 		}
-		set(d.Controller+".fileName", ref)
+		w.set(d.Controller+".fileName", ref)
 	}
-	for i, n := range spec.NICs {
+	return nil
+}
+
+// nics declares the network adapters; id is the VM's idBytes.
+func (w *vmxWriter) nics(nics []NICSpec, id []byte) {
+	for i, n := range nics {
 		p := fmt.Sprintf("ethernet%d", i)
 		adapter := n.Adapter
 		if adapter == "" {
@@ -407,40 +452,33 @@ func WriteVM(root string, spec VMSpec) (*VMFiles, error) {
 		if network == "" {
 			network = "VM Network"
 		}
-		set(p+".present", "TRUE")
-		set(p+".virtualDev", adapter)
-		set(p+".networkName", network)
+		w.set(p+".present", "TRUE")
+		w.set(p+".virtualDev", adapter)
+		w.set(p+".networkName", network)
 		if n.MAC != "" {
-			set(p+".addressType", "static")
-			set(p+".address", n.MAC)
+			w.set(p+".addressType", "static")
+			w.set(p+".address", n.MAC)
 		} else {
-			set(p+".addressType", "generated")
-			set(p+".generatedAddress", fmt.Sprintf("00:0c:29:%02x:%02x:%02x", id[20], id[21], byte(i)))
+			w.set(p+".addressType", "generated")
+			w.set(p+".generatedAddress", fmt.Sprintf("00:0c:29:%02x:%02x:%02x", id[20], id[21], byte(i)))
 		}
 	}
-	vmxData := strings.Join(vmxLines, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, spec.Name+".vmx"), []byte(vmxData), 0o644); err != nil {
-		return nil, fmt.Errorf("esxisim: writing .vmx: %w", err)
+}
+
+// fixtureVMSD is the .vmsd of a VM with one snapshot of all its disks.
+func fixtureVMSD(name string, files *VMFiles) string {
+	created := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC).UnixMicro()
+	var b strings.Builder
+	fmt.Fprintf(&b, ".encoding = \"UTF-8\"\nsnapshot.lastUID = \"1\"\nsnapshot.current = \"1\"\n")
+	fmt.Fprintf(&b, "snapshot0.uid = \"1\"\nsnapshot0.filename = \"%s-Snapshot1.vmsn\"\n", name)
+	fmt.Fprintf(&b, "snapshot0.displayName = \"before-migration\"\nsnapshot0.description = \"fixture snapshot\"\n")
+	fmt.Fprintf(&b, "snapshot0.createTimeHigh = \"%d\"\nsnapshot0.createTimeLow = \"%d\"\n", created>>32, int32(uint32(created)))
+	fmt.Fprintf(&b, "snapshot0.numDisks = \"%d\"\n", len(files.Disks))
+	for i, d := range files.Disks {
+		fmt.Fprintf(&b, "snapshot0.disk%d.fileName = \"%s\"\nsnapshot0.disk%d.node = \"%s\"\n", i, hostRef(files.VMXPath, d.Descriptor), i, d.Controller)
 	}
-	vmsd := ""
-	if spec.Snapshots {
-		created := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC).UnixMicro()
-		var b strings.Builder
-		fmt.Fprintf(&b, ".encoding = \"UTF-8\"\nsnapshot.lastUID = \"1\"\nsnapshot.current = \"1\"\n")
-		fmt.Fprintf(&b, "snapshot0.uid = \"1\"\nsnapshot0.filename = \"%s-Snapshot1.vmsn\"\n", spec.Name)
-		fmt.Fprintf(&b, "snapshot0.displayName = \"before-migration\"\nsnapshot0.description = \"fixture snapshot\"\n")
-		fmt.Fprintf(&b, "snapshot0.createTimeHigh = \"%d\"\nsnapshot0.createTimeLow = \"%d\"\n", created>>32, int32(uint32(created)))
-		fmt.Fprintf(&b, "snapshot0.numDisks = \"%d\"\n", len(files.Disks))
-		for i, d := range files.Disks {
-			fmt.Fprintf(&b, "snapshot0.disk%d.fileName = \"%s\"\nsnapshot0.disk%d.node = \"%s\"\n", i, hostRef(files.VMXPath, d.Descriptor), i, d.Controller)
-		}
-		b.WriteString("snapshot.numSnapshots = \"1\"\n")
-		vmsd = b.String()
-	}
-	if err := os.WriteFile(filepath.Join(dir, spec.Name+".vmsd"), []byte(vmsd), 0o644); err != nil {
-		return nil, fmt.Errorf("esxisim: writing .vmsd: %w", err)
-	}
-	return files, nil
+	b.WriteString("snapshot.numSnapshots = \"1\"\n")
+	return b.String()
 }
 
 // hostRef is how a .vmx refers to a file: relative inside the VM folder,
@@ -489,27 +527,12 @@ func writeDisk(root string, spec VMSpec, d DiskSpec, base string, idx int) (Disk
 	if err := writeSparse(df.LocalFlat, capacity, content); err != nil {
 		return DiskFiles{}, "", err
 	}
-	id := idBytes(ds, rel, base)
-	cid := hex.EncodeToString(id[:4])
-	sectors := capacity / 512
-	cyl := min(sectors/(255*63), 65535)
 	adapter := "lsilogic"
 	if strings.HasPrefix(d.Controller, "ide") {
 		adapter = "ide"
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=%s\nparentCID=ffffffff\nisNativeSnapshot=\"no\"\ncreateType=\"vmfs\"\n\n", cid)
-	fmt.Fprintf(&b, "# Extent description\nRW %d VMFS \"%s-flat.vmdk\"\n\n", sectors, base)
-	fmt.Fprintf(&b, "# The Disk Data Base\n#DDB\n\n")
-	fmt.Fprintf(&b, "ddb.adapterType = \"%s\"\n", adapter)
-	fmt.Fprintf(&b, "ddb.geometry.cylinders = \"%d\"\nddb.geometry.heads = \"255\"\nddb.geometry.sectors = \"63\"\n", cyl)
-	fmt.Fprintf(&b, "ddb.longContentID = \"%s%s\"\n", hex.EncodeToString(id[4:16]), cid)
-	if d.Thin {
-		b.WriteString("ddb.thinProvisioned = \"1\"\n")
-	}
-	fmt.Fprintf(&b, "ddb.uuid = \"60 00 C2 %s\"\n", spacedHex(id[16:29]))
-	fmt.Fprintf(&b, "ddb.virtualHWVersion = \"%d\"\n", spec.HardwareVersion)
-	if err := os.WriteFile(filepath.Join(localDir, base+".vmdk"), []byte(b.String()), 0o644); err != nil {
+	desc := flatDescriptor(idBytes(ds, rel, base), base, capacity/512, adapter, d.Thin, spec.HardwareVersion)
+	if err := os.WriteFile(filepath.Join(localDir, base+".vmdk"), []byte(desc), 0o644); err != nil {
 		return DiskFiles{}, "", fmt.Errorf("esxisim: writing descriptor: %w", err)
 	}
 	vmxPath := volumesDir + "/" + spec.Datastore + "/" + spec.Name + "/" + spec.Name + ".vmx"
@@ -523,22 +546,51 @@ func writeDisk(root string, spec VMSpec, d DiskSpec, base string, idx int) (Disk
 		if d.BaseDatastore != "" {
 			cs.BaseDatastore, cs.BaseFolder = d.BaseDatastore, "base-"+base
 		}
-		// The chain's base replaces the plain disk written above.
-		for _, f := range []string{df.LocalFlat, filepath.Join(localDir, base+".vmdk")} {
-			if err := os.Remove(f); err != nil {
-				return DiskFiles{}, "", fmt.Errorf("esxisim: %w", err)
-			}
+		if err := replaceWithChain(root, &df, filepath.Join(localDir, base+".vmdk"), cs, idx); err != nil {
+			return DiskFiles{}, "", err
 		}
-		ch, err := WriteDiskChain(root, cs)
-		if err != nil {
-			return DiskFiles{}, "", fmt.Errorf("esxisim: disk %d: %w", idx, err)
-		}
-		b := ch.Links[len(ch.Links)-1]
-		df.Descriptor, df.Flat, df.LocalFlat, df.Chain = b.Descriptor, b.Extent, b.LocalExtent, ch
-		df.Child, df.Delta = ch.Top, ch.Links[0].Extent
 		top = df.Child
 	}
 	return df, hostRef(vmxPath, top), nil
+}
+
+// flatDescriptor is the descriptor of a base disk of the given sectors
+// whose extent is <base>-flat.vmdk; id (idBytes) gives its CID and UUID.
+func flatDescriptor(id []byte, base string, sectors int64, adapter string, thin bool, hwVersion int) string {
+	cid := hex.EncodeToString(id[:4])
+	cyl := min(sectors/(255*63), 65535)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=%s\nparentCID=ffffffff\nisNativeSnapshot=\"no\"\ncreateType=\"vmfs\"\n\n", cid)
+	fmt.Fprintf(&b, "# Extent description\nRW %d VMFS \"%s-flat.vmdk\"\n\n", sectors, base)
+	fmt.Fprintf(&b, "# The Disk Data Base\n#DDB\n\n")
+	fmt.Fprintf(&b, "ddb.adapterType = \"%s\"\n", adapter)
+	fmt.Fprintf(&b, "ddb.geometry.cylinders = \"%d\"\nddb.geometry.heads = \"255\"\nddb.geometry.sectors = \"63\"\n", cyl)
+	fmt.Fprintf(&b, "ddb.longContentID = \"%s%s\"\n", hex.EncodeToString(id[4:16]), cid)
+	if thin {
+		b.WriteString("ddb.thinProvisioned = \"1\"\n")
+	}
+	fmt.Fprintf(&b, "ddb.uuid = \"60 00 C2 %s\"\n", spacedHex(id[16:29]))
+	fmt.Fprintf(&b, "ddb.virtualHWVersion = \"%d\"\n", hwVersion)
+	return b.String()
+}
+
+// replaceWithChain replaces the plain disk df (its descriptor at
+// localDesc) with the snapshot chain cs, whose base holds the same content;
+// idx is the disk's index.
+func replaceWithChain(root string, df *DiskFiles, localDesc string, cs DiskChainSpec, idx int) error {
+	for _, f := range []string{df.LocalFlat, localDesc} {
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("esxisim: %w", err)
+		}
+	}
+	ch, err := WriteDiskChain(root, cs)
+	if err != nil {
+		return fmt.Errorf("esxisim: disk %d: %w", idx, err)
+	}
+	b := ch.Links[len(ch.Links)-1]
+	df.Descriptor, df.Flat, df.LocalFlat, df.Chain = b.Descriptor, b.Extent, b.LocalExtent, ch
+	df.Child, df.Delta = ch.Top, ch.Links[0].Extent
+	return nil
 }
 
 // writeSparse creates a file of the given size holding only the extents.

@@ -398,92 +398,11 @@ func (s *Server) removeSnapshotLocked(vmxPath, id string) error {
 		return errSnapshotNotFound
 	}
 	sn := f.snaps[idx]
-	dir := path.Dir(vmxPath)
 	vmxSet := map[string]string{}
 	disks := vmDisks(vmxPath, parseVMX(vb))
 	for _, sd := range sn.disks {
-		state := resolveIn(dir, sd.fileName)
-		// Who refers to a descriptor of this disk: the .vmx and the other
-		// snapshots' disks.
-		type ref struct {
-			desc   string
-			vmxKey string
-			snap   *vmsdSnap
-			disk   int
-		}
-		var refs []ref
-		for _, dk := range disks {
-			if dk.node == sd.node {
-				refs = append(refs, ref{desc: dk.desc, vmxKey: dk.key})
-			}
-		}
-		for _, o := range f.snaps {
-			for k, od := range o.disks {
-				if o != sn && od.node == sd.node {
-					refs = append(refs, ref{desc: resolveIn(dir, od.fileName), snap: o, disk: k})
-				}
-			}
-		}
-		// The child of the state: the descriptor whose parent it is,
-		// found by walking down from every reference.
-		var child link
-		seen := map[string]bool{}
-		for _, r := range refs {
-			for p := r.desc; p != "" && !seen[p]; {
-				seen[p] = true
-				l, err := s.readLink(p)
-				if err != nil {
-					return err
-				}
-				if l.parent() == state {
-					if child.desc != "" && child.desc != l.desc {
-						return fmt.Errorf("%s has more than one child: the simulator consolidates linear chains only", state)
-					}
-					child = l
-				}
-				p = l.parent()
-			}
-		}
-		if child.desc == "" {
-			continue
-		}
-		parent, err := s.readLink(state)
-		if err != nil {
+		if err := s.consolidateSnapshotDisk(path.Dir(vmxPath), f, sn, sd, disks, vmxSet); err != nil {
 			return err
-		}
-		if err := s.consolidate(child, parent); err != nil {
-			return err
-		}
-		// The child's children now name the merged file.
-		for p := range seen {
-			if p == child.desc {
-				continue
-			}
-			l, err := s.readLink(p)
-			if err != nil {
-				continue // consolidated away above
-			}
-			if l.parent() == child.desc {
-				l.d.ParentFileNameHint = refName(path.Dir(l.desc), state)
-				if err := s.writeHostFile(l.desc, []byte(l.d.Text())); err != nil {
-					return err
-				}
-			}
-		}
-		for _, r := range refs {
-			if r.desc != child.desc {
-				continue
-			}
-			if r.snap != nil {
-				r.snap.disks[r.disk].fileName = refName(dir, state)
-			} else {
-				vmxSet[r.vmxKey] = refName(dir, state)
-			}
-		}
-		for _, p := range []string{child.desc, child.extent} {
-			if lp, err := s.local(p); err == nil {
-				_ = os.Remove(lp)
-			}
 		}
 	}
 	for _, o := range f.snaps {
@@ -501,6 +420,110 @@ func (s *Server) removeSnapshotLocked(vmxPath, id string) error {
 		}
 	}
 	return s.writeHostFile(vmsdPath, []byte(f.text()))
+}
+
+// descRef is a reference to a descriptor of a disk: a .vmx key, or a disk
+// of another snapshot.
+type descRef struct {
+	desc   string
+	vmxKey string
+	snap   *vmsdSnap
+	disk   int
+}
+
+// consolidateSnapshotDisk merges the child of snapshot sn's state of disk
+// sd into that state, in the VM folder dir. The references to the child
+// are pointed at the merged file: in the other snapshots of f, and in
+// vmxSet (.vmx keys to rewrite).
+func (s *Server) consolidateSnapshotDisk(dir string, f *vmsdFile, sn *vmsdSnap, sd vmsdDisk, disks []vmDisk, vmxSet map[string]string) error {
+	state := resolveIn(dir, sd.fileName)
+	refs := diskRefs(dir, f, sn, sd, disks)
+	child, seen, err := s.childOf(state, refs)
+	if err != nil || child.desc == "" {
+		return err
+	}
+	parent, err := s.readLink(state)
+	if err != nil {
+		return err
+	}
+	if err := s.consolidate(child, parent); err != nil {
+		return err
+	}
+	// The child's children now name the merged file.
+	for p := range seen {
+		if p == child.desc {
+			continue
+		}
+		l, err := s.readLink(p)
+		if err != nil {
+			continue // consolidated away above
+		}
+		if l.parent() == child.desc {
+			l.d.ParentFileNameHint = refName(path.Dir(l.desc), state)
+			if err := s.writeHostFile(l.desc, []byte(l.d.Text())); err != nil {
+				return err
+			}
+		}
+	}
+	for _, r := range refs {
+		if r.desc != child.desc {
+			continue
+		}
+		if r.snap != nil {
+			r.snap.disks[r.disk].fileName = refName(dir, state)
+		} else {
+			vmxSet[r.vmxKey] = refName(dir, state)
+		}
+	}
+	for _, p := range []string{child.desc, child.extent} {
+		if lp, err := s.local(p); err == nil {
+			_ = os.Remove(lp)
+		}
+	}
+	return nil
+}
+
+// diskRefs lists who refers to a descriptor of disk sd: the .vmx and the
+// snapshots of f other than sn.
+func diskRefs(dir string, f *vmsdFile, sn *vmsdSnap, sd vmsdDisk, disks []vmDisk) []descRef {
+	var refs []descRef
+	for _, dk := range disks {
+		if dk.node == sd.node {
+			refs = append(refs, descRef{desc: dk.desc, vmxKey: dk.key})
+		}
+	}
+	for _, o := range f.snaps {
+		for k, od := range o.disks {
+			if o != sn && od.node == sd.node {
+				refs = append(refs, descRef{desc: resolveIn(dir, od.fileName), snap: o, disk: k})
+			}
+		}
+	}
+	return refs
+}
+
+// childOf finds the child of the descriptor state, the descriptor whose
+// parent it is, by walking down from every reference; seen holds the
+// descriptors walked. A zero link: state has no child.
+func (s *Server) childOf(state string, refs []descRef) (child link, seen map[string]bool, err error) {
+	seen = map[string]bool{}
+	for _, r := range refs {
+		for p := r.desc; p != "" && !seen[p]; {
+			seen[p] = true
+			l, err := s.readLink(p)
+			if err != nil {
+				return link{}, nil, err
+			}
+			if l.parent() == state {
+				if child.desc != "" && child.desc != l.desc {
+					return link{}, nil, fmt.Errorf("%s has more than one child: the simulator consolidates linear chains only", state)
+				}
+				child = l
+			}
+			p = l.parent()
+		}
+	}
+	return child, seen, nil
 }
 
 // consolidate merges the delta child into its parent: the parent then

@@ -236,32 +236,8 @@ func (s *Server) view(vmid int) (vmView, bool) {
 
 func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer) int {
 	s.stats.vimcmds.Add(1)
-	s.mu.Lock()
-	fail := s.vimFail > 0
-	mode := s.vimMode
-	if fail {
-		s.vimFail--
-	}
-	s.mu.Unlock()
-	if fail {
-		switch mode {
-		case VimLoginSSL:
-			fmt.Fprintln(stderr, "Failed to login: SSL Exception: The SSL handshake timed out local: 127.0.0.1:52713 peer: 127.0.0.1:443.")
-			return 1
-		case VimBadAlloc:
-			fmt.Fprint(stderr, "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\nAborted\n")
-			return 128 + int(syscall.SIGABRT)
-		case VimObjectNotFound:
-			fmt.Fprint(stdout, s.render(dobj{typ: "vmodl.fault.ManagedObjectNotFound", fields: []dfield{
-				{"faultCause", dnull("vmodl.MethodFault")},
-				{"obj", draw("'vim.VirtualMachine:672'")},
-				{"msg", dstr("The object has already been deleted or has not been completely created")},
-			}})+"\n")
-			return 1
-		default:
-			fmt.Fprintln(stderr, "Failed to login: Connection reset by peer")
-			return 1
-		}
+	if code, failed := s.injectedVimFailure(stdout, stderr); failed {
+		return code
 	}
 	if len(args) < 2 {
 		fmt.Fprint(stdout, "Commands available under /:\nhbrsvc/       internalsvc/  solo/         vmsvc/\nhostsvc/      proxysvc/     vimsvc/       help\n")
@@ -277,10 +253,9 @@ func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 		return s.getAllVMs(stdout, stderr)
 	case "hostsvc/datastore/listsummary":
 		return s.datastoreListSummary(stdout, stderr)
-	case "vmsvc/power.getstate", "vmsvc/power.on", "vmsvc/power.off", "vmsvc/power.shutdown",
-		"vmsvc/get.guest", "vmsvc/get.summary", "vmsvc/snapshot.get",
-		"vmsvc/snapshot.create", "vmsvc/snapshot.remove":
-	default:
+	}
+	run, ok := vmCommands[op]
+	if !ok {
 		fmt.Fprintf(stderr, "Invalid command '%s'\n", strings.Join(args[1:], " "))
 		return 1
 	}
@@ -297,30 +272,76 @@ func cmdVimCmd(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 		fmt.Fprint(stdout, s.notFound(rest[0]))
 		return 1
 	}
-	switch op {
-	case "vmsvc/power.getstate":
+	return run(s, vmid, vv, rest[1:], stdout)
+}
+
+// injectedVimFailure plays the failure FailVimCmd asked for, if one is
+// left: failed is true and code is the exit status.
+func (s *Server) injectedVimFailure(stdout, stderr io.Writer) (code int, failed bool) {
+	s.mu.Lock()
+	fail := s.vimFail > 0
+	mode := s.vimMode
+	if fail {
+		s.vimFail--
+	}
+	s.mu.Unlock()
+	if !fail {
+		return 0, false
+	}
+	switch mode {
+	case VimLoginSSL:
+		fmt.Fprintln(stderr, "Failed to login: SSL Exception: The SSL handshake timed out local: 127.0.0.1:52713 peer: 127.0.0.1:443.")
+		return 1, true
+	case VimBadAlloc:
+		fmt.Fprint(stderr, "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\nAborted\n")
+		return 128 + int(syscall.SIGABRT), true
+	case VimObjectNotFound:
+		fmt.Fprint(stdout, s.render(dobj{typ: "vmodl.fault.ManagedObjectNotFound", fields: []dfield{
+			{"faultCause", dnull("vmodl.MethodFault")},
+			{"obj", draw("'vim.VirtualMachine:672'")},
+			{"msg", dstr("The object has already been deleted or has not been completely created")},
+		}})+"\n")
+		return 1, true
+	default:
+		fmt.Fprintln(stderr, "Failed to login: Connection reset by peer")
+		return 1, true
+	}
+}
+
+// vmCommands are the vim-cmd commands on one VM, by name; args are what
+// follows the vmid.
+var vmCommands = map[string]func(s *Server, vmid int, vv vmView, args []string, stdout io.Writer) int{
+	"vmsvc/power.getstate": func(_ *Server, _ int, vv vmView, _ []string, stdout io.Writer) int {
 		fmt.Fprintf(stdout, "Retrieved runtime info\n%s\n", vv.power)
 		return 0
-	case "vmsvc/power.on":
+	},
+	"vmsvc/power.on": func(s *Server, vmid int, _ vmView, _ []string, stdout io.Writer) int {
 		return s.powerOn(vmid, stdout)
-	case "vmsvc/power.off":
+	},
+	"vmsvc/power.off": func(s *Server, vmid int, _ vmView, _ []string, stdout io.Writer) int {
 		return s.powerOff(vmid, stdout)
-	case "vmsvc/power.shutdown":
+	},
+	"vmsvc/power.shutdown": func(s *Server, vmid int, _ vmView, _ []string, stdout io.Writer) int {
 		return s.powerShutdown(vmid, stdout)
-	case "vmsvc/snapshot.create":
-		return s.snapshotCreate(vv, rest[1:], stdout)
-	case "vmsvc/snapshot.remove":
-		return s.snapshotRemove(vv, rest[1:], stdout)
-	case "vmsvc/get.guest":
+	},
+	"vmsvc/snapshot.create": func(s *Server, _ int, vv vmView, args []string, stdout io.Writer) int {
+		return s.snapshotCreate(vv, args, stdout)
+	},
+	"vmsvc/snapshot.remove": func(s *Server, _ int, vv vmView, args []string, stdout io.Writer) int {
+		return s.snapshotRemove(vv, args, stdout)
+	},
+	"vmsvc/get.guest": func(s *Server, _ int, vv vmView, _ []string, stdout io.Writer) int {
 		fmt.Fprint(stdout, "Guest information:\n\n"+s.render(s.guestInfo(vv))+"\n")
 		return 0
-	case "vmsvc/get.summary":
+	},
+	"vmsvc/get.summary": func(s *Server, _ int, vv vmView, _ []string, stdout io.Writer) int {
 		fmt.Fprint(stdout, "Listsummary:\n"+s.render(s.summary(vv))+"\n")
 		return 0
-	default: // snapshot.get
+	},
+	"vmsvc/snapshot.get": func(s *Server, _ int, vv vmView, _ []string, stdout io.Writer) int {
 		fmt.Fprint(stdout, "Get Snapshot:\n"+s.snapshotTree(vv))
 		return 0
-	}
+	},
 }
 
 func (s *Server) powerOn(vmid int, stdout io.Writer) int {
@@ -580,137 +601,182 @@ func (s *Server) toolsRunning(vv vmView) bool {
 // get_guest_jenkins_vsphere_cloud_esxi8_tools_not_installed.txt for the
 // field set and style, get-guest-tools-running-issue101.txt for a running guest).
 func (s *Server) guestInfo(vv vmView) dobj {
-	on := vv.power == PoweredOn
-	guestID := vimGuestID(vv.v.get("guestOS"))
-	f := func(k string, v dnode) dfield { return dfield{k, v} }
-	var fields []dfield
-	switch {
-	case vv.tools == ToolsNotInstalled:
-		fields = append(fields,
-			f("toolsStatus", dstr("toolsNotInstalled")),
-			f("toolsVersionStatus", dstr("guestToolsNotInstalled")),
-			f("toolsVersionStatus2", dstr("guestToolsNotInstalled")),
-			f("toolsRunningStatus", dstr("guestToolsNotRunning")),
-			f("toolsVersion", dstr("0")),
-			f("toolsInstallType", dstr("guestToolsTypeUnknown")))
-	case s.toolsRunning(vv):
-		fields = append(fields,
-			f("toolsStatus", dstr("toolsOk")),
-			f("toolsVersionStatus", dstr("guestToolsCurrent")),
-			f("toolsVersionStatus2", dstr("guestToolsCurrent")),
-			f("toolsRunningStatus", dstr("guestToolsRunning")),
-			f("toolsVersion", dstr("12352")),
-			f("toolsInstallType", dstr("guestToolsTypeOpenVMTools")))
-	default:
-		fields = append(fields,
-			f("toolsStatus", dstr("toolsNotRunning")),
-			f("toolsVersionStatus", dstr("guestToolsCurrent")),
-			f("toolsVersionStatus2", dstr("guestToolsCurrent")),
-			f("toolsRunningStatus", dstr("guestToolsNotRunning")),
-			f("toolsVersion", dstr("12352")),
-			f("toolsInstallType", dstr("guestToolsTypeOpenVMTools")))
-	}
-	fields = append(fields, f("toolsUpdateStatus", dnull("vim.vm.GuestInfo.ToolsUpdateStatus")))
+	fields := s.guestToolsFields(vv)
+	fields = append(fields, df("toolsUpdateStatus", dnull("vim.vm.GuestInfo.ToolsUpdateStatus")))
 	if s.toolsRunning(vv) {
-		host := strings.ToLower(strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
-				return r
-			}
-			return '-'
-		}, vv.v.get("displayName")))
-		var ip dnode = dunset
-		if len(vv.ips) > 0 {
-			ip = dstr(vv.ips[0])
-		}
-		var nicItems []dnode
-		for i, n := range nics(vv.v) {
-			var ips []dnode
-			var cfg []dnode
-			if i == 0 {
-				for _, a := range vv.ips {
-					ips = append(ips, dstr(a))
-					prefix := 24
-					if strings.Contains(a, ":") {
-						prefix = 64
-					}
-					cfg = append(cfg, dobj{typ: "vim.net.IpConfigInfo.IpAddress", fields: []dfield{
-						f("ipAddress", dstr(a)), f("prefixLength", dnum(prefix)), f("origin", dunset),
-						f("state", dstr("preferred")), f("lifetime", dunset)}})
-				}
-			}
-			var ipArr, cfgArr dnode = dunset, dunset
-			if len(ips) > 0 {
-				ipArr = darr{typ: "string", items: ips}
-				cfgArr = darr{typ: "vim.net.IpConfigInfo.IpAddress", items: cfg}
-			}
-			mac := vv.v.get(fmt.Sprintf("ethernet%d.address", n))
-			if mac == "" {
-				mac = vv.v.get(fmt.Sprintf("ethernet%d.generatedAddress", n))
-			}
-			nicItems = append(nicItems, dobj{typ: "vim.vm.GuestInfo.NicInfo", fields: []dfield{
-				f("network", dstr(vv.v.get(fmt.Sprintf("ethernet%d.networkName", n)))),
-				f("ipAddress", ipArr),
-				f("macAddress", dstr(strings.ToLower(mac))),
-				f("connected", dbool(true)),
-				f("deviceConfigId", dnum(4000+i)),
-				f("dnsConfig", dnull("vim.net.DnsConfigInfo")),
-				f("ipConfig", dobj{typ: "vim.net.IpConfigInfo", fields: []dfield{
-					f("ipAddress", cfgArr),
-					f("dhcp", dnull("vim.net.DhcpConfigInfo")),
-					f("autoConfigurationEnabled", dunset)}}),
-				f("netBIOSConfig", dnull("vim.net.NetBIOSConfigInfo")),
-			}})
-		}
-		var net dnode = dunset
-		if len(nicItems) > 0 {
-			net = darr{typ: "vim.vm.GuestInfo.NicInfo", items: nicItems}
-		}
-		fields = append(fields,
-			f("guestId", dstr(guestID)),
-			f("guestFamily", dstr(guestFamily(guestID))),
-			f("guestFullName", dstr(guestFullName(guestID))),
-			f("guestDetailedData", dunset),
-			f("hostName", dstr(host)),
-			f("ipAddress", ip),
-			f("net", net))
+		fields = append(fields, guestIdentityFields(vv)...)
 	} else {
 		fields = append(fields,
-			f("guestId", dunset), f("guestFamily", dunset), f("guestFullName", dunset),
-			f("guestDetailedData", dunset), f("hostName", dunset), f("ipAddress", dunset), f("net", dunset))
+			df("guestId", dunset), df("guestFamily", dunset), df("guestFullName", dunset),
+			df("guestDetailedData", dunset), df("hostName", dunset), df("ipAddress", dunset), df("net", dunset))
 	}
-	fields = append(fields, f("ipStack", dunset), f("disk", dunset))
-	if on {
-		fields = append(fields, f("screen", dobj{typ: "vim.vm.GuestInfo.ScreenInfo", fields: []dfield{
-			f("width", dnum(1024)), f("height", dnum(768))}}))
-		fields = append(fields, f("guestState", dstr("running")))
+	fields = append(fields, df("ipStack", dunset), df("disk", dunset))
+	if vv.power == PoweredOn {
+		fields = append(fields, df("screen", dobj{typ: "vim.vm.GuestInfo.ScreenInfo", fields: []dfield{
+			df("width", dnum(1024)), df("height", dnum(768))}}))
+		fields = append(fields, df("guestState", dstr("running")))
 	} else {
-		fields = append(fields, f("screen", dunset), f("guestState", dstr("notRunning")))
+		fields = append(fields, df("screen", dunset), df("guestState", dstr("notRunning")))
 	}
 	fields = append(fields,
-		f("hwVersion", dstr(hwVersion(vv.v))),
-		f("customizationInfo", dobj{typ: "vim.vm.GuestInfo.CustomizationInfo", fields: []dfield{
-			f("customizationStatus", dstr("TOOLSDEPLOYPKG_IDLE")),
-			f("startTime", dunset), f("endTime", dunset), f("errorMsg", dunset)}}))
+		df("hwVersion", dstr(hwVersion(vv.v))),
+		df("customizationInfo", dobj{typ: "vim.vm.GuestInfo.CustomizationInfo", fields: []dfield{
+			df("customizationStatus", dstr("TOOLSDEPLOYPKG_IDLE")),
+			df("startTime", dunset), df("endTime", dunset), df("errorMsg", dunset)}}))
 	return dobj{typ: "vim.vm.GuestInfo", fields: fields}
 }
 
+// guestToolsFields are get.guest's VMware Tools statuses.
+func (s *Server) guestToolsFields(vv vmView) []dfield {
+	status, version, running, build, install := "toolsNotRunning", "guestToolsCurrent", "guestToolsNotRunning", "12352", "guestToolsTypeOpenVMTools"
+	switch {
+	case vv.tools == ToolsNotInstalled:
+		status, version, build, install = "toolsNotInstalled", "guestToolsNotInstalled", "0", "guestToolsTypeUnknown"
+	case s.toolsRunning(vv):
+		status, running = "toolsOk", "guestToolsRunning"
+	}
+	return []dfield{
+		df("toolsStatus", dstr(status)),
+		df("toolsVersionStatus", dstr(version)),
+		df("toolsVersionStatus2", dstr(version)),
+		df("toolsRunningStatus", dstr(running)),
+		df("toolsVersion", dstr(build)),
+		df("toolsInstallType", dstr(install)),
+	}
+}
+
+// guestIdentityFields are what running Tools report: the guest OS, host
+// name, addresses and NICs.
+func guestIdentityFields(vv vmView) []dfield {
+	guestID := vimGuestID(vv.v.get("guestOS"))
+	host := strings.ToLower(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, vv.v.get("displayName")))
+	var ip dnode = dunset
+	if len(vv.ips) > 0 {
+		ip = dstr(vv.ips[0])
+	}
+	var nicItems []dnode
+	for i, n := range nics(vv.v) {
+		nicItems = append(nicItems, guestNIC(vv, i, n))
+	}
+	var net dnode = dunset
+	if len(nicItems) > 0 {
+		net = darr{typ: "vim.vm.GuestInfo.NicInfo", items: nicItems}
+	}
+	return []dfield{
+		df("guestId", dstr(guestID)),
+		df("guestFamily", dstr(guestFamily(guestID))),
+		df("guestFullName", dstr(guestFullName(guestID))),
+		df("guestDetailedData", dunset),
+		df("hostName", dstr(host)),
+		df("ipAddress", ip),
+		df("net", net),
+	}
+}
+
+// guestNIC is the i-th NIC, ethernet<n>; the first one holds the VM's
+// addresses.
+func guestNIC(vv vmView, i, n int) dobj {
+	var ips []dnode
+	var cfg []dnode
+	if i == 0 {
+		for _, a := range vv.ips {
+			ips = append(ips, dstr(a))
+			prefix := 24
+			if strings.Contains(a, ":") {
+				prefix = 64
+			}
+			cfg = append(cfg, dobj{typ: "vim.net.IpConfigInfo.IpAddress", fields: []dfield{
+				df("ipAddress", dstr(a)), df("prefixLength", dnum(prefix)), df("origin", dunset),
+				df("state", dstr("preferred")), df("lifetime", dunset)}})
+		}
+	}
+	var ipArr, cfgArr dnode = dunset, dunset
+	if len(ips) > 0 {
+		ipArr = darr{typ: "string", items: ips}
+		cfgArr = darr{typ: "vim.net.IpConfigInfo.IpAddress", items: cfg}
+	}
+	mac := vv.v.get(fmt.Sprintf("ethernet%d.address", n))
+	if mac == "" {
+		mac = vv.v.get(fmt.Sprintf("ethernet%d.generatedAddress", n))
+	}
+	return dobj{typ: "vim.vm.GuestInfo.NicInfo", fields: []dfield{
+		df("network", dstr(vv.v.get(fmt.Sprintf("ethernet%d.networkName", n)))),
+		df("ipAddress", ipArr),
+		df("macAddress", dstr(strings.ToLower(mac))),
+		df("connected", dbool(true)),
+		df("deviceConfigId", dnum(4000+i)),
+		df("dnsConfig", dnull("vim.net.DnsConfigInfo")),
+		df("ipConfig", dobj{typ: "vim.net.IpConfigInfo", fields: []dfield{
+			df("ipAddress", cfgArr),
+			df("dhcp", dnull("vim.net.DhcpConfigInfo")),
+			df("autoConfigurationEnabled", dunset)}}),
+		df("netBIOSConfig", dnull("vim.net.NetBIOSConfigInfo")),
+	}}
+}
+
 // summary builds `get.summary` (field set of get_summary_apache_vcl_poweredOn_winxp.txt).
+// df is one field of a dump.
+func df(k string, v dnode) dfield { return dfield{k, v} }
+
 func (s *Server) summary(vv vmView) dobj {
-	f := func(k string, v dnode) dfield { return dfield{k, v} }
 	v := vv.v
-	guestID := vimGuestID(v.get("guestOS"))
 	mem, _ := strconv.Atoi(v.get("memSize"))
 	cpus, _ := strconv.Atoi(v.get("numvcpus"))
 	if cpus == 0 {
 		cpus = 1
 	}
-	on := vv.power == PoweredOn
+	committed, uncommitted := s.storageUsage(vv)
+	return dobj{typ: "vim.vm.Summary", fields: []dfield{
+		df("vm", draw(fmt.Sprintf("'vim.VirtualMachine:%d'", vv.id))),
+		df("runtime", summaryRuntime(vv, cpus, mem)),
+		df("guest", s.summaryGuest(vv)),
+		df("config", s.summaryConfig(vv, cpus, mem)),
+		df("storage", dobj{typ: "vim.vm.Summary.StorageSummary", fields: []dfield{
+			df("committed", dnum(committed)),
+			df("uncommitted", dnum(uncommitted)),
+			df("unshared", dnum(committed)),
+			df("timestamp", dstr(time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"))),
+		}}),
+		df("quickStats", s.summaryQuickStats(vv)),
+		df("overallStatus", dstr("green")),
+	}}
+}
+
+func summaryRuntime(vv vmView, cpus, mem int) dobj {
 	var boot dnode = dunset
 	maxCPU, maxMem := dnode(dunset), dnode(dunset)
-	if on {
+	if vv.power == PoweredOn {
 		boot = dstr(vv.bootTime.Format("2006-01-02T15:04:05.000000Z"))
 		maxCPU, maxMem = dnum(cpus*2000), dnum(mem)
 	}
+	return dobj{typ: "vim.vm.RuntimeInfo", fields: []dfield{
+		df("host", draw("'vim.HostSystem:ha-host'")),
+		df("connectionState", dstr("connected")),
+		df("powerState", dstr(vv.power.vim())),
+		df("faultToleranceState", dstr("notConfigured")),
+		df("toolsInstallerMounted", dbool(false)),
+		df("suspendTime", dunset),
+		df("bootTime", boot),
+		df("suspendInterval", dnum(0)),
+		df("question", dnull("vim.vm.QuestionInfo")),
+		df("memoryOverhead", dunset),
+		df("maxCpuUsage", maxCPU),
+		df("maxMemoryUsage", maxMem),
+		df("numMksConnections", dnum(0)),
+		df("recordReplayState", dstr("inactive")),
+		df("cleanPowerOff", dunset),
+		df("needSecondaryReason", dunset),
+	}}
+}
+
+func (s *Server) summaryGuest(vv vmView) dobj {
+	v := vv.v
+	guestID := vimGuestID(v.get("guestOS"))
 	toolsStatus, toolsVersion, toolsRunning := "toolsNotInstalled", "guestToolsNotInstalled", "guestToolsNotRunning"
 	switch {
 	case s.toolsRunning(vv):
@@ -726,87 +792,65 @@ func (s *Server) summary(vv vmView) dobj {
 			ip = dstr(vv.ips[0])
 		}
 	}
-	committed, uncommitted := s.storageUsage(vv)
-	name := v.get("displayName")
-	return dobj{typ: "vim.vm.Summary", fields: []dfield{
-		f("vm", draw(fmt.Sprintf("'vim.VirtualMachine:%d'", vv.id))),
-		f("runtime", dobj{typ: "vim.vm.RuntimeInfo", fields: []dfield{
-			f("host", draw("'vim.HostSystem:ha-host'")),
-			f("connectionState", dstr("connected")),
-			f("powerState", dstr(vv.power.vim())),
-			f("faultToleranceState", dstr("notConfigured")),
-			f("toolsInstallerMounted", dbool(false)),
-			f("suspendTime", dunset),
-			f("bootTime", boot),
-			f("suspendInterval", dnum(0)),
-			f("question", dnull("vim.vm.QuestionInfo")),
-			f("memoryOverhead", dunset),
-			f("maxCpuUsage", maxCPU),
-			f("maxMemoryUsage", maxMem),
-			f("numMksConnections", dnum(0)),
-			f("recordReplayState", dstr("inactive")),
-			f("cleanPowerOff", dunset),
-			f("needSecondaryReason", dunset),
-		}}),
-		f("guest", dobj{typ: "vim.vm.Summary.GuestSummary", fields: []dfield{
-			f("guestId", gid),
-			f("guestFullName", gname),
-			f("toolsStatus", dstr(toolsStatus)),
-			f("toolsVersionStatus", dstr(toolsVersion)),
-			f("toolsRunningStatus", dstr(toolsRunning)),
-			f("hostName", host),
-			f("ipAddress", ip),
-		}}),
-		f("config", dobj{typ: "vim.vm.Summary.ConfigSummary", fields: []dfield{
-			f("name", dstr(vimName.Replace(name))),
-			f("template", dbool(false)),
-			f("vmPathName", dstr(s.dsPath(vv.vmxPath, nil))),
-			f("memorySizeMB", dnum(mem)),
-			f("cpuReservation", dnum(0)),
-			f("memoryReservation", dnum(0)),
-			f("numCpu", dnum(cpus)),
-			f("numEthernetCards", dnum(len(nics(v)))),
-			f("numVirtualDisks", dnum(len(disks(v)))),
-			f("uuid", dstr(vmUUID(v.get("uuid.bios")))),
-			f("instanceUuid", dstr(vmUUID(v.get("vc.uuid")))),
-			f("guestId", dstr(guestID)),
-			f("guestFullName", dstr(guestFullName(guestID))),
-			f("annotation", dstr(v.get("annotation"))),
-			f("product", dnull("vim.vApp.ProductInfo")),
-			f("installBootRequired", dbool(false)),
-			f("ftInfo", dnull("vim.vm.FaultToleranceConfigInfo")),
-			f("managedBy", dnull("vim.ext.ManagedByInfo")),
-			f("tpmPresent", dbool(v.has("vtpm.present") && strings.EqualFold(v.get("vtpm.present"), "TRUE"))),
-			f("numVmiopBackings", dnum(0)),
-			f("hwVersion", dstr(hwVersion(v))),
-		}}),
-		f("storage", dobj{typ: "vim.vm.Summary.StorageSummary", fields: []dfield{
-			f("committed", dnum(committed)),
-			f("uncommitted", dnum(uncommitted)),
-			f("unshared", dnum(committed)),
-			f("timestamp", dstr(time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"))),
-		}}),
-		f("quickStats", dobj{typ: "vim.vm.Summary.QuickStats", fields: []dfield{
-			f("overallCpuUsage", dnum(0)),
-			f("overallCpuDemand", dnum(0)),
-			f("guestMemoryUsage", dnum(0)),
-			f("hostMemoryUsage", dnum(0)),
-			f("guestHeartbeatStatus", dstr(map[bool]string{true: "green", false: "gray"}[s.toolsRunning(vv)])),
-			f("distributedCpuEntitlement", dnum(0)),
-			f("distributedMemoryEntitlement", dnum(0)),
-			f("staticCpuEntitlement", dnum(0)),
-			f("staticMemoryEntitlement", dnum(0)),
-			f("privateMemory", dnum(0)),
-			f("sharedMemory", dnum(0)),
-			f("swappedMemory", dnum(0)),
-			f("balloonedMemory", dnum(0)),
-			f("consumedOverheadMemory", dnum(0)),
-			f("ftLogBandwidth", dnum(-1)),
-			f("ftSecondaryLatency", dnum(-1)),
-			f("ftLatencyStatus", dstr("gray")),
-			f("uptimeSeconds", dnum(0)),
-		}}),
-		f("overallStatus", dstr("green")),
+	return dobj{typ: "vim.vm.Summary.GuestSummary", fields: []dfield{
+		df("guestId", gid),
+		df("guestFullName", gname),
+		df("toolsStatus", dstr(toolsStatus)),
+		df("toolsVersionStatus", dstr(toolsVersion)),
+		df("toolsRunningStatus", dstr(toolsRunning)),
+		df("hostName", host),
+		df("ipAddress", ip),
+	}}
+}
+
+func (s *Server) summaryConfig(vv vmView, cpus, mem int) dobj {
+	v := vv.v
+	guestID := vimGuestID(v.get("guestOS"))
+	return dobj{typ: "vim.vm.Summary.ConfigSummary", fields: []dfield{
+		df("name", dstr(vimName.Replace(v.get("displayName")))),
+		df("template", dbool(false)),
+		df("vmPathName", dstr(s.dsPath(vv.vmxPath, nil))),
+		df("memorySizeMB", dnum(mem)),
+		df("cpuReservation", dnum(0)),
+		df("memoryReservation", dnum(0)),
+		df("numCpu", dnum(cpus)),
+		df("numEthernetCards", dnum(len(nics(v)))),
+		df("numVirtualDisks", dnum(len(disks(v)))),
+		df("uuid", dstr(vmUUID(v.get("uuid.bios")))),
+		df("instanceUuid", dstr(vmUUID(v.get("vc.uuid")))),
+		df("guestId", dstr(guestID)),
+		df("guestFullName", dstr(guestFullName(guestID))),
+		df("annotation", dstr(v.get("annotation"))),
+		df("product", dnull("vim.vApp.ProductInfo")),
+		df("installBootRequired", dbool(false)),
+		df("ftInfo", dnull("vim.vm.FaultToleranceConfigInfo")),
+		df("managedBy", dnull("vim.ext.ManagedByInfo")),
+		df("tpmPresent", dbool(v.has("vtpm.present") && strings.EqualFold(v.get("vtpm.present"), "TRUE"))),
+		df("numVmiopBackings", dnum(0)),
+		df("hwVersion", dstr(hwVersion(v))),
+	}}
+}
+
+func (s *Server) summaryQuickStats(vv vmView) dobj {
+	return dobj{typ: "vim.vm.Summary.QuickStats", fields: []dfield{
+		df("overallCpuUsage", dnum(0)),
+		df("overallCpuDemand", dnum(0)),
+		df("guestMemoryUsage", dnum(0)),
+		df("hostMemoryUsage", dnum(0)),
+		df("guestHeartbeatStatus", dstr(map[bool]string{true: "green", false: "gray"}[s.toolsRunning(vv)])),
+		df("distributedCpuEntitlement", dnum(0)),
+		df("distributedMemoryEntitlement", dnum(0)),
+		df("staticCpuEntitlement", dnum(0)),
+		df("staticMemoryEntitlement", dnum(0)),
+		df("privateMemory", dnum(0)),
+		df("sharedMemory", dnum(0)),
+		df("swappedMemory", dnum(0)),
+		df("balloonedMemory", dnum(0)),
+		df("consumedOverheadMemory", dnum(0)),
+		df("ftLogBandwidth", dnum(-1)),
+		df("ftSecondaryLatency", dnum(-1)),
+		df("ftLatencyStatus", dstr("gray")),
+		df("uptimeSeconds", dnum(0)),
 	}}
 }
 
@@ -860,7 +904,17 @@ func (s *Server) snapshotTree(vv vmView) string {
 	if err != nil {
 		return ""
 	}
-	v := parseVMX(b)
+	var out strings.Builder
+	seen := map[*snapNode]bool{}
+	for _, r := range vmsdTree(parseVMX(b)) {
+		s.writeSnapNode(&out, r, 0, seen)
+	}
+	return out.String()
+}
+
+// vmsdTree returns the root snapshots of a parsed .vmsd, each with its
+// children, in snapshotN order.
+func vmsdTree(v vmx) []*snapNode {
 	byIdx := map[int]*snapNode{}
 	for _, k := range v.keys {
 		rest, ok := strings.CutPrefix(k, "snapshot")
@@ -877,21 +931,7 @@ func (s *Server) snapshotTree(vv vmView) string {
 			node = &snapNode{idx: n, state: "powered off"}
 			byIdx[n] = node
 		}
-		val := v.vals[k]
-		switch field {
-		case "uid":
-			node.uid = val
-		case "parent":
-			node.parent = val
-		case "displayname":
-			node.name = val
-		case "description":
-			node.desc = val
-		case "type":
-			if val == "1" {
-				node.state = "powered on"
-			}
-		}
+		node.set(field, v.vals[k])
 	}
 	var nodes []*snapNode
 	byUID := map[string]*snapNode{}
@@ -914,38 +954,53 @@ func (s *Server) snapshotTree(vv vmView) string {
 			roots = append(roots, n)
 		}
 	}
-	var out strings.Builder
-	var walk func(n *snapNode, depth int, seen map[*snapNode]bool)
-	walk = func(n *snapNode, depth int, seen map[*snapNode]bool) {
-		if seen[n] {
-			return
-		}
-		seen[n] = true
-		marker := "|-CHILD"
-		if depth == 0 {
-			marker = "|-ROOT"
-		}
-		pre := strings.Repeat("--", depth+1)
-		out.WriteString(strings.Repeat("--", depth) + marker + "\n")
-		out.WriteString(pre + "Snapshot Name        : " + n.name + "\n")
-		if !s.opts.Legacy {
-			out.WriteString(pre + "Snapshot Id        : " + n.uid + "\n")
-		}
-		out.WriteString(pre + "Snapshot Desciption  :")
-		if n.desc != "" {
-			out.WriteString(" " + n.desc)
-		}
-		out.WriteString("\n")
-		c := n.created
-		fmt.Fprintf(&out, "%sSnapshot Created On  : %d/%d/%d %d:%d:%d\n", pre, c.Month(), c.Day(), c.Year(), c.Hour(), c.Minute(), c.Second())
-		out.WriteString(pre + "Snapshot State       : " + n.state + "\n")
-		for _, ch := range n.children {
-			walk(ch, depth+1, seen)
+	return roots
+}
+
+// set sets the node's field (a lower-cased snapshotN.<field> key) to val.
+func (n *snapNode) set(field, val string) {
+	switch field {
+	case "uid":
+		n.uid = val
+	case "parent":
+		n.parent = val
+	case "displayname":
+		n.name = val
+	case "description":
+		n.desc = val
+	case "type":
+		if val == "1" {
+			n.state = "powered on"
 		}
 	}
-	seen := map[*snapNode]bool{}
-	for _, r := range roots {
-		walk(r, 0, seen)
+}
+
+// writeSnapNode prints n at depth and its children below it, as
+// snapshot.get does; a node already printed (a loop) is skipped.
+func (s *Server) writeSnapNode(out *strings.Builder, n *snapNode, depth int, seen map[*snapNode]bool) {
+	if seen[n] {
+		return
 	}
-	return out.String()
+	seen[n] = true
+	marker := "|-CHILD"
+	if depth == 0 {
+		marker = "|-ROOT"
+	}
+	pre := strings.Repeat("--", depth+1)
+	out.WriteString(strings.Repeat("--", depth) + marker + "\n")
+	out.WriteString(pre + "Snapshot Name        : " + n.name + "\n")
+	if !s.opts.Legacy {
+		out.WriteString(pre + "Snapshot Id        : " + n.uid + "\n")
+	}
+	out.WriteString(pre + "Snapshot Desciption  :")
+	if n.desc != "" {
+		out.WriteString(" " + n.desc)
+	}
+	out.WriteString("\n")
+	c := n.created
+	fmt.Fprintf(out, "%sSnapshot Created On  : %d/%d/%d %d:%d:%d\n", pre, c.Month(), c.Day(), c.Year(), c.Hour(), c.Minute(), c.Second())
+	out.WriteString(pre + "Snapshot State       : " + n.state + "\n")
+	for _, ch := range n.children {
+		s.writeSnapNode(out, ch, depth+1, seen)
+	}
 }

@@ -1,6 +1,7 @@
 package esxisim
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -81,11 +82,46 @@ type DiskChainFiles struct {
 // to the parent's CID. Nothing is registered; the caller names Top in a
 // .vmx.
 func WriteDiskChain(root string, spec DiskChainSpec) (*DiskChainFiles, error) {
+	spec, err := spec.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	baseLocal, baseHost, err := chainDir(root, spec.baseDatastore(), spec.baseFolder())
+	if err != nil {
+		return nil, err
+	}
+	vmLocal, vmHost, err := chainDir(root, spec.Datastore, spec.Folder)
+	if err != nil {
+		return nil, err
+	}
+	base, err := spec.writeBase(baseLocal, baseHost)
+	if err != nil {
+		return nil, err
+	}
+	links := []ChainLinkFiles{base}
+	for i, d := range spec.Deltas {
+		l, err := spec.writeDelta(vmLocal, vmHost, i, d, links[len(links)-1])
+		if err != nil {
+			return nil, err
+		}
+		links = append(links, l)
+	}
+	out := &DiskChainFiles{CapacityBytes: spec.CapacityBytes}
+	for i := len(links) - 1; i >= 0; i-- {
+		out.Links = append(out.Links, links[i])
+	}
+	out.Top = out.Links[0].Descriptor
+	out.SHA256 = ChainSHA256(spec.CapacityBytes, spec.Base, spec.Deltas)
+	return out, nil
+}
+
+// withDefaults checks the spec and fills in its defaults.
+func (spec DiskChainSpec) withDefaults() (DiskChainSpec, error) {
 	if spec.Name == "" || strings.ContainsAny(spec.Name, "/\x00\"") {
-		return nil, fmt.Errorf("esxisim: invalid disk name %q", spec.Name)
+		return spec, fmt.Errorf("esxisim: invalid disk name %q", spec.Name)
 	}
 	if spec.CapacityBytes <= 0 || spec.CapacityBytes%512 != 0 {
-		return nil, fmt.Errorf("esxisim: capacity %d is not a positive multiple of 512", spec.CapacityBytes)
+		return spec, fmt.Errorf("esxisim: capacity %d is not a positive multiple of 512", spec.CapacityBytes)
 	}
 	if spec.Datastore == "" {
 		spec.Datastore = "datastore1"
@@ -93,55 +129,51 @@ func WriteDiskChain(root string, spec DiskChainSpec) (*DiskChainFiles, error) {
 	if spec.Folder == "" {
 		spec.Folder = spec.Name
 	}
-	baseDS, baseFolder := spec.Datastore, spec.Folder
-	if spec.BaseDatastore != "" {
-		baseDS = spec.BaseDatastore
-	}
-	if spec.BaseFolder != "" {
-		baseFolder = spec.BaseFolder
-	}
-	for _, p := range []string{spec.Datastore, spec.Folder, baseDS, baseFolder} {
+	for _, p := range []string{spec.Datastore, spec.Folder, spec.baseDatastore(), spec.baseFolder()} {
 		if !validRelPath(p) {
-			return nil, fmt.Errorf("esxisim: invalid datastore or folder %q", p)
+			return spec, fmt.Errorf("esxisim: invalid datastore or folder %q", p)
 		}
 	}
 	if spec.Base == nil {
 		spec.Base = DefaultContent(spec.CapacityBytes, 1)
 	}
 	spec.Base = normalizeExtents(spec.CapacityBytes, spec.Base)
+	return spec, nil
+}
+
+func (spec DiskChainSpec) baseDatastore() string { return cmp.Or(spec.BaseDatastore, spec.Datastore) }
+func (spec DiskChainSpec) baseFolder() string    { return cmp.Or(spec.BaseFolder, spec.Folder) }
+
+// chainDir makes the folder of a datastore and returns its local and host
+// paths.
+func chainDir(root, ds, folder string) (local, host string, err error) {
+	local = filepath.Join(root, ds, filepath.FromSlash(folder))
+	if err := os.MkdirAll(local, 0o755); err != nil {
+		return "", "", fmt.Errorf("esxisim: %w", err)
+	}
+	return local, volumesDir + "/" + ds + "/" + folder, nil
+}
+
+// cid is link i's CID (0: the base), derived from the disk's identity;
+// never the no-parent value.
+func (spec DiskChainSpec) cid(i int) uint32 {
+	id := idBytes("chain", spec.Datastore, spec.Folder, spec.Name, fmt.Sprint(i))
+	c := binary.BigEndian.Uint32(id)
+	if c == vmdk.NoParentCID {
+		c--
+	}
+	return c
+}
+
+// writeBase writes the base: a sparse -flat.vmdk written like every
+// simulator disk, and its descriptor.
+func (spec DiskChainSpec) writeBase(local, host string) (ChainLinkFiles, error) {
 	sectors := spec.CapacityBytes / vmdk.SectorSize
-
-	mkdir := func(ds, folder string) (local, host string, err error) {
-		local = filepath.Join(root, ds, filepath.FromSlash(folder))
-		if err := os.MkdirAll(local, 0o755); err != nil {
-			return "", "", fmt.Errorf("esxisim: %w", err)
-		}
-		return local, volumesDir + "/" + ds + "/" + folder, nil
-	}
-	baseLocal, baseHost, err := mkdir(baseDS, baseFolder)
-	if err != nil {
-		return nil, err
-	}
-	vmLocal, vmHost, err := mkdir(spec.Datastore, spec.Folder)
-	if err != nil {
-		return nil, err
-	}
-
-	cid := func(i int) uint32 {
-		id := idBytes("chain", spec.Datastore, spec.Folder, spec.Name, fmt.Sprint(i))
-		c := binary.BigEndian.Uint32(id)
-		if c == vmdk.NoParentCID {
-			c--
-		}
-		return c
-	}
-
-	// The base: a sparse -flat.vmdk written like every simulator disk.
-	base := ChainLinkFiles{Format: vmdk.Flat, CID: cid(0),
-		Descriptor: baseHost + "/" + spec.Name + ".vmdk", Extent: baseHost + "/" + spec.Name + "-flat.vmdk",
-		LocalDescriptor: filepath.Join(baseLocal, spec.Name+".vmdk"), LocalExtent: filepath.Join(baseLocal, spec.Name+"-flat.vmdk")}
+	base := ChainLinkFiles{Format: vmdk.Flat, CID: spec.cid(0),
+		Descriptor: host + "/" + spec.Name + ".vmdk", Extent: host + "/" + spec.Name + "-flat.vmdk",
+		LocalDescriptor: filepath.Join(local, spec.Name+".vmdk"), LocalExtent: filepath.Join(local, spec.Name+"-flat.vmdk")}
 	if err := writeSparse(base.LocalExtent, spec.CapacityBytes, spec.Base); err != nil {
-		return nil, err
+		return ChainLinkFiles{}, err
 	}
 	bd := vmdk.Descriptor{CID: base.CID, ParentCID: vmdk.NoParentCID, CreateType: vmdk.Flat,
 		Extents: []vmdk.ExtentLine{{Access: "RW", Sectors: sectors, Type: "VMFS", File: spec.Name + "-flat.vmdk"}},
@@ -153,36 +185,30 @@ func WriteDiskChain(root string, spec DiskChainSpec) (*DiskChainFiles, error) {
 	}
 	bd.DDB = append(bd.DDB, vmdk.KV{Key: "ddb.virtualHWVersion", Value: "19"})
 	if err := os.WriteFile(base.LocalDescriptor, []byte(bd.Text()), 0o644); err != nil {
-		return nil, fmt.Errorf("esxisim: %w", err)
+		return ChainLinkFiles{}, fmt.Errorf("esxisim: %w", err)
 	}
+	return base, nil
+}
 
-	links := []ChainLinkFiles{base}
-	for i, d := range spec.Deltas {
-		if !d.Format.IsDelta() {
-			return nil, fmt.Errorf("esxisim: delta %d: format %q is not a snapshot delta", i+1, d.Format)
-		}
-		parent := links[len(links)-1]
-		hint := path.Base(parent.Descriptor)
-		if path.Dir(parent.Descriptor) != vmHost {
-			hint = parent.Descriptor
-		}
-		name := fmt.Sprintf("%s-%06d", spec.Name, i+1)
-		w, err := vmdk.WriteLink(vmdk.LinkSpec{Dir: vmLocal, Name: name, Format: d.Format, CapacitySectors: sectors,
-			Writes: d.Writes, CID: cid(i + 1), ParentCID: parent.CID, ParentFileNameHint: hint})
-		if err != nil {
-			return nil, fmt.Errorf("esxisim: delta %d: %w", i+1, err)
-		}
-		links = append(links, ChainLinkFiles{Format: d.Format, CID: cid(i + 1), ParentFileNameHint: hint,
-			Descriptor: vmHost + "/" + name + ".vmdk", Extent: vmHost + "/" + filepath.Base(w.Extent),
-			LocalDescriptor: w.Descriptor, LocalExtent: w.Extent, Stats: w.Stats})
+// writeDelta writes delta i (d) on parent in the VM's folder (local and
+// host paths).
+func (spec DiskChainSpec) writeDelta(local, host string, i int, d DeltaSpec, parent ChainLinkFiles) (ChainLinkFiles, error) {
+	if !d.Format.IsDelta() {
+		return ChainLinkFiles{}, fmt.Errorf("esxisim: delta %d: format %q is not a snapshot delta", i+1, d.Format)
 	}
-	out := &DiskChainFiles{CapacityBytes: spec.CapacityBytes}
-	for i := len(links) - 1; i >= 0; i-- {
-		out.Links = append(out.Links, links[i])
+	hint := path.Base(parent.Descriptor)
+	if path.Dir(parent.Descriptor) != host {
+		hint = parent.Descriptor
 	}
-	out.Top = out.Links[0].Descriptor
-	out.SHA256 = ChainSHA256(spec.CapacityBytes, spec.Base, spec.Deltas)
-	return out, nil
+	name := fmt.Sprintf("%s-%06d", spec.Name, i+1)
+	w, err := vmdk.WriteLink(vmdk.LinkSpec{Dir: local, Name: name, Format: d.Format, CapacitySectors: spec.CapacityBytes / vmdk.SectorSize,
+		Writes: d.Writes, CID: spec.cid(i + 1), ParentCID: parent.CID, ParentFileNameHint: hint})
+	if err != nil {
+		return ChainLinkFiles{}, fmt.Errorf("esxisim: delta %d: %w", i+1, err)
+	}
+	return ChainLinkFiles{Format: d.Format, CID: spec.cid(i + 1), ParentFileNameHint: hint,
+		Descriptor: host + "/" + name + ".vmdk", Extent: host + "/" + filepath.Base(w.Extent),
+		LocalDescriptor: w.Descriptor, LocalExtent: w.Extent, Stats: w.Stats}, nil
 }
 
 // ChainSHA256 is the hex SHA-256 of the guest-visible content of a disk

@@ -390,60 +390,11 @@ func (s *Sim) guestSpec(ctx context.Context, vmi *kubevirtv1.VirtualMachineInsta
 		OVMFDir: s.opts.GuestOVMFDir,
 		Accel:   s.opts.GuestAccel,
 	}
-	type ordered struct {
-		disk  guestboot.Disk
-		order uint
-		index int
+	disks, err := s.bootDisks(ctx, vmi)
+	if err != nil {
+		return spec, err
 	}
-	var disks []ordered
-	for i, disk := range d.Devices.Disks {
-		var claim string
-		for _, v := range vmi.Spec.Volumes {
-			if v.Name != disk.Name {
-				continue
-			}
-			switch {
-			case v.DataVolume != nil:
-				claim = v.DataVolume.Name
-			case v.PersistentVolumeClaim != nil:
-				claim = v.PersistentVolumeClaim.ClaimName
-			}
-		}
-		if claim == "" {
-			continue
-		}
-		if disk.Disk == nil {
-			return spec, fmt.Errorf("disk %s: only disk devices (not cdrom or lun) can be booted by kubesim", disk.Name)
-		}
-		bus, err := guestBus(disk.Disk.Bus)
-		if err != nil {
-			return spec, fmt.Errorf("disk %s: %w", disk.Name, err)
-		}
-		path, format, err := s.claimImage(ctx, vmi.Namespace, claim)
-		if err != nil {
-			return spec, fmt.Errorf("disk %s: %w", disk.Name, err)
-		}
-		o := ordered{disk: guestboot.Disk{Path: path, Format: format, Bus: bus}, order: ^uint(0), index: i}
-		if disk.BootOrder != nil {
-			o.order = *disk.BootOrder
-		}
-		disks = append(disks, o)
-	}
-	if len(disks) == 0 {
-		return spec, errors.New("no disk with a DataVolume or PersistentVolumeClaim to boot")
-	}
-	slices.SortStableFunc(disks, func(a, b ordered) int {
-		switch {
-		case a.order < b.order:
-			return -1
-		case a.order > b.order:
-			return 1
-		}
-		return a.index - b.index
-	})
-	for _, o := range disks {
-		spec.Disks = append(spec.Disks, o.disk)
-	}
+	spec.Disks = disks
 
 	switch {
 	case len(d.Devices.Interfaces) > 0:
@@ -473,6 +424,83 @@ func (s *Sim) guestSpec(ctx context.Context, vmi *kubevirtv1.VirtualMachineInsta
 		spec.Sockets, spec.Cores, spec.Threads = int(c.Sockets), int(c.Cores), int(c.Threads)
 	}
 	return spec, nil
+}
+
+// bootDisks returns vmi's disks backed by a DataVolume or claim, by boot
+// order (disks without one last), then in declaration order.
+func (s *Sim) bootDisks(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]guestboot.Disk, error) {
+	type ordered struct {
+		disk  guestboot.Disk
+		order uint
+		index int
+	}
+	var disks []ordered
+	for i, disk := range vmi.Spec.Domain.Devices.Disks {
+		claim := volumeClaim(vmi.Spec.Volumes, disk.Name)
+		if claim == "" {
+			continue
+		}
+		gd, err := s.bootDisk(ctx, vmi.Namespace, disk, claim)
+		if err != nil {
+			return nil, err
+		}
+		o := ordered{disk: gd, order: ^uint(0), index: i}
+		if disk.BootOrder != nil {
+			o.order = *disk.BootOrder
+		}
+		disks = append(disks, o)
+	}
+	if len(disks) == 0 {
+		return nil, errors.New("no disk with a DataVolume or PersistentVolumeClaim to boot")
+	}
+	slices.SortStableFunc(disks, func(a, b ordered) int {
+		switch {
+		case a.order < b.order:
+			return -1
+		case a.order > b.order:
+			return 1
+		}
+		return a.index - b.index
+	})
+	out := make([]guestboot.Disk, 0, len(disks))
+	for _, o := range disks {
+		out = append(out, o.disk)
+	}
+	return out, nil
+}
+
+// volumeClaim is the claim behind the volume named name: its DataVolume's
+// or its PersistentVolumeClaim's; "" for other volumes.
+func volumeClaim(volumes []kubevirtv1.Volume, name string) string {
+	var claim string
+	for _, v := range volumes {
+		if v.Name != name {
+			continue
+		}
+		switch {
+		case v.DataVolume != nil:
+			claim = v.DataVolume.Name
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return claim
+}
+
+// bootDisk is disk as QEMU attaches it, its image that of claim.
+func (s *Sim) bootDisk(ctx context.Context, ns string, disk kubevirtv1.Disk, claim string) (guestboot.Disk, error) {
+	if disk.Disk == nil {
+		return guestboot.Disk{}, fmt.Errorf("disk %s: only disk devices (not cdrom or lun) can be booted by kubesim", disk.Name)
+	}
+	bus, err := guestBus(disk.Disk.Bus)
+	if err != nil {
+		return guestboot.Disk{}, fmt.Errorf("disk %s: %w", disk.Name, err)
+	}
+	path, format, err := s.claimImage(ctx, ns, claim)
+	if err != nil {
+		return guestboot.Disk{}, fmt.Errorf("disk %s: %w", disk.Name, err)
+	}
+	return guestboot.Disk{Path: path, Format: format, Bus: bus}, nil
 }
 
 // guestBus maps a KubeVirt disk bus to QEMU's (KubeVirt's "scsi" is

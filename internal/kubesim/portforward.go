@@ -140,17 +140,7 @@ func (s *Sim) servePortForward(w http.ResponseWriter, r *http.Request) {
 	defer s.handlers.Done()
 	drop := s.portForwardDrop()
 	streams := make(chan httpstream.Stream, 4)
-	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, func(st httpstream.Stream, _ <-chan struct{}) error {
-		h := st.Headers()
-		if _, err := strconv.ParseUint(h.Get(pfHeaderPort), 10, 16); err != nil {
-			return fmt.Errorf("unable to parse %q as a port: %v", h.Get(pfHeaderPort), err)
-		}
-		if t := h.Get(pfHeaderStreamType); t != pfStreamData && t != pfStreamError {
-			return fmt.Errorf("invalid stream type %q", t)
-		}
-		streams <- st
-		return nil
-	})
+	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, acceptPortForwardStream(streams))
 	if conn == nil {
 		return
 	}
@@ -159,11 +149,7 @@ func (s *Sim) servePortForward(w http.ResponseWriter, r *http.Request) {
 	defer wg.Wait()
 	defer conn.Close()
 	conn.SetIdleTimeout(pfIdleTimeout)
-	type pair struct {
-		data, errs httpstream.Stream
-		created    time.Time
-	}
-	pairs := map[string]*pair{}
+	pairs := streamPairs{}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -175,38 +161,79 @@ func (s *Sim) servePortForward(w http.ResponseWriter, r *http.Request) {
 		case <-drop:
 			return
 		case <-tick.C:
-			for id, p := range pairs {
-				if time.Since(p.created) > pfCreationTimeout {
-					for _, st := range []httpstream.Stream{p.data, p.errs} {
-						if st != nil {
-							_ = st.Reset()
-						}
-					}
-					delete(pairs, id)
-				}
-			}
+			pairs.expire()
 		case st := <-streams:
-			id := st.Headers().Get(pfHeaderRequestID)
-			p := pairs[id]
+			p := pairs.add(st)
 			if p == nil {
-				p = &pair{created: time.Now()}
-				pairs[id] = p
-			}
-			if st.Headers().Get(pfHeaderStreamType) == pfStreamData {
-				p.data = st
-			} else {
-				p.errs = st
-			}
-			if p.data == nil || p.errs == nil {
 				continue
 			}
-			delete(pairs, id)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				s.forwardPort(ns, podName, ports, p.data, p.errs)
 				conn.RemoveStreams(p.data, p.errs)
 			}()
+		}
+	}
+}
+
+// acceptPortForwardStream checks each new stream's port and type, as the
+// kubelet does, and hands it to streams.
+func acceptPortForwardStream(streams chan<- httpstream.Stream) httpstream.NewStreamHandler {
+	return func(st httpstream.Stream, _ <-chan struct{}) error {
+		h := st.Headers()
+		if _, err := strconv.ParseUint(h.Get(pfHeaderPort), 10, 16); err != nil {
+			return fmt.Errorf("unable to parse %q as a port: %v", h.Get(pfHeaderPort), err)
+		}
+		if t := h.Get(pfHeaderStreamType); t != pfStreamData && t != pfStreamError {
+			return fmt.Errorf("invalid stream type %q", t)
+		}
+		streams <- st
+		return nil
+	}
+}
+
+// streamPair is a forwarded connection's data and error streams.
+type streamPair struct {
+	data, errs httpstream.Stream
+	created    time.Time
+}
+
+// streamPairs holds the pairs waiting for their second stream, by
+// request ID.
+type streamPairs map[string]*streamPair
+
+// add files st under its request ID and returns its pair once both
+// streams are there (nil until then).
+func (pairs streamPairs) add(st httpstream.Stream) *streamPair {
+	id := st.Headers().Get(pfHeaderRequestID)
+	p := pairs[id]
+	if p == nil {
+		p = &streamPair{created: time.Now()}
+		pairs[id] = p
+	}
+	if st.Headers().Get(pfHeaderStreamType) == pfStreamData {
+		p.data = st
+	} else {
+		p.errs = st
+	}
+	if p.data == nil || p.errs == nil {
+		return nil
+	}
+	delete(pairs, id)
+	return p
+}
+
+// expire resets the pairs whose second stream has not come in time.
+func (pairs streamPairs) expire() {
+	for id, p := range pairs {
+		if time.Since(p.created) > pfCreationTimeout {
+			for _, st := range []httpstream.Stream{p.data, p.errs} {
+				if st != nil {
+					_ = st.Reset()
+				}
+			}
+			delete(pairs, id)
 		}
 	}
 }

@@ -232,20 +232,8 @@ func (s *Sim) startUploadPod(dv *cdiv1.DataVolume) (*uploadPod, error) {
 		scratchDir: claimDir + ".scratch",
 		done:       make(chan struct{}),
 	}
-	for _, d := range []string{p.dir, p.claimDir, p.scratchDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	leaf, err := s.upload.serverCA.issue(p.service, []string{p.service}, nil, x509.ExtKeyUsageServerAuth)
-	if err != nil {
+	if err := s.preparePodFiles(p); err != nil {
 		return nil, err
-	}
-	files := map[string][]byte{"tls.crt": leaf.certPEM, "tls.key": leaf.keyPEM, "client-ca.crt": s.upload.clientCAPEM, "termination-log": nil}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(p.dir, name), b, 0o600); err != nil {
-			return nil, err
-		}
 	}
 	if p.port, err = freePort(); err != nil {
 		return nil, err
@@ -255,36 +243,7 @@ func (s *Sim) startUploadPod(dv *cdiv1.DataVolume) (*uploadPod, error) {
 		return nil, err
 	}
 	defer log.Close()
-	overhead := "0"
-	if dv.Spec.PVC != nil && (dv.Spec.PVC.VolumeMode == nil || *dv.Spec.PVC.VolumeMode != corev1.PersistentVolumeBlock) ||
-		dv.Spec.Storage != nil && (dv.Spec.Storage.VolumeMode == nil || *dv.Spec.Storage.VolumeMode != corev1.PersistentVolumeBlock) {
-		overhead = strconv.FormatFloat(s.opts.FilesystemOverhead, 'f', -1, 64)
-	}
-	// The pod's volumes: the claim on /data, the scratch claim on /scratch,
-	// and the termination message file, in a mount namespace of the
-	// server's own.
-	const mounts = `set -e; mount --bind "$1" ` + claimMount + `; mount --bind "$2" ` + scratchMount +
-		`; mount --bind "$3" ` + terminationLog + `; shift 3; exec "$@"`
-	p.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mounts, "sh",
-		p.claimDir, p.scratchDir, filepath.Join(p.dir, "termination-log"), s.upload.serverBinary, "-v=1")
-	p.cmd.Env = []string{
-		"PATH=" + filepath.Dir(s.opts.QemuImg) + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"TLS_KEY_FILE=" + filepath.Join(p.dir, "tls.key"),
-		"TLS_CERT_FILE=" + filepath.Join(p.dir, "tls.crt"),
-		"CLIENT_CERT_FILE=" + filepath.Join(p.dir, "client-ca.crt"),
-		"CLIENT_NAME=" + uploadClientName,
-		"FILESYSTEM_OVERHEAD=" + overhead,
-		// CDI gives the claim's requested size and the server takes the
-		// smaller of it and the free space it finds on /data (statfs).
-		// /data is a folder of this machine here, so the claim's usable
-		// size stands in for both.
-		"UPLOAD_IMAGE_SIZE=" + strconv.FormatInt(available, 10),
-		"PREALLOCATION=false",
-		"TLS_CIPHERS=" + uploadServerCiphers,
-		"TLS_MIN_VERSION=VersionTLS12",
-		"LISTEN_ADDRESS=127.0.0.1",
-		"LISTEN_PORT=" + strconv.Itoa(p.port),
-	}
+	p.cmd = s.uploadServerCommand(p, s.uploadOverhead(dv), available)
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -303,6 +262,68 @@ func (s *Sim) startUploadPod(dv *cdiv1.DataVolume) (*uploadPod, error) {
 		s.probeUploadPod(p)
 	}()
 	return p, nil
+}
+
+// preparePodFiles makes the pod's folders and writes its serving
+// certificate, the client CA and an empty termination log.
+func (s *Sim) preparePodFiles(p *uploadPod) error {
+	for _, d := range []string{p.dir, p.claimDir, p.scratchDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	leaf, err := s.upload.serverCA.issue(p.service, []string{p.service}, nil, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{"tls.crt": leaf.certPEM, "tls.key": leaf.keyPEM, "client-ca.crt": s.upload.clientCAPEM, "termination-log": nil}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(p.dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uploadOverhead is the file system overhead CDI gives the server: none
+// for a block volume.
+func (s *Sim) uploadOverhead(dv *cdiv1.DataVolume) string {
+	if dv.Spec.PVC != nil && (dv.Spec.PVC.VolumeMode == nil || *dv.Spec.PVC.VolumeMode != corev1.PersistentVolumeBlock) ||
+		dv.Spec.Storage != nil && (dv.Spec.Storage.VolumeMode == nil || *dv.Spec.Storage.VolumeMode != corev1.PersistentVolumeBlock) {
+		return strconv.FormatFloat(s.opts.FilesystemOverhead, 'f', -1, 64)
+	}
+	return "0"
+}
+
+// uploadServerCommand is CDI's upload server for p, configured as CDI
+// configures its pod; available is the claim's usable size.
+func (s *Sim) uploadServerCommand(p *uploadPod, overhead string, available int64) *exec.Cmd {
+	// The pod's volumes: the claim on /data, the scratch claim on /scratch,
+	// and the termination message file, in a mount namespace of the
+	// server's own.
+	const mounts = `set -e; mount --bind "$1" ` + claimMount + `; mount --bind "$2" ` + scratchMount +
+		`; mount --bind "$3" ` + terminationLog + `; shift 3; exec "$@"`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mounts, "sh",
+		p.claimDir, p.scratchDir, filepath.Join(p.dir, "termination-log"), s.upload.serverBinary, "-v=1")
+	cmd.Env = []string{
+		"PATH=" + filepath.Dir(s.opts.QemuImg) + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"TLS_KEY_FILE=" + filepath.Join(p.dir, "tls.key"),
+		"TLS_CERT_FILE=" + filepath.Join(p.dir, "tls.crt"),
+		"CLIENT_CERT_FILE=" + filepath.Join(p.dir, "client-ca.crt"),
+		"CLIENT_NAME=" + uploadClientName,
+		"FILESYSTEM_OVERHEAD=" + overhead,
+		// CDI gives the claim's requested size and the server takes the
+		// smaller of it and the free space it finds on /data (statfs).
+		// /data is a folder of this machine here, so the claim's usable
+		// size stands in for both.
+		"UPLOAD_IMAGE_SIZE=" + strconv.FormatInt(available, 10),
+		"PREALLOCATION=false",
+		"TLS_CIPHERS=" + uploadServerCiphers,
+		"TLS_MIN_VERSION=VersionTLS12",
+		"LISTEN_ADDRESS=127.0.0.1",
+		"LISTEN_PORT=" + strconv.Itoa(p.port),
+	}
+	return cmd
 }
 
 // probeUploadPod marks p ready once its /healthz answers, as the pod's

@@ -171,31 +171,48 @@ func fail(id string, sev Severity, msg string) Check {
 // support worth attempting.
 var unsupportedGuests = []string{"darwin", "netware", "solaris", "os2", "dos", "win31", "win95", "win98", "winme", "winnt", "vmkernel", "vmwarephoton"}
 
+// sourceChecks judges the VM as the host describes it, in report order.
 func sourceChecks(vm esxi.VM, dest Destination) []Check {
-	var out []Check
+	return []Check{
+		guestOSCheck(vm),
+		firmwareCheck(vm),
+		chainCheck(vm),
+		disksCheck(vm),
+		inventoryCheck(vm),
+		nicsCheck(vm, dest),
+		toolsCheck(vm),
+		powerCheck(vm, dest.PowerOffPolicy),
+	}
+}
+
+func guestOSCheck(vm esxi.VM) Check {
 	g := strings.ToLower(vm.GuestOS)
 	switch {
 	case g == "":
-		out = append(out, fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q does not declare a guest OS (guestOS is unset in its .vmx): check by hand that the guest has virtio or SATA/e1000 drivers before migrating.", vm.Name)))
+		return fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q does not declare a guest OS (guestOS is unset in its .vmx): check by hand that the guest has virtio or SATA/e1000 drivers before migrating.", vm.Name))
 	case hasAnyPrefix(g, unsupportedGuests):
-		out = append(out, fail(CheckGuestOS, Blocker, fmt.Sprintf("VM %q runs guest OS %q, which KubeVirt cannot run. Migrate it another way or retire it.", vm.Name, vm.GuestOS)))
+		return fail(CheckGuestOS, Blocker, fmt.Sprintf("VM %q runs guest OS %q, which KubeVirt cannot run. Migrate it another way or retire it.", vm.Name, vm.GuestOS))
 	case strings.HasPrefix(g, "other") && !strings.Contains(g, "linux"):
-		out = append(out, fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q declares guest OS %q; the provider cannot tell whether it boots on KubeVirt. Test the migrated VM before cutting over.", vm.Name, vm.GuestOS)))
+		return fail(CheckGuestOS, Warning, fmt.Sprintf("VM %q declares guest OS %q; the provider cannot tell whether it boots on KubeVirt. Test the migrated VM before cutting over.", vm.Name, vm.GuestOS))
 	default:
-		out = append(out, pass(CheckGuestOS, Blocker, fmt.Sprintf("Guest OS %q is supported.", vm.GuestOS)))
+		return pass(CheckGuestOS, Blocker, fmt.Sprintf("Guest OS %q is supported.", vm.GuestOS))
 	}
+}
 
+func firmwareCheck(vm esxi.VM) Check {
 	switch {
 	case vm.Firmware == esxi.FirmwareEFI && vm.SecureBoot:
-		out = append(out, fail(CheckFirmware, Warning, fmt.Sprintf("VM %q boots with EFI and Secure Boot. The destination VM keeps both; the cluster's nodes must support SMM (KubeVirt's default) or the VM will not start.", vm.Name)))
+		return fail(CheckFirmware, Warning, fmt.Sprintf("VM %q boots with EFI and Secure Boot. The destination VM keeps both; the cluster's nodes must support SMM (KubeVirt's default) or the VM will not start.", vm.Name))
 	case vm.Firmware == esxi.FirmwareEFI || vm.Firmware == esxi.FirmwareBIOS:
-		out = append(out, pass(CheckFirmware, Blocker, fmt.Sprintf("Firmware %s is supported.", vm.Firmware)))
+		return pass(CheckFirmware, Blocker, fmt.Sprintf("Firmware %s is supported.", vm.Firmware))
 	default:
-		out = append(out, fail(CheckFirmware, Blocker, fmt.Sprintf("VM %q has firmware %q, which the provider does not know how to reproduce. Set firmware to \"bios\" or \"efi\" on the source.", vm.Name, vm.Firmware)))
+		return fail(CheckFirmware, Blocker, fmt.Sprintf("VM %q has firmware %q, which the provider does not know how to reproduce. Set firmware to \"bios\" or \"efi\" on the source.", vm.Name, vm.Firmware))
 	}
+}
 
-	out = append(out, chainCheck(vm))
-
+// disksCheck refuses disks a cold copy cannot move: raw device mappings,
+// independent disks, disks without a readable data file or size.
+func disksCheck(vm esxi.VM) Check {
 	var bad []string
 	for _, d := range vm.Disks {
 		switch {
@@ -209,23 +226,28 @@ func sourceChecks(vm esxi.VM, dest Destination) []Check {
 	}
 	switch {
 	case len(vm.Disks) == 0:
-		out = append(out, fail(CheckDisks, Blocker, fmt.Sprintf("VM %q has no disks the provider could read. Check its .vmx and descriptors on the host.", vm.Name)))
+		return fail(CheckDisks, Blocker, fmt.Sprintf("VM %q has no disks the provider could read. Check its .vmx and descriptors on the host.", vm.Name))
 	case len(bad) > 0:
-		out = append(out, fail(CheckDisks, Blocker, fmt.Sprintf("VM %q has disks a cold copy cannot move: %s. Convert them to ordinary persistent virtual disks (or detach them) on the source first.", vm.Name, strings.Join(bad, "; "))))
+		return fail(CheckDisks, Blocker, fmt.Sprintf("VM %q has disks a cold copy cannot move: %s. Convert them to ordinary persistent virtual disks (or detach them) on the source first.", vm.Name, strings.Join(bad, "; ")))
 	default:
-		out = append(out, pass(CheckDisks, Blocker, fmt.Sprintf("%d disk(s), %s in all.", len(vm.Disks), humanBytes(totalBytes(vm.Disks)))))
+		return pass(CheckDisks, Blocker, fmt.Sprintf("%d disk(s), %s in all.", len(vm.Disks), humanBytes(totalBytes(vm.Disks))))
 	}
+}
 
-	if len(vm.Problems) > 0 {
-		var ps []string
-		for _, p := range vm.Problems {
-			ps = append(ps, p.String())
-		}
-		out = append(out, fail(CheckInventory, Blocker, fmt.Sprintf("Parts of VM %q could not be read from the host, so the migration could miss something: %s. Fix the files on the host or report the output as a bug.", vm.Name, strings.Join(ps, "; "))))
-	} else {
-		out = append(out, pass(CheckInventory, Blocker, "The whole inventory was read."))
+func inventoryCheck(vm esxi.VM) Check {
+	if len(vm.Problems) == 0 {
+		return pass(CheckInventory, Blocker, "The whole inventory was read.")
 	}
+	var ps []string
+	for _, p := range vm.Problems {
+		ps = append(ps, p.String())
+	}
+	return fail(CheckInventory, Blocker, fmt.Sprintf("Parts of VM %q could not be read from the host, so the migration could miss something: %s. Fix the files on the host or report the output as a bug.", vm.Name, strings.Join(ps, "; ")))
+}
 
+// nicsCheck wants every NIC's network mapped, and at most one NIC on the
+// pod network.
+func nicsCheck(vm esxi.VM, dest Destination) Check {
 	var unmapped, onPod []string
 	for _, n := range vm.NICs {
 		dst, ok := dest.NetworkMap[n.NetworkName]
@@ -238,21 +260,19 @@ func sourceChecks(vm esxi.VM, dest Destination) []Check {
 	}
 	switch {
 	case len(unmapped) > 0:
-		out = append(out, fail(CheckNICsMapped, Blocker, fmt.Sprintf("NICs without a destination network: %s. Add each source network to network_map, as \"pod\" or a Multus network \"<namespace>/<name>\".", strings.Join(unmapped, ", "))))
+		return fail(CheckNICsMapped, Blocker, fmt.Sprintf("NICs without a destination network: %s. Add each source network to network_map, as \"pod\" or a Multus network \"<namespace>/<name>\".", strings.Join(unmapped, ", ")))
 	case len(onPod) > 1:
-		out = append(out, fail(CheckNICsMapped, Blocker, fmt.Sprintf("%d NICs (%s) are mapped to the pod network, but a KubeVirt VM has one pod network interface. Map all but one to Multus networks \"<namespace>/<name>\".", len(onPod), strings.Join(onPod, ", "))))
+		return fail(CheckNICsMapped, Blocker, fmt.Sprintf("%d NICs (%s) are mapped to the pod network, but a KubeVirt VM has one pod network interface. Map all but one to Multus networks \"<namespace>/<name>\".", len(onPod), strings.Join(onPod, ", ")))
 	default:
-		out = append(out, pass(CheckNICsMapped, Blocker, fmt.Sprintf("All %d NIC(s) are mapped.", len(vm.NICs))))
+		return pass(CheckNICsMapped, Blocker, fmt.Sprintf("All %d NIC(s) are mapped.", len(vm.NICs)))
 	}
+}
 
+func toolsCheck(vm esxi.VM) Check {
 	if vm.ToolsRunning {
-		out = append(out, pass(CheckTools, Warning, "VMware Tools is running."))
-	} else {
-		out = append(out, fail(CheckTools, Warning, fmt.Sprintf("VMware Tools is not running in VM %q (status %q): the guest cannot be shut down gracefully and its IP address is unknown.", vm.Name, vm.ToolsStatus)))
+		return pass(CheckTools, Warning, "VMware Tools is running.")
 	}
-
-	out = append(out, powerCheck(vm, dest.PowerOffPolicy))
-	return out
+	return fail(CheckTools, Warning, fmt.Sprintf("VMware Tools is not running in VM %q (status %q): the guest cannot be shut down gracefully and its IP address is unknown.", vm.Name, vm.ToolsStatus))
 }
 
 // chainCheck reports the snapshot chains the disks run on. A cold

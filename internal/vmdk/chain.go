@@ -147,20 +147,9 @@ func OpenChain(top string, resolve Resolver) (*Chain, error) {
 }
 
 func openLink(path string, resolve Resolver) (Link, *layer, error) {
-	fi, err := os.Stat(path)
+	d, err := readDescriptorFile(path)
 	if err != nil {
 		return Link{}, nil, err
-	}
-	if fi.Size() > MaxDescriptorBytes {
-		return Link{}, nil, fmt.Errorf("%s: %d bytes is too large for a descriptor", path, fi.Size())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Link{}, nil, err
-	}
-	d, err := ParseDescriptor(string(b))
-	if err != nil {
-		return Link{}, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	link := Link{DescriptorPath: path, Descriptor: d, Format: d.CreateType}
 	switch d.CreateType {
@@ -176,52 +165,15 @@ func openLink(path string, resolve Resolver) (Link, *layer, error) {
 			l.close()
 			return Link{}, nil, fmt.Errorf("%s: extent %q: %w", path, x.File, err)
 		}
-		le := layerExtent{start: pos, end: pos + x.Sectors*SectorSize}
-		lx := LinkExtent{Path: ep, Type: x.Type, Sectors: x.Sectors}
-		switch x.Type {
-		case "VMFS", "FLAT":
-			if d.CreateType.IsDelta() {
-				l.close()
-				return Link{}, nil, fmt.Errorf("%s: a %s delta with a %s extent", path, d.CreateType, x.Type)
-			}
-			f, err := os.Open(ep)
-			if err != nil {
-				l.close()
-				return Link{}, nil, fmt.Errorf("%s: extent %d: %w", path, i+1, err)
-			}
-			le.flat, le.flatOff = f, x.Offset*SectorSize
-		case "VMFSSPARSE", "SESPARSE":
-			want := VMFSSparse
-			if x.Type == "SESPARSE" {
-				want = SESparse
-			}
-			if d.CreateType != want {
-				l.close()
-				return Link{}, nil, fmt.Errorf("%s: createType %s with a %s extent", path, d.CreateType, x.Type)
-			}
-			se, err := openSparse(ep, want)
-			if err != nil {
-				l.close()
-				return Link{}, nil, fmt.Errorf("%s: extent %d: %w", path, i+1, err)
-			}
-			le.sparse = se
-			if se.capacity != x.Sectors {
-				l.close()
-				se.f.Close()
-				return Link{}, nil, fmt.Errorf("%s: extent %q holds %d sectors but the descriptor says %d", path, x.File, se.capacity, x.Sectors)
-			}
-			st, err := se.stats()
-			if err != nil {
-				l.close()
-				se.f.Close()
-				return Link{}, nil, fmt.Errorf("%s: extent %q: %w", path, x.File, err)
-			}
-			lx.Stats = &st
-			link.AllocatedBytes += st.AllocatedBytes()
-			link.ZeroBytes += st.ZeroGrains * st.GrainSize
-		default:
+		le, lx, err := openLinkExtent(path, d.CreateType, i, x, ep)
+		if err != nil {
 			l.close()
-			return Link{}, nil, fmt.Errorf("%s: extent type %s is not supported", path, x.Type)
+			return Link{}, nil, err
+		}
+		le.start, le.end = pos, pos+x.Sectors*SectorSize
+		if lx.Stats != nil {
+			link.AllocatedBytes += lx.Stats.AllocatedBytes()
+			link.ZeroBytes += lx.Stats.ZeroGrains * lx.Stats.GrainSize
 		}
 		l.extents = append(l.extents, le)
 		link.Extents = append(link.Extents, lx)
@@ -233,6 +185,68 @@ func openLink(path string, resolve Resolver) (Link, *layer, error) {
 	l.capacity = pos
 	link.CapacityBytes = pos
 	return link, l, nil
+}
+
+// readDescriptorFile reads and parses the descriptor at path.
+func readDescriptorFile(path string) (Descriptor, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	if fi.Size() > MaxDescriptorBytes {
+		return Descriptor{}, fmt.Errorf("%s: %d bytes is too large for a descriptor", path, fi.Size())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	d, err := ParseDescriptor(string(b))
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, nil
+}
+
+// openLinkExtent opens extent i (x, at ep) of the descriptor at path,
+// whose createType is ct. The layer extent's range is left to the caller.
+func openLinkExtent(path string, ct Format, i int, x ExtentLine, ep string) (layerExtent, LinkExtent, error) {
+	lx := LinkExtent{Path: ep, Type: x.Type, Sectors: x.Sectors}
+	switch x.Type {
+	case "VMFS", "FLAT":
+		if ct.IsDelta() {
+			return layerExtent{}, lx, fmt.Errorf("%s: a %s delta with a %s extent", path, ct, x.Type)
+		}
+		f, err := os.Open(ep)
+		if err != nil {
+			return layerExtent{}, lx, fmt.Errorf("%s: extent %d: %w", path, i+1, err)
+		}
+		return layerExtent{flat: f, flatOff: x.Offset * SectorSize}, lx, nil
+	case "VMFSSPARSE", "SESPARSE":
+		want := VMFSSparse
+		if x.Type == "SESPARSE" {
+			want = SESparse
+		}
+		if ct != want {
+			return layerExtent{}, lx, fmt.Errorf("%s: createType %s with a %s extent", path, ct, x.Type)
+		}
+		se, err := openSparse(ep, want)
+		if err != nil {
+			return layerExtent{}, lx, fmt.Errorf("%s: extent %d: %w", path, i+1, err)
+		}
+		if se.capacity != x.Sectors {
+			se.f.Close()
+			return layerExtent{}, lx, fmt.Errorf("%s: extent %q holds %d sectors but the descriptor says %d", path, x.File, se.capacity, x.Sectors)
+		}
+		st, err := se.stats()
+		if err != nil {
+			se.f.Close()
+			return layerExtent{}, lx, fmt.Errorf("%s: extent %q: %w", path, x.File, err)
+		}
+		lx.Stats = &st
+		return layerExtent{sparse: se}, lx, nil
+	default:
+		return layerExtent{}, lx, fmt.Errorf("%s: extent type %s is not supported", path, x.Type)
+	}
 }
 
 func (l *layer) close() {

@@ -57,72 +57,108 @@ func (e *sparseExtent) init() error {
 		return err
 	}
 	e.size = fi.Size()
-	le := binary.LittleEndian
 	var gdOff, numGD int64
 	switch e.format {
 	case VMFSSparse:
-		hdr := make([]byte, 32)
-		if _, err := e.f.ReadAt(hdr, 0); err != nil {
-			return fmt.Errorf("reading the COWD header: %w", err)
-		}
-		if string(hdr[:4]) != cowdMagic {
-			return fmt.Errorf("not a vmfsSparse (COWD) extent: magic %q", hdr[:4])
-		}
-		e.capacity = int64(le.Uint32(hdr[12:]))
-		e.grainSectors = int64(le.Uint32(hdr[16:]))
-		gdOff = int64(le.Uint32(hdr[20:]))
-		numGD = int64(le.Uint32(hdr[24:]))
-		e.gtEntries, e.entrySize = cowdGTEntries, 4
-		if e.grainSectors <= 0 || e.grainSectors > 0x200000 {
-			return fmt.Errorf("grain of %d sectors is invalid", e.grainSectors)
-		}
+		gdOff, numGD, err = e.readCOWDHeader()
 	case SESparse:
-		hdr := make([]byte, SectorSize)
-		if _, err := e.f.ReadAt(hdr, 0); err != nil {
-			return fmt.Errorf("reading the seSparse const header: %w", err)
-		}
-		v := func(i int) uint64 { return le.Uint64(hdr[i*8:]) }
-		switch {
-		case v(0) != seConstMagic:
-			return fmt.Errorf("not a seSparse extent: const header magic %#x", v(0))
-		case v(1) != seVersion:
-			return fmt.Errorf("seSparse version %#x is not supported", v(1))
-		case v(3) != seGrainSectors || v(4) != seGTSectors:
-			return fmt.Errorf("seSparse grain %d / grain table %d sectors are not supported", v(3), v(4))
-		case v(5) != 0:
-			return fmt.Errorf("seSparse flags %#x are not supported", v(5))
-		}
-		vol := make([]byte, 32)
-		if v(10) > uint64(e.size/SectorSize) {
-			return errors.New("seSparse volatile header is past the end of the file")
-		}
-		if _, err := e.f.ReadAt(vol, int64(v(10))*SectorSize); err != nil {
-			return fmt.Errorf("reading the seSparse volatile header: %w", err)
-		}
-		if le.Uint64(vol) != seVolatileMagic {
-			return fmt.Errorf("seSparse volatile header magic %#x", le.Uint64(vol))
-		}
-		if le.Uint64(vol[24:]) != 0 {
-			return errors.New("seSparse journal needs replaying: the delta was not closed cleanly")
-		}
-		if v(2) > maxExtentSectors || v(16) > uint64(e.size) || v(17) > maxGrainTables*8/SectorSize || v(18) > uint64(e.size) || v(24) > uint64(e.size) {
-			return errors.New("seSparse header fields are out of range")
-		}
-		e.capacity = int64(v(2))
-		e.grainSectors = seGrainSectors
-		gdOff, numGD = int64(v(16)), int64(v(17))*SectorSize/8
-		e.gtEntries, e.entrySize = seGTEntries, 8
-		e.seGTBase = int64(v(18))
-		e.seGrains = int64(v(24))
-		if e.seGTBase == 0 {
-			return errors.New("seSparse grain tables offset is 0")
-		}
+		gdOff, numGD, err = e.readSESparseHeaders()
 	default:
-		return fmt.Errorf("format %q is not a sparse delta", e.format)
+		err = fmt.Errorf("format %q is not a sparse delta", e.format)
+	}
+	if err != nil {
+		return err
 	}
 	if numGD > maxGrainTables || numGD*e.gtEntries*e.grainSectors < e.capacity {
 		return fmt.Errorf("grain directory of %d entries does not fit a %d-sector disk", numGD, e.capacity)
 	}
+	return e.readGrainDirectory(gdOff, numGD)
+}
+
+// readCOWDHeader reads a vmfsSparse header and returns where its grain
+// directory is (sector) and how many entries it has.
+func (e *sparseExtent) readCOWDHeader() (gdOff, numGD int64, err error) {
+	le := binary.LittleEndian
+	hdr := make([]byte, 32)
+	if _, err := e.f.ReadAt(hdr, 0); err != nil {
+		return 0, 0, fmt.Errorf("reading the COWD header: %w", err)
+	}
+	if string(hdr[:4]) != cowdMagic {
+		return 0, 0, fmt.Errorf("not a vmfsSparse (COWD) extent: magic %q", hdr[:4])
+	}
+	e.capacity = int64(le.Uint32(hdr[12:]))
+	e.grainSectors = int64(le.Uint32(hdr[16:]))
+	gdOff = int64(le.Uint32(hdr[20:]))
+	numGD = int64(le.Uint32(hdr[24:]))
+	e.gtEntries, e.entrySize = cowdGTEntries, 4
+	if e.grainSectors <= 0 || e.grainSectors > 0x200000 {
+		return 0, 0, fmt.Errorf("grain of %d sectors is invalid", e.grainSectors)
+	}
+	return gdOff, numGD, nil
+}
+
+// readSESparseHeaders reads and checks an seSparse's const and volatile
+// headers and returns where its grain directory is (sector) and how many
+// entries it has.
+func (e *sparseExtent) readSESparseHeaders() (gdOff, numGD int64, err error) {
+	le := binary.LittleEndian
+	hdr := make([]byte, SectorSize)
+	if _, err := e.f.ReadAt(hdr, 0); err != nil {
+		return 0, 0, fmt.Errorf("reading the seSparse const header: %w", err)
+	}
+	v := func(i int) uint64 { return le.Uint64(hdr[i*8:]) }
+	switch {
+	case v(0) != seConstMagic:
+		return 0, 0, fmt.Errorf("not a seSparse extent: const header magic %#x", v(0))
+	case v(1) != seVersion:
+		return 0, 0, fmt.Errorf("seSparse version %#x is not supported", v(1))
+	case v(3) != seGrainSectors || v(4) != seGTSectors:
+		return 0, 0, fmt.Errorf("seSparse grain %d / grain table %d sectors are not supported", v(3), v(4))
+	case v(5) != 0:
+		return 0, 0, fmt.Errorf("seSparse flags %#x are not supported", v(5))
+	}
+	if err := e.checkSEVolatileHeader(v(10)); err != nil {
+		return 0, 0, err
+	}
+	if v(2) > maxExtentSectors || v(16) > uint64(e.size) || v(17) > maxGrainTables*8/SectorSize || v(18) > uint64(e.size) || v(24) > uint64(e.size) {
+		return 0, 0, errors.New("seSparse header fields are out of range")
+	}
+	e.capacity = int64(v(2))
+	e.grainSectors = seGrainSectors
+	gdOff, numGD = int64(v(16)), int64(v(17))*SectorSize/8
+	e.gtEntries, e.entrySize = seGTEntries, 8
+	e.seGTBase = int64(v(18))
+	e.seGrains = int64(v(24))
+	if e.seGTBase == 0 {
+		return 0, 0, errors.New("seSparse grain tables offset is 0")
+	}
+	return gdOff, numGD, nil
+}
+
+// checkSEVolatileHeader checks the seSparse volatile header at sector
+// off: its magic, and a journal that needs no replaying.
+func (e *sparseExtent) checkSEVolatileHeader(off uint64) error {
+	le := binary.LittleEndian
+	vol := make([]byte, 32)
+	if off > uint64(e.size/SectorSize) {
+		return errors.New("seSparse volatile header is past the end of the file")
+	}
+	if _, err := e.f.ReadAt(vol, int64(off)*SectorSize); err != nil {
+		return fmt.Errorf("reading the seSparse volatile header: %w", err)
+	}
+	if le.Uint64(vol) != seVolatileMagic {
+		return fmt.Errorf("seSparse volatile header magic %#x", le.Uint64(vol))
+	}
+	if le.Uint64(vol[24:]) != 0 {
+		return errors.New("seSparse journal needs replaying: the delta was not closed cleanly")
+	}
+	return nil
+}
+
+// readGrainDirectory reads the numGD entries of the grain directory at
+// sector gdOff into e.gd.
+func (e *sparseExtent) readGrainDirectory(gdOff, numGD int64) error {
+	le := binary.LittleEndian
 	raw := make([]byte, numGD*e.entrySize)
 	if _, err := e.f.ReadAt(raw, gdOff*SectorSize); err != nil {
 		return fmt.Errorf("reading the grain directory: %w", err)

@@ -249,89 +249,14 @@ func seDecodeGrain(e uint64) int64 {
 }
 
 func writeSESparse(w *bufio.Writer, capacity int64, grains map[int64]grain, idx []int64) (ExtentStats, error) {
-	gtCover := int64(seGTEntries * seGrainSectors)
-	numGD := ceilDiv(capacity, gtCover)
-	gdSectors := roundUp(ceilDiv(numGD*8, SectorSize), seAlign)
-
-	gtSlot := map[int64]int64{}
-	var gtOrder []int64
-	var dataGrains, zeroGrains int64
-	for _, g := range idx {
-		t := g / seGTEntries
-		if _, ok := gtSlot[t]; !ok {
-			gtSlot[t] = int64(len(gtOrder))
-			gtOrder = append(gtOrder, t)
+	l := layoutSESparse(capacity, grains, idx)
+	gts, backmap := l.grainTables(grains, idx)
+	for _, b := range [][]byte{l.header(), make([]byte, (seVolatileOff-1)*SectorSize), l.volatileHeader(),
+		make([]byte, (seGDOff-seVolatileOff-1)*SectorSize), l.grainDirectory(), gts,
+		make([]byte, (l.bitmapSize+l.backmapSize)*SectorSize)} {
+		if _, err := w.Write(b); err != nil {
+			return ExtentStats{}, err
 		}
-		if grains[g].zero {
-			zeroGrains++
-		} else {
-			dataGrains++
-		}
-	}
-	const (
-		volatileOff   = 8
-		journalHdrOff = 16
-		journalOff    = 24
-		journalSize   = 8
-		gdOff         = journalOff + journalSize
-	)
-	gtOff := gdOff + gdSectors
-	gtSize := int64(len(gtOrder)) * seGTSectors
-	bitmapOff := gtOff + gtSize
-	bitmapSize := int64(seAlign)
-	backmapOff := bitmapOff + bitmapSize
-	backmapSize := int64(seAlign)
-	grainsOff := backmapOff + backmapSize
-	grainsSize := dataGrains * seGrainSectors
-
-	le := binary.LittleEndian
-	hdr := make([]byte, SectorSize)
-	for i, v := range []uint64{seConstMagic, seVersion, uint64(capacity), seGrainSectors, seGTSectors, 0, 0, 0, 0, 0,
-		volatileOff, 1, journalHdrOff, seAlign, journalOff, journalSize,
-		gdOff, uint64(gdSectors), uint64(gtOff), uint64(gtSize), uint64(bitmapOff), uint64(bitmapSize),
-		uint64(backmapOff), uint64(backmapSize), uint64(grainsOff), uint64(grainsSize)} {
-		le.PutUint64(hdr[i*8:], v)
-	}
-	if _, err := w.Write(hdr); err != nil {
-		return ExtentStats{}, err
-	}
-	if _, err := w.Write(make([]byte, (volatileOff-1)*SectorSize)); err != nil {
-		return ExtentStats{}, err
-	}
-	vol := make([]byte, SectorSize)
-	le.PutUint64(vol[0:], seVolatileMagic)
-	le.PutUint64(vol[8:], uint64(len(gtOrder))) // next free grain table
-	le.PutUint64(vol[16:], 1)                   // next transaction
-	// replay_journal (vol[24:]) stays 0: the journal is clean.
-	if _, err := w.Write(vol); err != nil {
-		return ExtentStats{}, err
-	}
-	if _, err := w.Write(make([]byte, (gdOff-volatileOff-1)*SectorSize)); err != nil {
-		return ExtentStats{}, err
-	}
-	gd := make([]byte, gdSectors*SectorSize)
-	for t, slot := range gtSlot {
-		le.PutUint64(gd[t*8:], seGDAllocated|uint64(slot))
-	}
-	if _, err := w.Write(gd); err != nil {
-		return ExtentStats{}, err
-	}
-	gts := make([]byte, gtSize*SectorSize)
-	backmap := make([]int64, 0, dataGrains)
-	for _, g := range idx {
-		pos := gtSlot[g/seGTEntries]*seGTSectors*SectorSize + (g%seGTEntries)*8
-		if grains[g].zero {
-			le.PutUint64(gts[pos:], seTypeZero)
-			continue
-		}
-		le.PutUint64(gts[pos:], seEncodeGrain(int64(len(backmap))))
-		backmap = append(backmap, g)
-	}
-	if _, err := w.Write(gts); err != nil {
-		return ExtentStats{}, err
-	}
-	if _, err := w.Write(make([]byte, (bitmapSize+backmapSize)*SectorSize)); err != nil {
-		return ExtentStats{}, err
 	}
 	for _, g := range backmap {
 		if _, err := w.Write(grains[g].data); err != nil {
@@ -339,8 +264,107 @@ func writeSESparse(w *bufio.Writer, capacity int64, grains map[int64]grain, idx 
 		}
 	}
 	return ExtentStats{Format: SESparse, GrainSize: SESparse.GrainSize(), CapacitySectors: capacity,
-		DataGrains: dataGrains, ZeroGrains: zeroGrains, GrainTables: int64(len(gtOrder)),
-		FileSize: (grainsOff + grainsSize) * SectorSize}, nil
+		DataGrains: l.dataGrains, ZeroGrains: l.zeroGrains, GrainTables: int64(len(l.gtOrder)),
+		FileSize: (l.grainsOff + l.grainsSize) * SectorSize}, nil
+}
+
+// Fixed sectors of the seSparse files written here: the volatile header,
+// the journal header, the (empty) journal and the grain directory after it.
+const (
+	seVolatileOff   = 8
+	seJournalHdrOff = 16
+	seJournalOff    = 24
+	seJournalSize   = 8
+	seGDOff         = seJournalOff + seJournalSize
+)
+
+// seLayout places the parts of an seSparse file (offsets and sizes in
+// sectors) for a set of grains.
+type seLayout struct {
+	capacity                int64
+	gdSectors               int64
+	gtSlot                  map[int64]int64 // grain table number -> its slot
+	gtOrder                 []int64         // grain table numbers by slot
+	dataGrains, zeroGrains  int64
+	gtOff, gtSize           int64
+	bitmapOff, bitmapSize   int64
+	backmapOff, backmapSize int64
+	grainsOff, grainsSize   int64
+}
+
+func layoutSESparse(capacity int64, grains map[int64]grain, idx []int64) seLayout {
+	gtCover := int64(seGTEntries * seGrainSectors)
+	numGD := ceilDiv(capacity, gtCover)
+	l := seLayout{capacity: capacity, gdSectors: roundUp(ceilDiv(numGD*8, SectorSize), seAlign), gtSlot: map[int64]int64{}}
+	for _, g := range idx {
+		t := g / seGTEntries
+		if _, ok := l.gtSlot[t]; !ok {
+			l.gtSlot[t] = int64(len(l.gtOrder))
+			l.gtOrder = append(l.gtOrder, t)
+		}
+		if grains[g].zero {
+			l.zeroGrains++
+		} else {
+			l.dataGrains++
+		}
+	}
+	l.gtOff = seGDOff + l.gdSectors
+	l.gtSize = int64(len(l.gtOrder)) * seGTSectors
+	l.bitmapOff = l.gtOff + l.gtSize
+	l.bitmapSize = int64(seAlign)
+	l.backmapOff = l.bitmapOff + l.bitmapSize
+	l.backmapSize = int64(seAlign)
+	l.grainsOff = l.backmapOff + l.backmapSize
+	l.grainsSize = l.dataGrains * seGrainSectors
+	return l
+}
+
+// header is the constant header, sector 0.
+func (l seLayout) header() []byte {
+	hdr := make([]byte, SectorSize)
+	for i, v := range []uint64{seConstMagic, seVersion, uint64(l.capacity), seGrainSectors, seGTSectors, 0, 0, 0, 0, 0,
+		seVolatileOff, 1, seJournalHdrOff, seAlign, seJournalOff, seJournalSize,
+		seGDOff, uint64(l.gdSectors), uint64(l.gtOff), uint64(l.gtSize), uint64(l.bitmapOff), uint64(l.bitmapSize),
+		uint64(l.backmapOff), uint64(l.backmapSize), uint64(l.grainsOff), uint64(l.grainsSize)} {
+		binary.LittleEndian.PutUint64(hdr[i*8:], v)
+	}
+	return hdr
+}
+
+// volatileHeader is the volatile header's sector.
+func (l seLayout) volatileHeader() []byte {
+	vol := make([]byte, SectorSize)
+	binary.LittleEndian.PutUint64(vol[0:], seVolatileMagic)
+	binary.LittleEndian.PutUint64(vol[8:], uint64(len(l.gtOrder))) // next free grain table
+	binary.LittleEndian.PutUint64(vol[16:], 1)                     // next transaction
+	// replay_journal (vol[24:]) stays 0: the journal is clean.
+	return vol
+}
+
+// grainDirectory points each used grain table's entry at its slot.
+func (l seLayout) grainDirectory() []byte {
+	gd := make([]byte, l.gdSectors*SectorSize)
+	for t, slot := range l.gtSlot {
+		binary.LittleEndian.PutUint64(gd[t*8:], seGDAllocated|uint64(slot))
+	}
+	return gd
+}
+
+// grainTables returns the grain tables and the backmap: the grains with
+// data, in the order they are stored.
+func (l seLayout) grainTables(grains map[int64]grain, idx []int64) ([]byte, []int64) {
+	gts := make([]byte, l.gtSize*SectorSize)
+	backmap := make([]int64, 0, l.dataGrains)
+	for _, g := range idx {
+		pos := l.gtSlot[g/seGTEntries]*seGTSectors*SectorSize + (g%seGTEntries)*8
+		if grains[g].zero {
+			binary.LittleEndian.PutUint64(gts[pos:], seTypeZero)
+			continue
+		}
+		binary.LittleEndian.PutUint64(gts[pos:], seEncodeGrain(int64(len(backmap))))
+		backmap = append(backmap, g)
+	}
+	return gts, backmap
 }
 
 // WriteFlat creates a flat extent of capacityBytes at path holding the

@@ -126,7 +126,35 @@ func (g *generator) schema(t reflect.Type, root bool) *apiextensionsv1.JSONSchem
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if s := g.knownTypeSchema(t); s != nil {
+		return s
+	}
+	switch t.Kind() {
+	case reflect.Interface:
+		return anyValue()
+	case reflect.Slice, reflect.Array:
+		return g.listSchema(t)
+	case reflect.Map:
+		return g.mapSchema(t)
+	case reflect.Struct:
+		if g.onPath[t] {
+			return preserveUnknown()
+		}
+		g.onPath[t] = true
+		defer delete(g.onPath, t)
+		return g.structSchema(t, root)
+	}
+	if s := scalarSchema(t.Kind()); s != nil {
+		return s
+	}
+	g.fail(fmt.Errorf("crdgen: type %s (kind %s) cannot be encoded as JSON", t, t.Kind()))
+	return anyValue()
+}
 
+// knownTypeSchema is the schema of a type with its own encoding: the
+// Kubernetes types the API server knows, and types that describe or
+// marshal themselves; nil for others.
+func (g *generator) knownTypeSchema(t reflect.Type) *apiextensionsv1.JSONSchemaProps {
 	switch t {
 	case typeQuantity, typeIntOrString:
 		return intOrString()
@@ -141,7 +169,6 @@ func (g *generator) schema(t reflect.Type, root bool) *apiextensionsv1.JSONSchem
 	case typeRawExtension, typeJSON:
 		return anyValue()
 	}
-
 	if implements(t, typeSchemaTyper) {
 		return g.selfDescribed(t)
 	}
@@ -152,8 +179,13 @@ func (g *generator) schema(t reflect.Type, root bool) *apiextensionsv1.JSONSchem
 	if implements(t, typeTextMarshaler) {
 		return &apiextensionsv1.JSONSchemaProps{Type: "string"}
 	}
+	return nil
+}
 
-	switch t.Kind() {
+// scalarSchema is the schema of a boolean, number or string kind; nil for
+// other kinds.
+func scalarSchema(k reflect.Kind) *apiextensionsv1.JSONSchemaProps {
+	switch k {
 	case reflect.Bool:
 		return &apiextensionsv1.JSONSchemaProps{Type: "boolean"}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uintptr:
@@ -166,44 +198,40 @@ func (g *generator) schema(t reflect.Type, root bool) *apiextensionsv1.JSONSchem
 		return &apiextensionsv1.JSONSchemaProps{Type: "number"}
 	case reflect.String:
 		return &apiextensionsv1.JSONSchemaProps{Type: "string"}
-	case reflect.Interface:
-		return anyValue()
-	case reflect.Slice, reflect.Array:
-		if t.Elem().Kind() == reflect.Uint8 && !implements(t.Elem(), typeJSONMarshaler) && !implements(t.Elem(), typeTextMarshaler) {
-			return &apiextensionsv1.JSONSchemaProps{Type: "string", Format: "byte"}
+	}
+	return nil
+}
+
+// listSchema is the schema of a slice or array: base64 for bytes.
+func (g *generator) listSchema(t reflect.Type) *apiextensionsv1.JSONSchemaProps {
+	if t.Elem().Kind() == reflect.Uint8 && !implements(t.Elem(), typeJSONMarshaler) && !implements(t.Elem(), typeTextMarshaler) {
+		return &apiextensionsv1.JSONSchemaProps{Type: "string", Format: "byte"}
+	}
+	return &apiextensionsv1.JSONSchemaProps{
+		Type:  "array",
+		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: g.schema(t.Elem(), false)},
+	}
+}
+
+// mapSchema is the schema of a map, an object of its values; its keys
+// must encode as strings.
+func (g *generator) mapSchema(t reflect.Type) *apiextensionsv1.JSONSchemaProps {
+	if k := t.Key(); k.Kind() != reflect.String && !implements(k, typeTextMarshaler) {
+		// encoding/json also accepts integer keys; they are strings on the wire.
+		switch k.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		default:
+			g.fail(fmt.Errorf("crdgen: map key type %s of %s cannot be encoded as JSON", k, t))
+			return anyValue()
 		}
-		return &apiextensionsv1.JSONSchemaProps{
-			Type:  "array",
-			Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: g.schema(t.Elem(), false)},
-		}
-	case reflect.Map:
-		if k := t.Key(); k.Kind() != reflect.String && !implements(k, typeTextMarshaler) {
-			// encoding/json also accepts integer keys; they are strings on the wire.
-			switch k.Kind() {
-			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			default:
-				g.fail(fmt.Errorf("crdgen: map key type %s of %s cannot be encoded as JSON", k, t))
-				return anyValue()
-			}
-		}
-		return &apiextensionsv1.JSONSchemaProps{
-			Type: "object",
-			AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{
-				Allows: true,
-				Schema: g.schema(t.Elem(), false),
-			},
-		}
-	case reflect.Struct:
-		if g.onPath[t] {
-			return preserveUnknown()
-		}
-		g.onPath[t] = true
-		defer delete(g.onPath, t)
-		return g.structSchema(t, root)
-	default:
-		g.fail(fmt.Errorf("crdgen: type %s (kind %s) cannot be encoded as JSON", t, t.Kind()))
-		return anyValue()
+	}
+	return &apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{
+			Allows: true,
+			Schema: g.schema(t.Elem(), false),
+		},
 	}
 }
 
