@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -131,7 +132,11 @@ func main() {
 }
 
 // hostMain serves the VMs of -layout from -root on -listen, prints
-// "READY <fingerprint>", then answers commands on stdin until it closes:
+// "READY <fingerprint>", then answers commands on stdin until it closes.
+// With -control it also answers scripts/bench/esxitool (the vim-cmd and
+// vmware of a real sshd's chroot) on that Unix socket, and with
+// -inventory it writes the host's vmInventory.xml there, for the real
+// sshd's cat. Commands on stdin:
 //
 //	write <vm> <bytes>   the running guest writes <bytes> of new data in
 //	                     64 KiB blocks spread over its disks' data
@@ -140,6 +145,8 @@ func hostMain(args []string) error {
 	root := fl.String("root", "", "directory served as /vmfs/volumes")
 	listen := fl.String("listen", "", "address to listen on")
 	layoutFile := fl.String("layout", "", "the VMs (JSON)")
+	control := fl.String("control", "", "Unix socket answering esxitool's command lines")
+	inventory := fl.String("inventory", "", "file to write the host's vmInventory.xml to")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -184,6 +191,20 @@ func hostMain(args []string) error {
 		return err
 	}
 	defer s.Close()
+	if *inventory != "" {
+		if err := os.WriteFile(*inventory, []byte(s.InventoryXML()), 0o644); err != nil {
+			return err
+		}
+	}
+	if *control != "" {
+		_ = os.Remove(*control)
+		ln, err := net.Listen("unix", *control)
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		go serveControl(s, ln)
+	}
 	fmt.Printf("READY %s\n", s.Fingerprint())
 	in := bufio.NewScanner(os.Stdin)
 	rng := rand.New(rand.NewPCG(1, 2))
