@@ -8,9 +8,13 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
+
+// controlCommands counts the command lines served by serveControl.
+var controlCommands atomic.Int64
 
 // serveControl answers scripts/bench/esxitool on ln until it closes: each
 // connection carries one command line, run by the simulated host (see
@@ -39,6 +43,7 @@ func serveControlConn(s *esxisim.Server, c net.Conn) {
 	if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 {
 		return
 	}
+	controlCommands.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {

@@ -158,6 +158,7 @@ func main() {
 //
 //	write <vm> <bytes>   the running guest writes <bytes> of new data in
 //	                     64 KiB blocks spread over its disks' data
+//	controls             how many command lines esxitool handed over
 func hostMain(args []string) error {
 	fl := flag.NewFlagSet("host", flag.ContinueOnError)
 	root := fl.String("root", "", "directory served as /vmfs/volumes")
@@ -228,6 +229,10 @@ func hostMain(args []string) error {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for in.Scan() {
 		f := strings.Fields(in.Text())
+		if in.Text() == "controls" {
+			fmt.Printf("OK %d\n", controlCommands.Load())
+			continue
+		}
 		if len(f) != 3 || f[0] != "write" {
 			fmt.Printf("ERR unknown command %q\n", in.Text())
 			continue
@@ -535,8 +540,8 @@ func thinFivePercent(capacity int64) int64 {
 }
 
 func run(ctx context.Context, f runFlags) error {
-	real := f.sshd != ""
-	lay := benchLayout(f.smoke, f.wave, real)
+	realSSHD := f.sshd != ""
+	lay := benchLayout(f.smoke, f.wave, realSSHD)
 	coldCache = !f.smoke
 	lb, err := json.Marshal(lay)
 	if err != nil {
@@ -564,7 +569,7 @@ func run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	hostArgs := append(strings.Fields(f.netnsExec), self, "host", "-root", f.root, "-listen", f.listen, "-layout", layoutFile)
-	if real {
+	if realSSHD {
 		fmt.Printf("== writing the VMs' disks; the host is the real sshd on %s (chroot %s), its vim-cmd and vmware answered by the simulator; the simulator's own SSH server on %s serves \"sim-cold\"\n",
 			f.sshd, f.chroot, f.listen)
 		for _, d := range []string{"var/run", "etc/vmware/hostd"} {
@@ -588,7 +593,7 @@ func run(ctx context.Context, f runFlags) error {
 	hostPID := host.cmd.Process.Pid
 	hostCPU := func() time.Duration {
 		d := procCPU(hostPID)
-		if real && f.sshdPID > 0 {
+		if realSSHD && f.sshdPID > 0 {
 			d += treeCPU(f.sshdPID)
 		}
 		return d
@@ -602,7 +607,7 @@ func run(ctx context.Context, f runFlags) error {
 	simPort, _ := strconv.Atoi(simPortText)
 	simCfg := esxi.HostConfig{Name: hostName, Address: simAddr, Port: simPort, Password: password,
 		HostKeyFingerprint: host.ready, MaxSessions: 4, StreamsPerDisk: 2}
-	if real {
+	if realSSHD {
 		cfg, err := sshdConfig(f)
 		if err != nil {
 			return err
@@ -679,6 +684,15 @@ func run(ctx context.Context, f runFlags) error {
 	stopProfile()
 	if err != nil {
 		return err
+	}
+	if realSSHD {
+		// The provider's vim-cmd and vmware went through the real sshd's
+		// esxitool, not the simulator's own SSH server.
+		got, err := host.ask("controls")
+		if err != nil || len(got) != 1 || got[0] == "0" {
+			return fmt.Errorf("the cold migration ran no vim-cmd through the real sshd (%v %v)", got, err)
+		}
+		fmt.Printf("   (%s vim-cmd and vmware command lines answered through the real sshd)\n", got[0])
 	}
 	coldVM := lay.VMs[0]
 	ideal := float64(coldVM.allocated()) / linkRate
@@ -765,7 +779,7 @@ func run(ctx context.Context, f runFlags) error {
 	// The same VM from the simulator's own SSH server: a second line, for
 	// comparison with the host the project measured against before.
 	var simCold result
-	if real {
+	if realSSHD {
 		fmt.Println("== sim-cold: cold migration of \"sim-cold\" from the simulator's own SSH server (not a real sshd; for comparison)")
 		dropPageCache(f.root, "sim-cold")
 		simSpec := spec("sim-cold")
@@ -777,7 +791,7 @@ func run(ctx context.Context, f runFlags) error {
 
 	GiB := float64(1 << 30)
 	fmt.Println()
-	if real {
+	if realSSHD {
 		fmt.Printf("host: a real OpenSSH sshd on %s, chrooted into a tree laid out like ESXi's, with /bin/python; its vim-cmd and vmware answered by the simulator\n", f.sshd)
 	} else {
 		fmt.Println("host: the Go simulator's own SSH server (no real sshd given)")
@@ -833,7 +847,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	fmt.Printf("warm downtime = %.0f%% of cold (goal <= 15%%: %s)\n", 100*warm.downtime.Seconds()/cold.downtime.Seconds(),
 		verdict(warm.downtime.Seconds() <= 0.15*cold.downtime.Seconds()))
-	if real {
+	if realSSHD {
 		sc := lay.VMs[len(lay.VMs)-1]
 		line := fmt.Sprintf("sim-cold (second line: the Go simulator's own SSH server as the host, not a real sshd): downtime %.1f s (copy %.1f s, import %.1f s)",
 			simCold.downtime.Seconds(), simCold.copy.Seconds(), simCold.importing.Seconds())
