@@ -18,16 +18,26 @@
 # and with several (BENCH_STREAMS, default "2 4"), each on its own SSH
 # connection, and prints their ratio to one stream.
 #
-# Last, it migrates whole VMs (scripts/bench/migrate) from the simulated
-# ESXi host, listening inside the same namespace behind the same link, into
-# a real kube-apiserver with the simulated KubeVirt and CDI: a VM like the
-# one users measured (2 GiB dense + 8 GiB thin with 512 MiB of data) cold,
-# the same VM warm while its guest writes 5% of its data, and a wave of
-# BENCH_WAVE VMs (default 4, each 512 MiB dense + 8 GiB thin with 5% data)
-# on the one host. It prints the downtime and its parts against the link's
-# rate as `ssh cat` through OpenSSH sees it, in the same run.
+# Last, it migrates whole VMs (scripts/bench/migrate) from the same real
+# sshd into a real kube-apiserver with the simulated KubeVirt and CDI: a VM
+# like the one users measured (2 GiB dense + 8 GiB thin with 512 MiB of
+# data) cold, the same VM warm while its guest writes 5% of its data, and a
+# wave of BENCH_WAVE VMs (default 4, each 512 MiB dense + 8 GiB thin with 5%
+# data) on the one host. The simulated ESXi host (internal/esxisim) writes
+# the VMs' files into the chroot's /vmfs/volumes and keeps the host's state:
+# the chroot's vim-cmd and vmware are scripts/bench/esxitool, a static
+# binary handing each command line to it over a Unix socket in the chroot,
+# and it writes the chroot's /etc/vmware/hostd/vmInventory.xml. Logins
+# (the client key, the host key pinned by fingerprint), execs, the shell,
+# cat, dd, stat and /bin/python are sshd's and Debian's. It prints per disk
+# the copy rate against `ssh cat` of the same file, the provider's CPU
+# seconds per GiB and peak RSS, the cold downtime against the ideal
+# (allocated bytes / the link's rate as `ssh cat` sees it) and the warm
+# downtime as a share of the cold, all in the same run; then one more cold
+# migration, "sim-cold", from the simulator's own SSH server behind the
+# same link, on a line of its own, for comparison only.
 #
-# Needs root. BENCH_SMOKE=1 uses tiny files (well under a minute).
+# Needs root. BENCH_SMOKE=1 uses tiny files (a couple of minutes).
 # BENCH_COPIES=0 skips the stream comparison, BENCH_VM=0 the migrations.
 # BENCH_RATE sets the link's rate (default 1gbit).
 # Everything it creates (namespace, links, sshd, files) is removed on exit,
@@ -113,7 +123,10 @@ done
 sync
 
 echo "== building the reader and the migration driver"
-(cd "$repo" && go build -o "$work/diskread" ./scripts/bench/diskread && go build -o "$work/migrate" ./scripts/bench/migrate)
+(cd "$repo" && go build -o "$work/diskread" ./scripts/bench/diskread && go build -o "$work/migrate" ./scripts/bench/migrate &&
+	CGO_ENABLED=0 go build -o "$root/bin/esxitool" ./scripts/bench/esxitool)
+# The host's control commands, answered by the simulator (see esxitool).
+for b in vim-cmd vmware; do ln -s esxitool "$root/bin/$b"; done
 
 echo "== network namespace $ns, veth $veth <-> $veth_peer, tbf $rate both ways"
 ip netns add "$ns"
@@ -144,6 +157,7 @@ StrictModes no
 ChrootDirectory $root
 Ciphers aes128-gcm@openssh.com,aes256-gcm@openssh.com,aes256-ctr,chacha20-poly1305@openssh.com
 MaxSessions 10
+MaxStartups 100
 LogLevel ERROR
 EOF
 if [[ ! -d /run/sshd ]]; then
@@ -269,7 +283,7 @@ fi
 
 if [[ $vms == 1 ]]; then
 	echo
-	echo "== whole-VM migrations from $esxi_ip:2222 (the ESXi simulator, same namespace and link) into a real kube-apiserver"
+	echo "== whole-VM migrations from the real sshd on $esxi_ip:22 into a real kube-apiserver (sim-cold: the ESXi simulator's own SSH server on $esxi_ip:2222, same namespace and link)"
 	smoke_flag=()
 	[[ $smoke == 1 ]] && smoke_flag=(-smoke)
 	# BENCH_CPUPROFILE=file writes the provider's CPU profile of the cold
@@ -279,5 +293,7 @@ if [[ $vms == 1 ]]; then
 	[[ -n ${BENCH_WARM_CPUPROFILE:-} ]] && smoke_flag+=(-warm-cpuprofile "$BENCH_WARM_CPUPROFILE")
 	mkdir -p "$work/migrate.d"
 	"$work/migrate" run -work "$work/migrate.d" -root "$root/vmfs/volumes" -listen "$esxi_ip:2222" \
+		-sshd "$esxi_ip:22" -sshd-key "$work/sshd/client_key" -sshd-host-key "$work/sshd/host_key.pub" \
+		-sshd-pid "$sshd_pid" -chroot "$root" \
 		-netns-exec "ip netns exec $ns" -ssh-cat "ssh ${ssh_opts[*]} root@$esxi_ip" -wave "$wave" "${smoke_flag[@]}"
 fi

@@ -113,16 +113,7 @@ func (s *Server) runSimple(env *shellEnv, c simpleCmd) int {
 			errw = out
 		}
 	}
-	name := args[0]
-	if dir := path.Dir(name); name != "" && name[0] == '/' {
-		switch dir {
-		case "/bin", "/sbin", "/usr/bin", "/usr/sbin":
-			name = path.Base(name)
-		default:
-			name = ""
-		}
-	}
-	fn, ok := commands[name]
+	fn, ok := lookupCommand(args[0])
 	if !ok {
 		fmt.Fprintf(errw, "sh: %s: not found\n", args[0])
 		return 127
@@ -135,6 +126,41 @@ func (s *Server) runSimple(env *shellEnv, c simpleCmd) int {
 		return 255
 	}
 	return fn(s, env, args, out, errw)
+}
+
+// lookupCommand finds the command a shell runs for name: a bare name, or
+// one under /bin, /sbin, /usr/bin or /usr/sbin.
+func lookupCommand(name string) (cmdFunc, bool) {
+	if dir := path.Dir(name); name != "" && name[0] == '/' {
+		switch dir {
+		case "/bin", "/sbin", "/usr/bin", "/usr/sbin":
+			name = path.Base(name)
+		default:
+			return nil, false
+		}
+	}
+	fn, ok := commands[name]
+	return fn, ok
+}
+
+// Run runs one command, args[0] its name and the rest its arguments as a
+// shell has already split and unquoted them, the way an exec's shell on
+// this host runs it, and returns its exit status. It is for hosts that are
+// not this server's SSH side: a real sshd whose vim-cmd and vmware hand
+// their command line over, so that power state, inventory and snapshots
+// stay this server's. The fault injections of the SSH side (delays,
+// dropped connections, lost replies) do not apply.
+func (s *Server) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return 0
+	}
+	s.stats.commands.Add(1)
+	fn, ok := lookupCommand(args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "sh: %s: not found\n", args[0])
+		return 127
+	}
+	return fn(s, &shellEnv{ctx: ctx, stdout: stdout, stderr: stderr}, args, stdout, stderr)
 }
 
 // loseReply reports (and counts) whether the DropAfterRunning fault fires

@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// The benchmark's smoke run, on loopback without the shaped link or the
-// `ssh cat` baseline: the three roles start, a cold, a warm and a wave of
+// The benchmark's smoke run, on loopback without the shaped link, the
+// `ssh cat` baseline or a real sshd (the simulator's SSH server is the
+// host; scripts/bench.sh runs the real one): the three roles start, a cold, a warm and a wave of
 // two migrations complete (each DataVolume checked against its source by
 // the driver, the warm guest's writes made during its precopy), and the
 // report prints its rows. It keeps `make bench` from rotting; its timings
@@ -50,10 +51,14 @@ func TestSmokeRun(t *testing.T) {
 		regexp.MustCompile(`(?m)^wave: 2 VMs, `),
 		regexp.MustCompile(`(?m)^   wave-1\s+downtime`),
 		regexp.MustCompile(`(?m)^provider peak RSS: \d+ MiB`),
+		regexp.MustCompile(`(?m)^host: the Go simulator's own SSH server \(no real sshd given\)$`),
 	} {
 		if !want.Match(out) {
 			t.Errorf("the report has no line matching %s:\n%s", want, out)
 		}
+	}
+	if strings.Contains(string(out), "sim-cold") {
+		t.Errorf("a sim-cold line without a real sshd, when every migration is the simulator's:\n%s", out)
 	}
 	if strings.Contains(string(out), "ssh cat` of the dense disk") {
 		t.Errorf("a baseline was reported without -ssh-cat:\n%s", out)
