@@ -107,8 +107,11 @@ func TestRunKeepsASilentToolThatWorks(t *testing.T) {
 wait
 echo done
 `)
-	v := &V2V{StallTimeout: 1 * time.Second}
-	time.AfterFunc(4*v.StallTimeout, func() { _ = os.WriteFile(stop, nil, 0o600) })
+	// Two seconds: on a machine with dozens of runnable threads per core,
+	// a busy thread's run-queue wait shows in schedstat only once it runs
+	// again, so a shorter window can see no demand for a whole tick.
+	v := &V2V{StallTimeout: 2 * time.Second}
+	time.AfterFunc(3*v.StallTimeout, func() { _ = os.WriteFile(stop, nil, 0o600) })
 	stdout, _, err := v.run2(context.Background(), tool, nil, "")
 	if err != nil || string(stdout) != "done\n" {
 		t.Fatalf("a silent tool that works: %q, %v", stdout, err)
