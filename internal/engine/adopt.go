@@ -337,12 +337,8 @@ func (e *Engine) readDestDisk(ctx context.Context, namespace, name, claim string
 	case !kube.IsNotFound(err):
 		return d, err
 	}
-	cl, err := e.deps.Kube.Raw()
+	pvc, err := e.deps.Kube.GetPersistentVolumeClaim(ctx, namespace, claim)
 	if err != nil {
-		return d, err
-	}
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, pvc); err != nil {
 		if kube.IsNotFound(err) && d.dv == nil {
 			return d, &AdoptError{Namespace: namespace, Name: name, Reason: "VMIncomplete",
 				Message: fmt.Sprintf("VirtualMachine %s/%s uses disk %s, but neither a DataVolume nor a PersistentVolumeClaim of that name exists", namespace, name, claim)}
@@ -350,7 +346,7 @@ func (e *Engine) readDestDisk(ctx context.Context, namespace, name, claim string
 		if kube.IsNotFound(err) {
 			return d, nil // a DataVolume without a size and no claim yet: size unknown
 		}
-		return d, &kube.Error{Op: "get", Kind: "PersistentVolumeClaim", Namespace: namespace, Name: claim, Class: kube.Classify(err), Err: err}
+		return d, err
 	}
 	if q, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
 		d.size = q.Value()
@@ -516,12 +512,9 @@ func pickAdoptCandidate(namespace, name string, hosts []string, cands []AdoptCan
 // labelAdopted labels the VirtualMachine and its DataVolumes as the
 // migration's (a merge patch of the labels; nothing else changes).
 func (e *Engine) labelAdopted(ctx context.Context, namespace, name string, tgt *adoptTarget) ([]string, error) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return nil, err
-	}
+	kc := e.deps.Kube
 	var out []string
-	label := func(kind string, obj client.Object) error {
+	label := func(kind string, obj client.Object, patch func(map[string]string) error) error {
 		before := obj.GetLabels()
 		want := maps.Clone(before)
 		if want == nil {
@@ -535,22 +528,24 @@ func (e *Engine) labelAdopted(ctx context.Context, namespace, name string, tgt *
 		if maps.Equal(before, want) {
 			return nil
 		}
-		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
-		obj.SetLabels(want)
-		if err := cl.Patch(ctx, obj, patch); err != nil {
-			return &kube.Error{Op: "patch", Kind: kind, Namespace: namespace, Name: obj.GetName(), Class: kube.Classify(err), Err: err}
+		if err := patch(want); err != nil {
+			return err
 		}
 		out = append(out, kind+" "+namespace+"/"+obj.GetName())
 		return nil
 	}
-	if err := label("VirtualMachine", tgt.vm); err != nil {
+	if err := label("VirtualMachine", tgt.vm, func(l map[string]string) error {
+		return kc.PatchVirtualMachineLabels(ctx, tgt.vm, l)
+	}); err != nil {
 		return out, err
 	}
 	for _, d := range tgt.disks {
 		if d.dv == nil {
 			continue
 		}
-		if err := label("DataVolume", d.dv); err != nil {
+		if err := label("DataVolume", d.dv, func(l map[string]string) error {
+			return kc.PatchDataVolumeLabels(ctx, d.dv, l)
+		}); err != nil {
 			return out, err
 		}
 	}

@@ -109,18 +109,12 @@ func claimOf(cm *corev1.ConfigMap) SourceClaim {
 // any more (forgotten by an older version, or its record deleted by hand)
 // is not live.
 func (e *Engine) SourceClaimOf(ctx context.Context, host, vmxPath, namespace, name string) (*SourceClaim, error) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return nil, err
-	}
-	cm := &corev1.ConfigMap{}
-	claimName := SourceClaimName(e.hostIdentity(host), vmxPath)
-	err = cl.Get(ctx, client.ObjectKey{Namespace: e.claimNamespace(), Name: claimName}, cm)
+	cm, err := e.deps.Kube.GetConfigMap(ctx, e.claimNamespace(), SourceClaimName(e.hostIdentity(host), vmxPath))
 	switch {
 	case kube.IsNotFound(err):
 		return nil, nil
 	case err != nil:
-		return nil, &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: e.claimNamespace(), Name: claimName, Class: kube.Classify(err), Err: err}
+		return nil, err
 	}
 	c := claimOf(cm)
 	if c.Namespace == namespace && c.Name == name {
@@ -182,39 +176,44 @@ func (r *run) claimSource(ctx context.Context, vm *esxi.VM) error {
 // source VM (host is its configured name). It returns the holder when
 // another live migration has it, and whether this call took it.
 func (e *Engine) takeClaim(ctx context.Context, host, vmxPath, namespace, name string) (*SourceClaim, bool, error) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return nil, false, err
-	}
-	ns := e.claimNamespace()
-	key := client.ObjectKey{Namespace: ns, Name: SourceClaimName(e.hostIdentity(host), vmxPath)}
+	kc := e.deps.Kube
+	ns, claimName := e.claimNamespace(), SourceClaimName(e.hostIdentity(host), vmxPath)
 	want := map[string]string{
 		claimKeyHost: host, claimKeyVMXPath: vmxPath,
 		claimKeyNamespace: namespace, claimKeyName: name, claimKeyClaimedAt: e.now().Format(time.RFC3339),
 	}
 	labels := map[string]string{kube.LabelManagedBy: kube.ManagedByValue, labelClaimKind: claimKindValue,
 		LabelClaimNamespace: namespace, kube.LabelMigration: name}
+	holds := func(obj client.Object) (string, bool) {
+		c := claimOf(obj.(*corev1.ConfigMap))
+		return c.holder(), c.Namespace == namespace && c.Name == name
+	}
 	for attempt := 0; attempt < 5; attempt++ {
-		cm := &corev1.ConfigMap{}
-		err := cl.Get(ctx, key, cm)
+		cm, err := kc.GetConfigMap(ctx, ns, claimName)
 		switch {
 		case kube.IsNotFound(err):
-			if err := e.ensureClaimNamespace(ctx, cl); err != nil {
+			if err := e.ensureClaimNamespace(ctx); err != nil {
 				return nil, false, err
 			}
-			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Labels: labels}, Data: want}
-			err := cl.Create(ctx, cm)
+			// Someone may claim it first, or our create may be applied
+			// and its reply lost: EnsureOwned looks again.
+			var took bool
+			_, took, err = kube.EnsureOwned(ctx, kc,
+				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claimName, Labels: labels}, Data: want},
+				kc.CreateConfigMap, holds)
+			var other *kube.NotOwnedError
 			switch {
 			case err == nil:
-				return nil, true, nil
-			case kube.IsAlreadyExists(err), kube.Classify(err) == kube.Transient:
-				// Someone claimed it first, or our create was applied and
-				// its reply lost: look again.
+				return nil, took, nil
+			case errors.As(err, &other):
+				cm = other.Object.(*corev1.ConfigMap)
+			case kube.Classify(err) == kube.Transient:
 				continue
+			default:
+				return nil, false, claimError(ns, claimName, err)
 			}
-			return nil, false, claimError(ns, key.Name, "create", err)
 		case err != nil:
-			return nil, false, claimError(ns, key.Name, "get", err)
+			return nil, false, claimError(ns, claimName, err)
 		}
 		c := claimOf(cm)
 		if c.Namespace == namespace && c.Name == name {
@@ -230,69 +229,76 @@ func (e *Engine) takeClaim(ctx context.Context, host, vmxPath, namespace, name s
 		// The holder's record is gone: take the claim over (the update
 		// fails on a conflict if another run does the same).
 		cm.Data, cm.Labels = want, labels
-		if err := cl.Update(ctx, cm); err != nil {
+		if err := kc.UpdateConfigMap(ctx, cm); err != nil {
 			if kube.IsConflict(err) || kube.IsNotFound(err) {
 				continue
 			}
-			return nil, false, claimError(ns, key.Name, "update", err)
+			return nil, false, claimError(ns, claimName, err)
 		}
 		return nil, true, nil
 	}
 	return nil, false, transient("SourceClaimContended", "the claim on the source VM "+vmxPath+" kept changing while this run tried to take it", nil)
 }
 
-func claimError(ns, name, op string, err error) error {
+// claimError is err, from an operation on the claim ConfigMap ns/name,
+// as a transient error, or as a stop that says which permission the
+// provider lacks.
+func claimError(ns, name string, err error) error {
 	if kube.Classify(err) == kube.Transient {
-		return &kube.Error{Op: op, Kind: "ConfigMap", Namespace: ns, Name: name, Class: kube.Transient, Err: err}
+		return err
 	}
+	op := "access"
+	var ke *kube.Error
+	if errors.As(err, &ke) {
+		op = ke.Op
+	}
+	cause := kube.Cause(err)
 	return needsHuman("SourceClaimUnavailable",
-		fmt.Sprintf("cannot %s the claim on the source VM (ConfigMap %s/%s): %v", op, ns, name, err),
-		"grant the provider's credentials get, list, create, update and delete on ConfigMaps in namespace "+ns+", then run apply again", err)
+		fmt.Sprintf("cannot %s the claim on the source VM (ConfigMap %s/%s): %v", op, ns, name, cause),
+		"grant the provider's credentials get, list, create, update and delete on ConfigMaps in namespace "+ns+", then run apply again", cause)
 }
 
 // ensureClaimNamespace creates the claim namespace if it is missing.
-func (e *Engine) ensureClaimNamespace(ctx context.Context, cl client.Client) error {
+func (e *Engine) ensureClaimNamespace(ctx context.Context) error {
+	kc := e.deps.Kube
 	ns := e.claimNamespace()
-	err := cl.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
-	if err == nil {
+	ok, err := kc.NamespaceExists(ctx, ns)
+	switch {
+	case ok:
 		return nil
+	case err != nil && kube.Classify(err) == kube.Transient:
+		return err
 	}
-	if !kube.IsNotFound(err) && kube.Classify(err) == kube.Transient {
-		return &kube.Error{Op: "get", Kind: "Namespace", Name: ns, Class: kube.Transient, Err: err}
-	}
-	err = cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{kube.LabelManagedBy: kube.ManagedByValue}}})
+	err = kc.CreateNamespace(ctx, ns, map[string]string{kube.LabelManagedBy: kube.ManagedByValue})
 	if err == nil || kube.IsAlreadyExists(err) {
 		return nil
 	}
+	cause := kube.Cause(err)
 	return needsHuman("SourceClaimUnavailable",
-		fmt.Sprintf("the namespace %s, which holds the claims that keep two migrations from moving one source VM, does not exist and cannot be created: %v", ns, err),
-		"create namespace "+ns+" (kubectl create namespace "+ns+") and grant the provider's credentials access to ConfigMaps there, then run apply again", err)
+		fmt.Sprintf("the namespace %s, which holds the claims that keep two migrations from moving one source VM, does not exist and cannot be created: %v", ns, cause),
+		"create namespace "+ns+" (kubectl create namespace "+ns+") and grant the provider's credentials access to ConfigMaps there, then run apply again", cause)
 }
 
 // releaseSourceClaims deletes the claims migration namespace/name holds.
 func (e *Engine) releaseSourceClaims(ctx context.Context, namespace, name string) ([]string, error) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return nil, err
-	}
-	var list corev1.ConfigMapList
-	err = cl.List(ctx, &list, client.InNamespace(e.claimNamespace()),
-		client.MatchingLabels{labelClaimKind: claimKindValue, LabelClaimNamespace: namespace, kube.LabelMigration: name})
+	kc := e.deps.Kube
+	items, err := kc.ListConfigMaps(ctx, e.claimNamespace(),
+		map[string]string{labelClaimKind: claimKindValue, LabelClaimNamespace: namespace, kube.LabelMigration: name})
 	if err != nil {
 		if kube.IsNotFound(err) {
 			return nil, nil
 		}
-		return nil, &kube.Error{Op: "list", Kind: "ConfigMap", Namespace: e.claimNamespace(), Class: kube.Classify(err), Err: err}
+		return nil, err
 	}
 	var out []string
-	for i := range list.Items {
-		cm := &list.Items[i]
+	for i := range items {
+		cm := &items[i]
 		c := claimOf(cm)
 		if c.Namespace != namespace || c.Name != name {
 			continue
 		}
-		if err := cl.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion}); err != nil && !kube.IsNotFound(err) {
-			return out, &kube.Error{Op: "delete", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}
+		if err := kc.DeleteConfigMapIfUnchanged(ctx, cm); err != nil {
+			return out, err
 		}
 		out = append(out, fmt.Sprintf("released the claim on the source VM %s on host %s", c.VMXPath, c.Host))
 	}

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -23,34 +26,26 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 	created := false
 	if kube.IsNotFound(err) {
 		// Not forced: a VirtualMachine someone else made in the meantime
-		// with other values is a conflict, not taken over.
-		vm = desired.DeepCopy()
-		err = kc.ApplyVirtualMachine(ctx, vm, false)
-		if err == nil {
-			created = true
+		// with other values is a conflict, not taken over. After a
+		// conflict, or an apply whose reply was lost, EnsureOwned looks
+		// at what is there: the labels say whether it is ours.
+		apply := func(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
+			return kc.ApplyVirtualMachine(ctx, vm, false)
+		}
+		vm, created, err = kube.EnsureOwned(ctx, kc, desired.DeepCopy(), apply, kube.LabelOwner(r.spec.Name))
+		var other *kube.NotOwnedError
+		if errors.As(err, &other) {
+			return vmNotOurs(r.spec.Namespace, r.spec.Name, other.Owner)
+		}
+		if created {
 			r.report(ctx, Event{Kind: EventInfo, Message: "created VirtualMachine " + r.spec.Namespace + "/" + r.spec.Name})
-		} else if kube.IsConflict(err) || kube.Classify(err) == kube.Transient {
-			// The apply may have been made although its reply was lost,
-			// or someone else's VM is there now: look at what is there;
-			// the labels say whether it is ours.
-			got, gerr := kc.GetVirtualMachine(ctx, r.spec.Namespace, r.spec.Name)
-			switch {
-			case gerr == nil:
-				vm, err = got, nil
-			case !kube.IsNotFound(gerr):
-				err = gerr
-			}
-			// Not there: the apply's own error stands (a transient one
-			// is retried).
 		}
 	}
 	switch {
 	case err != nil:
 		return err
 	case !isOurs(vm.Labels, r.spec.Name):
-		return needsHuman("VMNotOurs",
-			fmt.Sprintf("VirtualMachine %s/%s exists and was not created by this migration (label %s=%q)", r.spec.Namespace, r.spec.Name, kube.LabelMigration, vm.Labels[kube.LabelMigration]),
-			"the provider never overwrites what it does not own: remove or rename that VirtualMachine, or choose another destination name, then run apply again", nil)
+		return vmNotOurs(r.spec.Namespace, r.spec.Name, vm.Labels[kube.LabelMigration])
 	case !created:
 		// Ours: the render's fields are the migration's, whoever changed
 		// them since.
@@ -69,4 +64,12 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 	stamp(&rec.Timestamps.VMCreated, now)
 	rec.setCondition(now, CondVMCreated, true, "Created", "VirtualMachine "+vm.Name+" exists and matches the migration")
 	return nil
+}
+
+// vmNotOurs is the stop at a VirtualMachine of the migration's name that
+// another (owner, its LabelMigration) made.
+func vmNotOurs(namespace, name, owner string) error {
+	return needsHuman("VMNotOurs",
+		fmt.Sprintf("VirtualMachine %s/%s exists and was not created by this migration (label %s=%q)", namespace, name, kube.LabelMigration, owner),
+		"the provider never overwrites what it does not own: remove or rename that VirtualMachine, or choose another destination name, then run apply again", nil)
 }

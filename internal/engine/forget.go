@@ -142,12 +142,8 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		res.Actions = append(res.Actions, a)
 	}
 	if s != nil {
-		cl, err := kc.Raw()
-		if err != nil {
+		if err := kc.DeleteConfigMap(ctx, s.cm); err != nil {
 			return res, err
-		}
-		if err := cl.Delete(ctx, s.cm); err != nil && !kube.IsNotFound(err) {
-			return res, &kube.Error{Op: "delete", Kind: "ConfigMap", Namespace: namespace, Name: s.cm.Name, Class: kube.Classify(err), Err: err}
 		}
 		res.Actions = append(res.Actions, "deleted the migration record "+namespace+"/"+RecordName(name))
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -78,33 +79,30 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 					return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i))}
 				}
 			}
-			dv = r.renderDataVolume(*d)
-			if err := kc.CreateDataVolume(ctx, dv); err != nil {
-				if kube.IsAlreadyExists(err) {
-					continue // look at it: its labels say whether it is ours
-				}
-				if kube.Classify(err) == kube.Transient {
-					// The create may have been applied although its reply
-					// was lost: look before creating again.
-					if _, gerr := kc.GetDataVolume(ctx, ns, d.DataVolume); gerr == nil {
-						continue
-					}
-				}
+			// One in the way (made meanwhile, or by this create although
+			// its reply was lost) is looked at: its labels say whether it
+			// is ours.
+			var created bool
+			dv, created, err = kube.EnsureOwned(ctx, kc, r.renderDataVolume(*d), kc.CreateDataVolume, kube.LabelOwner(r.spec.Name))
+			var other *kube.NotOwnedError
+			switch {
+			case errors.As(err, &other):
+				return dataVolumeNotOurs(ns, d.DataVolume, other.Owner)
+			case err != nil:
 				return err
+			case created:
+				d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = string(dv.UID), false, "", ""
+				if err := r.save(ctx); err != nil {
+					return err
+				}
+				r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: created DataVolume %s", i, d.DataVolume)})
+				continue
 			}
-			d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = string(dv.UID), false, "", ""
-			if err := r.save(ctx); err != nil {
-				return err
-			}
-			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: created DataVolume %s", i, d.DataVolume)})
-			continue
 		case err != nil:
 			return err
 		}
 		if !isOurs(dv.Labels, r.spec.Name) {
-			return needsHuman("DataVolumeNotOurs",
-				fmt.Sprintf("DataVolume %s/%s exists and was not created by this migration (label %s=%q)", ns, d.DataVolume, kube.LabelMigration, dv.Labels[kube.LabelMigration]),
-				"the provider never overwrites what it does not own: remove or rename that DataVolume, or choose another destination name, then run apply again", nil)
+			return dataVolumeNotOurs(ns, d.DataVolume, dv.Labels[kube.LabelMigration])
 		}
 		if string(dv.UID) != d.DataVolumeUID {
 			// Ours, but not the one recorded (recreated, or created by a
@@ -360,4 +358,12 @@ func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artif
 	}
 	_ = os.Chmod(q, 0o600)
 	return a, nil
+}
+
+// dataVolumeNotOurs is the stop at a DataVolume of the migration's name
+// that another (owner, its LabelMigration) made.
+func dataVolumeNotOurs(namespace, name, owner string) error {
+	return needsHuman("DataVolumeNotOurs",
+		fmt.Sprintf("DataVolume %s/%s exists and was not created by this migration (label %s=%q)", namespace, name, kube.LabelMigration, owner),
+		"the provider never overwrites what it does not own: remove or rename that DataVolume, or choose another destination name, then run apply again", nil)
 }

@@ -9,7 +9,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
@@ -33,10 +32,7 @@ type lease struct {
 // *LeaseHeldError when another live holder has it. The returned context is
 // cancelled if the lease is lost.
 func (e *Engine) acquireLease(ctx context.Context, namespace, name string) (*lease, context.Context, error) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return nil, nil, err
-	}
+	kc := e.deps.Kube
 	dur := e.deps.LeaseDuration
 	secs := int32(dur / time.Second)
 	if secs < 1 {
@@ -44,25 +40,28 @@ func (e *Engine) acquireLease(ctx context.Context, namespace, name string) (*lea
 	}
 	now := metav1.NewMicroTime(e.now())
 	holder := e.identity
-	key := client.ObjectKey{Namespace: namespace, Name: RecordName(name)}
-	l := &coordinationv1.Lease{}
-	err = cl.Get(ctx, key, l)
+	l, err := kc.GetLease(ctx, namespace, RecordName(name))
 	switch {
 	case kube.IsNotFound(err):
+		// Not kube.EnsureOwned: a Lease found in the way belongs to
+		// whichever run holds it until it expires, and taking an expired
+		// one over is an update that counts a transition. A create whose
+		// reply was lost fails this attempt; the next one finds the Lease
+		// held by this engine's identity and takes it.
 		l = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: key.Name, Labels: ourLabels(name)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: RecordName(name), Labels: ourLabels(name)},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now,
 			},
 		}
-		if err := cl.Create(ctx, l); err != nil {
+		if err := kc.CreateLease(ctx, l); err != nil {
 			if kube.IsAlreadyExists(err) {
 				return nil, nil, e.heldError(ctx, namespace, name)
 			}
-			return nil, nil, &kube.Error{Op: "create", Kind: "Lease", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+			return nil, nil, err
 		}
 	case err != nil:
-		return nil, nil, &kube.Error{Op: "get", Kind: "Lease", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+		return nil, nil, err
 	default:
 		if h, exp, live := e.leaseLive(l); live && h != holder {
 			return nil, nil, &LeaseHeldError{Namespace: namespace, Name: name, Holder: h, Expires: exp}
@@ -73,11 +72,11 @@ func (e *Engine) acquireLease(ctx context.Context, namespace, name string) (*lea
 		}
 		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = &holder, &secs
 		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseTransitions = &now, &now, &trans
-		if err := cl.Update(ctx, l); err != nil {
+		if err := kc.UpdateLease(ctx, l); err != nil {
 			if kube.IsConflict(err) {
 				return nil, nil, e.heldError(ctx, namespace, name)
 			}
-			return nil, nil, &kube.Error{Op: "update", Kind: "Lease", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+			return nil, nil, err
 		}
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -131,13 +130,11 @@ func (e *Engine) leaseLive(l *coordinationv1.Lease) (string, time.Time, bool) {
 }
 
 func (e *Engine) heldError(ctx context.Context, namespace, name string) error {
-	cl, err := e.deps.Kube.Raw()
+	l, err := e.deps.Kube.GetLease(ctx, namespace, RecordName(name))
 	if err != nil {
-		return err
-	}
-	l := &coordinationv1.Lease{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: RecordName(name)}, l); err != nil {
-		return &kube.Error{Op: "get", Kind: "Lease", Namespace: namespace, Name: RecordName(name), Class: kube.Transient, Err: err}
+		// It was there a moment ago: whatever keeps it from being read
+		// now is worth another try.
+		return kube.AsTransient(err)
 	}
 	h, exp, _ := e.leaseLive(l)
 	return &LeaseHeldError{Namespace: namespace, Name: name, Holder: h, Expires: exp}
@@ -206,18 +203,16 @@ func isLostLease(err error) bool {
 }
 
 func (h *lease) renewOnce() error {
-	cl, err := h.e.deps.Kube.Raw()
-	if err != nil {
-		return err
-	}
+	kc := h.e.deps.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h.mu.Lock()
 	l := h.lease.DeepCopy()
 	h.mu.Unlock()
-	cur := &coordinationv1.Lease{}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(l), cur); err != nil {
-		return err
+	// The API's own errors: lostLeaseError names its cause.
+	cur, err := kc.GetLease(ctx, l.Namespace, l.Name)
+	if err != nil {
+		return kube.Cause(err)
 	}
 	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.e.identity {
 		holder := "nobody"
@@ -228,8 +223,8 @@ func (h *lease) renewOnce() error {
 	}
 	now := metav1.NewMicroTime(h.e.now())
 	cur.Spec.RenewTime = &now
-	if err := cl.Update(ctx, cur); err != nil {
-		return err
+	if err := kc.UpdateLease(ctx, cur); err != nil {
+		return kube.Cause(err)
 	}
 	h.mu.Lock()
 	h.lease = cur
@@ -242,22 +237,18 @@ func (h *lease) release() {
 	close(h.stop)
 	<-h.done
 	h.cancel(nil)
-	cl, err := h.e.deps.Kube.Raw()
-	if err != nil {
-		return
-	}
+	kc := h.e.deps.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cur := &coordinationv1.Lease{}
 	h.mu.Lock()
-	key := client.ObjectKeyFromObject(h.lease)
+	namespace, name := h.lease.Namespace, h.lease.Name
 	h.mu.Unlock()
-	if err := cl.Get(ctx, key, cur); err != nil {
+	cur, err := kc.GetLease(ctx, namespace, name)
+	if err != nil {
 		return
 	}
 	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.e.identity {
 		return
 	}
-	rv := cur.ResourceVersion
-	_ = cl.Delete(ctx, cur, client.Preconditions{ResourceVersion: &rv})
+	_ = kc.DeleteLeaseIfUnchanged(ctx, cur)
 }

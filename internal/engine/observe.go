@@ -9,8 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -212,16 +210,11 @@ func (e *Engine) observeDataVolume(ctx context.Context, namespace, dvName, name 
 			o.StorageClass, o.AccessModes, o.VolumeMode = deref(p.StorageClassName), accessModes(p.AccessModes), volumeMode(p.VolumeMode)
 		}
 	}
-	cl, err := kc.Raw()
-	if err != nil {
-		return o, err
-	}
-	pvc := &corev1.PersistentVolumeClaim{}
-	err = cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: dvName}, pvc)
+	pvc, err := kc.GetPersistentVolumeClaim(ctx, namespace, dvName)
 	switch {
 	case kube.IsNotFound(err):
 	case err != nil:
-		return o, &kube.Error{Op: "get", Kind: "PersistentVolumeClaim", Namespace: namespace, Name: dvName, Class: kube.Classify(err), Err: err}
+		return o, err
 	default:
 		o.ClaimExists = pvc.DeletionTimestamp == nil
 		if !o.Exists {
@@ -262,15 +255,11 @@ func (e *Engine) dataVolumeNames(ctx context.Context, namespace, name string, re
 			names = append(names, d.DataVolume)
 		}
 	}
-	cl, err := e.deps.Kube.Raw()
+	dvs, err := e.deps.Kube.ListDataVolumes(ctx, namespace, map[string]string{kube.LabelMigration: name})
 	if err != nil {
 		return nil, err
 	}
-	var list cdiv1beta1.DataVolumeList
-	if err := cl.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{kube.LabelMigration: name}); err != nil {
-		return nil, &kube.Error{Op: "list", Kind: "DataVolume", Namespace: namespace, Class: kube.Classify(err), Err: err}
-	}
-	for _, dv := range list.Items {
+	for _, dv := range dvs {
 		if !slices.Contains(names, dv.Name) {
 			names = append(names, dv.Name)
 		}

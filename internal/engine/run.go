@@ -11,7 +11,6 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
@@ -233,18 +232,11 @@ func (r *run) open(ctx context.Context) error {
 			Phase: PhasePending,
 		}
 		stamp(&rec.Timestamps.Created, now)
-		if s, err = r.e.create(ctx, rec); err != nil {
-			// The create may have been applied although its reply was
-			// lost: while this run holds the lease, a record of the same
-			// identity that appeared is ours.
-			if !kube.IsAlreadyExists(err) && kube.Classify(err) != kube.Transient {
-				return err
-			}
-			got, lerr := r.e.load(ctx, r.spec.Namespace, r.spec.Name)
-			if lerr != nil || got.rec.Identity != rec.Identity || got.rec.Phase != PhasePending {
-				return err
-			}
-			s = got
+		// The create may have been applied although its reply was lost:
+		// while this run holds the lease, a record of the same identity
+		// that appeared is ours.
+		if s, err = r.e.createPending(ctx, rec); err != nil {
+			return err
 		}
 		r.setStored(s)
 		r.e.event(ctx, s, false, "Created", "migration of "+r.sourceLabel()+" to "+r.spec.Namespace+"/"+r.spec.Name+" created")

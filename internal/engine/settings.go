@@ -28,10 +28,6 @@ func (e *Engine) SaveSettings(ctx context.Context, namespace, name, settings str
 	if len(settings) > maxSettingsBytes {
 		return fmt.Errorf("settings of migration %s/%s are %d bytes, more than %d", namespace, name, len(settings), maxSettingsBytes)
 	}
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return err
-	}
 	p := retry.Policy{Attempts: 5, Initial: 100 * time.Millisecond, Max: time.Second}
 	return retry.Do(ctx, p, func(err error) bool {
 		return kube.IsConflict(err) || kube.Classify(err) == kube.Transient
@@ -51,10 +47,7 @@ func (e *Engine) SaveSettings(ctx context.Context, namespace, name, settings str
 		// An Update carries the resourceVersion read above: a record
 		// written in between makes it fail with a conflict, and the retry
 		// starts again from the newer record.
-		if err := cl.Update(ctx, cm); err != nil {
-			return &kube.Error{Op: "update", Kind: "ConfigMap", Namespace: namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}
-		}
-		return nil
+		return e.deps.Kube.UpdateConfigMap(ctx, cm)
 	})
 }
 

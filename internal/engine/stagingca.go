@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -29,26 +28,22 @@ func (r *run) ensureStagingCA(ctx context.Context) error {
 	if t.Kind != TransportHTTP || t.StagingCAPEM == "" {
 		return nil
 	}
-	cl, err := r.e.deps.Kube.Raw()
-	if err != nil {
-		return err
-	}
+	kc := r.e.deps.Kube
 	ns, name := r.spec.Namespace, StagingCAConfigMapName(r.spec.Name)
-	cm := &corev1.ConfigMap{}
-	err = cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm)
+	cm, err := kc.GetConfigMap(ctx, ns, name)
 	switch {
 	case kube.IsNotFound(err):
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: ourLabels(r.spec.Name)},
 			Data: map[string]string{StagingCAKey: t.StagingCAPEM}}
-		if err := cl.Create(ctx, cm); err != nil && !kube.IsAlreadyExists(err) {
-			return &kube.Error{Op: "create", Kind: "ConfigMap", Namespace: ns, Name: name, Class: kube.Classify(err), Err: err}
+		if err := kc.CreateConfigMap(ctx, cm); err != nil && !kube.IsAlreadyExists(err) {
+			return err
 		} else if err != nil {
-			return transient("StagingCARace", fmt.Sprintf("ConfigMap %s/%s appeared while it was created", ns, name), err)
+			return transient("StagingCARace", fmt.Sprintf("ConfigMap %s/%s appeared while it was created", ns, name), kube.Cause(err))
 		}
 		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("created ConfigMap %s with the staging server's CA", name)})
 		return nil
 	case err != nil:
-		return &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: ns, Name: name, Class: kube.Classify(err), Err: err}
+		return err
 	}
 	if !isOurs(cm.Labels, r.spec.Name) {
 		return onField(FieldHTTPStagingCA, needsHuman("StagingCANotOurs",
@@ -60,8 +55,8 @@ func (r *run) ensureStagingCA(ctx context.Context) error {
 	}
 	// Every key counts for CDI: keep ours only.
 	cm.Data = map[string]string{StagingCAKey: t.StagingCAPEM}
-	if err := cl.Update(ctx, cm); err != nil {
-		return &kube.Error{Op: "update", Kind: "ConfigMap", Namespace: ns, Name: name, Class: kube.Classify(err), Err: err}
+	if err := kc.UpdateConfigMap(ctx, cm); err != nil {
+		return err
 	}
 	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("updated ConfigMap %s with the staging server's CA", name)})
 	return nil
@@ -70,22 +65,19 @@ func (r *run) ensureStagingCA(ctx context.Context) error {
 // forgetStagingCA deletes migration name's staging CA ConfigMap, if it has
 // one, and says so.
 func (e *Engine) forgetStagingCA(ctx context.Context, namespace, name string) (string, error) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return "", err
-	}
-	cm := &corev1.ConfigMap{}
-	key := client.ObjectKey{Namespace: namespace, Name: StagingCAConfigMapName(name)}
-	switch err := cl.Get(ctx, key, cm); {
+	kc := e.deps.Kube
+	cmName := StagingCAConfigMapName(name)
+	cm, err := kc.GetConfigMap(ctx, namespace, cmName)
+	switch {
 	case kube.IsNotFound(err):
 		return "", nil
 	case err != nil:
-		return "", &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+		return "", err
 	case !isOurs(cm.Labels, name):
-		return "left ConfigMap " + namespace + "/" + key.Name + " alone: it is not this migration's", nil
+		return "left ConfigMap " + namespace + "/" + cmName + " alone: it is not this migration's", nil
 	}
-	if err := cl.Delete(ctx, cm); err != nil && !kube.IsNotFound(err) {
-		return "", &kube.Error{Op: "delete", Kind: "ConfigMap", Namespace: namespace, Name: key.Name, Class: kube.Classify(err), Err: err}
+	if err := kc.DeleteConfigMap(ctx, cm); err != nil {
+		return "", err
 	}
-	return "deleted the staging CA ConfigMap " + namespace + "/" + key.Name, nil
+	return "deleted the staging CA ConfigMap " + namespace + "/" + cmName, nil
 }

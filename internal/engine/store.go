@@ -64,16 +64,12 @@ func (e *Engine) Load(ctx context.Context, namespace, name string) (Record, erro
 }
 
 func (e *Engine) load(ctx context.Context, namespace, name string) (*stored, error) {
-	cl, err := e.deps.Kube.Raw()
+	cm, err := e.deps.Kube.GetConfigMap(ctx, namespace, RecordName(name))
 	if err != nil {
-		return nil, err
-	}
-	cm := &corev1.ConfigMap{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: RecordName(name)}, cm); err != nil {
 		if kube.IsNotFound(err) {
 			return nil, fmt.Errorf("migration %s/%s: %w", namespace, name, ErrNoRecord)
 		}
-		return nil, &kube.Error{Op: "get", Kind: "ConfigMap", Namespace: namespace, Name: RecordName(name), Class: kube.Classify(err), Err: err}
+		return nil, err
 	}
 	if !isOurs(cm.Labels, name) {
 		return nil, &stopCause{class: fault.NeedsHuman, reason: "RecordNotOurs",
@@ -89,25 +85,65 @@ func (e *Engine) load(ctx context.Context, namespace, name string) (*stored, err
 	return &stored{rec: rec, cm: cm}, nil
 }
 
-// create writes a new record; AlreadyExists means another run created it
-// first.
-func (e *Engine) create(ctx context.Context, rec Record) (*stored, error) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return nil, err
-	}
+// recordConfigMap is the ConfigMap holding a new record.
+func recordConfigMap(rec Record) (*corev1.ConfigMap, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
-	cm := &corev1.ConfigMap{
+	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rec.Identity.Namespace, Name: RecordName(rec.Identity.Name), Labels: ourLabels(rec.Identity.Name)},
 		Data:       map[string]string{RecordKey: string(b)},
+	}, nil
+}
+
+// create writes a new record; AlreadyExists means another run created it
+// first.
+func (e *Engine) create(ctx context.Context, rec Record) (*stored, error) {
+	cm, err := recordConfigMap(rec)
+	if err != nil {
+		return nil, err
 	}
-	if err := cl.Create(ctx, cm); err != nil {
-		return nil, &kube.Error{Op: "create", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}
+	if err := e.deps.Kube.CreateConfigMap(ctx, cm); err != nil {
+		return nil, err
 	}
 	return &stored{rec: rec, cm: cm}, nil
+}
+
+// createPending writes the new record of a run that holds the lease. A
+// create applied although its reply was lost is seen through: a record
+// that is there, with the same identity and still Pending, is the one
+// this run wrote. Any other record in the way gives the create's own
+// error.
+func (e *Engine) createPending(ctx context.Context, rec Record) (*stored, error) {
+	cm, err := recordConfigMap(rec)
+	if err != nil {
+		return nil, err
+	}
+	kc := e.deps.Kube
+	cm, created, err := kube.EnsureOwned(ctx, kc, cm, kc.CreateConfigMap, func(obj client.Object) (string, bool) {
+		cm := obj.(*corev1.ConfigMap)
+		owner := cm.Labels[kube.LabelMigration]
+		var got Record
+		if !isOurs(cm.Labels, rec.Identity.Name) || json.Unmarshal([]byte(cm.Data[RecordKey]), &got) != nil {
+			return owner, false
+		}
+		return owner, got.Identity == rec.Identity && got.Phase == PhasePending
+	})
+	var notOurs *kube.NotOwnedError
+	switch {
+	case errors.As(err, &notOurs):
+		return nil, notOurs.Create
+	case err != nil:
+		return nil, err
+	case created:
+		return &stored{rec: rec, cm: cm}, nil
+	}
+	var got Record
+	if err := json.Unmarshal([]byte(cm.Data[RecordKey]), &got); err != nil {
+		return nil, err
+	}
+	return &stored{rec: got, cm: cm}, nil
 }
 
 // save writes s.rec with optimistic concurrency, retrying transient API
@@ -118,10 +154,7 @@ func (e *Engine) save(ctx context.Context, s *stored) error {
 	if err != nil {
 		return err
 	}
-	cl, err := e.deps.Kube.Raw()
-	if err != nil {
-		return err
-	}
+	kc := e.deps.Kube
 	p := retry.Policy{Attempts: 5, Initial: 200 * time.Millisecond, Max: 2 * time.Second}
 	return retry.Do(ctx, p, func(err error) bool {
 		return kube.Classify(err) == kube.Transient && !kube.IsConflict(err)
@@ -131,20 +164,20 @@ func (e *Engine) save(ctx context.Context, s *stored) error {
 			cm.Data = map[string]string{}
 		}
 		cm.Data[RecordKey] = string(b)
-		if err := cl.Update(ctx, cm); err != nil {
+		if err := kc.UpdateConfigMap(ctx, cm); err != nil {
 			if kube.IsConflict(err) {
 				// The conflict may be our own write, whose reply was lost
 				// (an earlier attempt applied it, or this one did and the
 				// answer went missing): look before calling it someone
 				// else's.
-				if cur, ok := e.storedAsWritten(ctx, cl, cm); ok {
+				if cur, ok := e.storedAsWritten(ctx, cm); ok {
 					s.cm = cur
 					return nil
 				}
 				return &stopCause{class: fault.Interrupted, reason: "RecordConflict",
 					msg: fmt.Sprintf("the migration record %s/%s was changed by someone else while this run held the lease", cm.Namespace, cm.Name)}
 			}
-			return &kube.Error{Op: "update", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, Class: kube.Classify(err), Err: err}
+			return err
 		}
 		s.cm = cm
 		return nil
@@ -155,9 +188,9 @@ func (e *Engine) save(ctx context.Context, s *stored) error {
 // holds exactly what want says: the same record and the same reset
 // annotation. Then a conflicting update was our own write, applied although
 // its reply was lost, and cur is the ConfigMap to continue from.
-func (e *Engine) storedAsWritten(ctx context.Context, cl client.Client, want *corev1.ConfigMap) (*corev1.ConfigMap, bool) {
-	cur := &corev1.ConfigMap{}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(want), cur); err != nil {
+func (e *Engine) storedAsWritten(ctx context.Context, want *corev1.ConfigMap) (*corev1.ConfigMap, bool) {
+	cur, err := e.deps.Kube.GetConfigMap(ctx, want.Namespace, want.Name)
+	if err != nil {
 		return nil, false
 	}
 	if cur.UID != want.UID || cur.Data[RecordKey] != want.Data[RecordKey] ||
@@ -179,8 +212,7 @@ func (s *stored) clearResetAnnotation() {
 // event records a Kubernetes Event on the record's ConfigMap. Events are
 // best effort: failing to write one never stops a migration.
 func (e *Engine) event(ctx context.Context, s *stored, warning bool, reason, message string) {
-	cl, err := e.deps.Kube.Raw()
-	if err != nil || s == nil || s.cm.UID == "" {
+	if s == nil || s.cm.UID == "" {
 		return
 	}
 	now := metav1.NewTime(e.now())
@@ -207,7 +239,7 @@ func (e *Engine) event(ctx context.Context, s *stored, warning bool, reason, mes
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = cl.Create(ctx, ev)
+	_ = e.deps.Kube.CreateEvent(ctx, ev)
 }
 
 // IsNotFound reports whether err says a migration has no record (Load on a

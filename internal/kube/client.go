@@ -36,6 +36,9 @@ func NewScheme() *runtime.Scheme {
 	return s
 }
 
+// scheme is NewScheme's, for naming the kinds of objects.
+var scheme = NewScheme()
+
 // Client talks to one cluster. It connects lazily: New reads no file and
 // opens no connection, so a provider can be configured (and `terraform
 // validate` run) offline or before the kubeconfig exists; the settings are
@@ -61,10 +64,9 @@ func NewForRESTConfig(cfg *rest.Config) *Client {
 	return &Client{cfg: rest.CopyConfig(cfg)}
 }
 
-// Raw returns the underlying controller-runtime client, connecting if
-// needed, for objects the typed helpers do not cover. Its errors are not
-// wrapped; use Classify on them.
-func (c *Client) Raw() (client.Client, error) {
+// raw returns the underlying controller-runtime client, connecting if
+// needed. Its errors are not wrapped: the typed calls wrap them.
+func (c *Client) raw() (client.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.c != nil {
@@ -97,7 +99,7 @@ func wrap(op, kind, namespace, name string, err error) error {
 
 // get reads namespace/name into obj.
 func (c *Client) get(ctx context.Context, kind, namespace, name string, obj client.Object) error {
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err != nil {
 		return wrap("get", kind, namespace, name, err)
 	}
@@ -105,7 +107,7 @@ func (c *Client) get(ctx context.Context, kind, namespace, name string, obj clie
 }
 
 func (c *Client) write(ctx context.Context, op, kind string, obj client.Object) error {
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err == nil {
 		switch op {
 		case "create":
@@ -121,10 +123,10 @@ func (c *Client) write(ctx context.Context, op, kind string, obj client.Object) 
 
 // del deletes obj (identified by namespace and name); an object that is
 // already gone is success.
-func (c *Client) del(ctx context.Context, kind string, obj client.Object) error {
-	cl, err := c.Raw()
+func (c *Client) del(ctx context.Context, kind string, obj client.Object, opts ...client.DeleteOption) error {
+	cl, err := c.raw()
 	if err == nil {
-		err = cl.Delete(ctx, obj, client.PropagationPolicy("Background"))
+		err = cl.Delete(ctx, obj, opts...)
 	}
 	if err != nil && IsNotFound(err) {
 		return nil
@@ -146,7 +148,7 @@ func (c *Client) GetVirtualMachine(ctx context.Context, namespace, name string) 
 // stored (uid, resourceVersion, defaults).
 // It is written as FieldManager.
 func (c *Client) CreateVirtualMachine(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err == nil {
 		err = cl.Create(ctx, vm, client.FieldOwner(FieldManager))
 	}
@@ -172,7 +174,7 @@ func (c *Client) UpdateVirtualMachineStatus(ctx context.Context, vm *kubevirtv1.
 func (c *Client) DeleteVirtualMachine(ctx context.Context, namespace, name string) error {
 	vm := &kubevirtv1.VirtualMachine{}
 	vm.Namespace, vm.Name = namespace, name
-	return c.del(ctx, "VirtualMachine", vm)
+	return c.del(ctx, "VirtualMachine", vm, client.PropagationPolicy("Background"))
 }
 
 // GetVirtualMachineInstance reads the VirtualMachineInstance of a running
@@ -215,5 +217,5 @@ func (c *Client) UpdateDataVolumeStatus(ctx context.Context, dv *cdiv1beta1.Data
 func (c *Client) DeleteDataVolume(ctx context.Context, namespace, name string) error {
 	dv := &cdiv1beta1.DataVolume{}
 	dv.Namespace, dv.Name = namespace, name
-	return c.del(ctx, "DataVolume", dv)
+	return c.del(ctx, "DataVolume", dv, client.PropagationPolicy("Background"))
 }

@@ -61,7 +61,7 @@ func (c *Client) GuestConsoleTail(ctx context.Context, namespace, vmiName string
 	if err != nil {
 		return "", err
 	}
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err != nil {
 		return "", wrap("list", "Pod", namespace, "", err)
 	}
@@ -117,7 +117,7 @@ func hasContainer(pod *corev1.Pod, name string) bool {
 // podLog reads GET .../pods/{pod}/log?container=&tailLines=&limitBytes=,
 // never more than limit bytes whatever the server sends.
 func (c *Client) podLog(ctx context.Context, namespace, pod, container string, lines, limit int) ([]byte, error) {
-	if _, err := c.Raw(); err != nil {
+	if _, err := c.raw(); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

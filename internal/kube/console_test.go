@@ -24,7 +24,7 @@ import (
 func TestGuestConsoleTail(t *testing.T) {
 	ctx := t.Context()
 	c := clusterClient(t)
-	raw, err := c.Raw()
+	raw, err := c.raw()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,30 @@ func IsAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
 // (re-read it and try again).
 func IsConflict(err error) bool { return apierrors.IsConflict(err) }
 
+// Cause is the error inside an *Error as the API server or the transport
+// gave it, without the operation and the object: for messages that name
+// the object themselves. Other errors are returned unchanged.
+func Cause(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Err
+	}
+	return err
+}
+
+// AsTransient returns err, an *Error, classified Transient: for a caller
+// that knows a retry helps whatever the server said (an object that
+// vanished between two calls). Other errors are returned unchanged.
+func AsTransient(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	t := *e
+	t.Class = Transient
+	return &t
+}
+
 // Classify says whether err is transient, needs a human, or is permanent.
 // nil is Permanent (there is nothing to retry).
 func Classify(err error) Class {
@@ -77,6 +101,7 @@ func Classify(err error) Class {
 
 func classify(err error) Class {
 	var cfgErr *ConfigError
+	var notOwned *NotOwnedError
 	var unknownAuthority x509.UnknownAuthorityError
 	var hostnameErr x509.HostnameError
 	var certInvalid x509.CertificateInvalidError
@@ -85,7 +110,7 @@ func classify(err error) Class {
 	switch {
 	case err == nil:
 		return Permanent
-	case errors.As(err, &cfgErr):
+	case errors.As(err, &cfgErr), errors.As(err, &notOwned):
 		return NeedsHuman
 	case meta.IsNoMatchError(err):
 		// The kind is not served: KubeVirt or CDI is not installed.

@@ -68,7 +68,7 @@ func (c *Client) exists(ctx context.Context, kind, namespace, name string, obj c
 // both requests.storage and <class>.storageclass.storage.k8s.io/requests.storage),
 // and whether any quota limits it.
 func (c *Client) StorageQuotaRemaining(ctx context.Context, namespace, storageClass string) (int64, bool, error) {
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err != nil {
 		return 0, false, err
 	}
@@ -109,7 +109,7 @@ func (c *Client) StorageQuotaRemaining(ctx context.Context, namespace, storageCl
 // that name exists; CDI v1.65.0 pkg/controller/datavolume/util.go
 // storageClassCSIDriverExists). A StorageClass that does not exist is not.
 func (c *Client) StorageClassPopulated(ctx context.Context, name string) (bool, error) {
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err != nil {
 		return false, err
 	}

@@ -14,7 +14,7 @@ import (
 func TestDestinationQueries(t *testing.T) {
 	ctx := t.Context()
 	c := clusterClient(t)
-	raw, err := c.Raw()
+	raw, err := c.raw()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestDestinationQueries(t *testing.T) {
 func TestUpdateVirtualMachineRunStrategyAndLabels(t *testing.T) {
 	ctx := t.Context()
 	c := clusterClient(t)
-	raw, err := c.Raw()
+	raw, err := c.raw()
 	if err != nil {
 		t.Fatal(err)
 	}

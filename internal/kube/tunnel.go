@@ -101,7 +101,7 @@ func (c *Client) OpenUploadTunnel(ctx context.Context, cdiNamespace string) (*Up
 	if len(svc.Spec.Selector) == 0 || len(svc.Spec.Ports) == 0 {
 		return nil, fail(NeedsHuman, errors.New("the Service has no selector or no port"))
 	}
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err != nil {
 		return nil, err
 	}

@@ -80,7 +80,7 @@ func wrapUpload(op, namespace, pvcName string, err error) error {
 // uploadRESTClient returns a REST client for upload.cdi.kubevirt.io/v1beta1
 // with the Client's connection settings.
 func (c *Client) uploadRESTClient() (*rest.RESTClient, error) {
-	if _, err := c.Raw(); err != nil {
+	if _, err := c.raw(); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

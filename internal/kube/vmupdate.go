@@ -46,7 +46,7 @@ func (c *Client) UpdateVirtualMachineRunStrategyAndLabels(ctx context.Context, n
 	if err != nil {
 		return err
 	}
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err != nil {
 		return wrap("patch", "VirtualMachine", namespace, name, err)
 	}
@@ -73,7 +73,7 @@ func (c *Client) ApplyVirtualMachine(ctx context.Context, vm *kubevirtv1.Virtual
 	if force {
 		opts = append(opts, client.ForceOwnership)
 	}
-	cl, err := c.Raw()
+	cl, err := c.raw()
 	if err == nil {
 		err = cl.Patch(ctx, vm, client.RawPatch(types.ApplyPatchType, body), opts...)
 	}

@@ -54,39 +54,36 @@ func TestLoseReplyAfterWrite(t *testing.T) {
 	if err := cl.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := kc.Raw()
-	if err != nil {
-		t.Fatal(err)
-	}
 	faults.LoseReply(Update, "ConfigMap", ns, "cm", 2)
 	for _, v := range []string{"1", "2"} {
-		var got corev1.ConfigMap
-		if err := raw.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil {
+		got, err := kc.GetConfigMap(ctx, ns, "cm")
+		if err != nil {
 			t.Fatal(err)
 		}
 		got.Data["v"] = v
-		if err := raw.Update(ctx, &got); err == nil || kube.Classify(err) != kube.Transient {
+		if err := kc.UpdateConfigMap(ctx, got); err == nil || kube.Classify(err) != kube.Transient {
 			t.Fatalf("update to %s: %v, want a transient error", v, err)
 		}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil || got.Data["v"] != v {
-			t.Fatalf("update to %s not applied: %v %v", v, got.Data, err)
+		var seen corev1.ConfigMap
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &seen); err != nil || seen.Data["v"] != v {
+			t.Fatalf("update to %s not applied: %v %v", v, seen.Data, err)
 		}
 	}
-	var got corev1.ConfigMap
-	if err := raw.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil {
+	got, err := kc.GetConfigMap(ctx, ns, "cm")
+	if err != nil {
 		t.Fatal(err)
 	}
 	got.Data["v"] = "3"
-	if err := raw.Update(ctx, &got); err != nil {
+	if err := kc.UpdateConfigMap(ctx, got); err != nil {
 		t.Errorf("third update (fault spent): %v", err)
 	}
 	// A core object's create.
 	faults.LoseReply(Create, "ConfigMap", ns, "cm2", 1)
 	cm2 := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm2"}}
-	if err := raw.Create(ctx, cm2); err == nil || kube.Classify(err) != kube.Transient {
+	if err := kc.CreateConfigMap(ctx, cm2); err == nil || kube.Classify(err) != kube.Transient {
 		t.Errorf("create of cm2: %v, want a transient error", err)
 	}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(cm2), &got); err != nil {
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(cm2), &corev1.ConfigMap{}); err != nil {
 		t.Errorf("cm2 was not created although its reply was lost: %v", err)
 	}
 	if faults.Lost() != 4 {
