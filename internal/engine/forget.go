@@ -89,37 +89,10 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		}
 	}
 	if policy == ForgetDeleteDestination || policy == ForgetRollback {
-		vm, err := kc.GetVirtualMachine(ctx, namespace, name)
-		switch {
-		case kube.IsNotFound(err):
-		case err != nil:
-			return res, err
-		case isOurs(vm.Labels, name):
-			if err := kc.DeleteVirtualMachine(ctx, namespace, name); err != nil {
-				return res, err
-			}
-			res.Actions = append(res.Actions, "deleted VirtualMachine "+namespace+"/"+name)
-		default:
-			res.Actions = append(res.Actions, "left VirtualMachine "+namespace+"/"+name+" alone: it is not this migration's")
-		}
-		names, err := e.dataVolumeNames(ctx, namespace, name, rec)
+		deleted, err := e.deleteDestination(ctx, namespace, name, rec)
+		res.Actions = append(res.Actions, deleted...)
 		if err != nil {
 			return res, err
-		}
-		for _, n := range names {
-			dv, err := kc.GetDataVolume(ctx, namespace, n)
-			switch {
-			case kube.IsNotFound(err):
-			case err != nil:
-				return res, err
-			case isOurs(dv.Labels, name):
-				if err := kc.DeleteDataVolume(ctx, namespace, n); err != nil {
-					return res, err
-				}
-				res.Actions = append(res.Actions, "deleted DataVolume "+namespace+"/"+n)
-			default:
-				res.Actions = append(res.Actions, "left DataVolume "+namespace+"/"+n+" alone: it is not this migration's")
-			}
 		}
 	}
 	// A warm migration's snapshots go whatever the policy: they only grow.
@@ -155,6 +128,47 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		return res, err
 	}
 	return res, nil
+}
+
+// deleteDestination deletes the migration's VirtualMachine and
+// DataVolumes, leaving alone any of those names that are not its own, and
+// says what it did.
+func (e *Engine) deleteDestination(ctx context.Context, namespace, name string, rec *Record) ([]string, error) {
+	kc := e.deps.Kube
+	var actions []string
+	vm, err := kc.GetVirtualMachine(ctx, namespace, name)
+	switch {
+	case kube.IsNotFound(err):
+	case err != nil:
+		return actions, err
+	case isOurs(vm.Labels, name):
+		if err := kc.DeleteVirtualMachine(ctx, namespace, name); err != nil {
+			return actions, err
+		}
+		actions = append(actions, "deleted VirtualMachine "+namespace+"/"+name)
+	default:
+		actions = append(actions, "left VirtualMachine "+namespace+"/"+name+" alone: it is not this migration's")
+	}
+	names, err := e.dataVolumeNames(ctx, namespace, name, rec)
+	if err != nil {
+		return actions, err
+	}
+	for _, n := range names {
+		dv, err := kc.GetDataVolume(ctx, namespace, n)
+		switch {
+		case kube.IsNotFound(err):
+		case err != nil:
+			return actions, err
+		case isOurs(dv.Labels, name):
+			if err := kc.DeleteDataVolume(ctx, namespace, n); err != nil {
+				return actions, err
+			}
+			actions = append(actions, "deleted DataVolume "+namespace+"/"+n)
+		default:
+			actions = append(actions, "left DataVolume "+namespace+"/"+n+" alone: it is not this migration's")
+		}
+	}
+	return actions, nil
 }
 
 func phaseOf(rec *Record) Phase {

@@ -68,34 +68,10 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 		dv, err := kc.GetDataVolume(ctx, ns, d.DataVolume)
 		switch {
 		case kube.IsNotFound(err):
-			if d.Imported {
-				d.Imported = false
-			}
-			if r.spec.Transport.Kind == TransportHTTP {
-				// CDI fetches what the spec derives, never a URL read back
-				// from the record; the image is removed once imported.
-				d.ArtifactURL = r.spec.imageURL(i)
-				if _, err := os.Stat(r.spec.imagePath(i)); err != nil {
-					return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i))}
-				}
-			}
-			// One in the way (made meanwhile, or by this create although
-			// its reply was lost) is looked at: its labels say whether it
-			// is ours.
 			var created bool
-			dv, created, err = kube.EnsureOwned(ctx, kc, r.renderDataVolume(*d), kc.CreateDataVolume, kube.LabelOwner(r.spec.Name))
-			var other *kube.NotOwnedError
-			switch {
-			case errors.As(err, &other):
-				return dataVolumeNotOurs(ns, d.DataVolume, other.Owner)
-			case err != nil:
+			if dv, created, err = r.createDataVolume(ctx, i); err != nil {
 				return err
-			case created:
-				d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = string(dv.UID), false, "", ""
-				if err := r.save(ctx); err != nil {
-					return err
-				}
-				r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: created DataVolume %s", i, d.DataVolume)})
+			} else if created {
 				continue
 			}
 		case err != nil:
@@ -118,51 +94,18 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 			lastFailure = f
 		}
 		if kind != dvSucceeded && int(dv.Status.RestartCount) > r.spec.ImporterRestarts {
-			msg := fmt.Sprintf("CDI restarted the importer of disk %d more than %d times: %s", i, r.spec.ImporterRestarts, dvSnapshot(dv))
-			if lastFailure != "" {
-				msg += "; its last failure: " + lastFailure
-			}
-			return r.abandonDataVolume(ctx, i, dv, "ImporterRestarts", msg)
+			return r.importerRestartedTooOften(ctx, i, dv, lastFailure)
 		}
 		switch kind {
 		case dvSucceeded:
-			d.Imported = true
-			if r.spec.Transport.Kind == TransportHTTP {
-				// Imported: the image need not stay where the HTTP server
-				// serves it.
-				if err := convert.Remove(r.spec.imagePath(i)); err != nil {
-					return transient("CleanupFailed", fmt.Sprintf("cannot remove the served image of disk %d", i), err)
-				}
-			}
-			r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferImport}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
-				Message: fmt.Sprintf("disk %d: DataVolume %s Succeeded", i, d.DataVolume)})
-			return r.save(ctx)
+			return r.dataVolumeSucceeded(ctx, i)
 		case dvPaused:
 			return needsHuman("DataVolumePaused", dvSnapshot(dv), dvWhatToDo(dv, r.spec.StorageClass), nil)
 		case dvFailed:
-			reason, msg := dvRunningCondition(dv)
-			if dvFailureIsPermanent(reason, msg) {
-				return permanent("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed: %s: %s", ns, d.DataVolume, reason, msg),
-					"check the image and the storage class", nil)
-			}
-			if err := kc.DeleteDataVolume(ctx, ns, d.DataVolume); err != nil {
-				return err
-			}
-			if err := r.waitGone(ctx, d.DataVolume); err != nil {
-				return err
-			}
-			d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = "", false, "", ""
-			if err := r.save(ctx); err != nil {
-				return err
-			}
-			return transient("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed (%s: %s); deleted it so that the next attempt recreates it", ns, d.DataVolume, reason, msg), nil)
+			return r.dataVolumeFailed(ctx, i, dv)
 		case dvUploadReady:
 			if dv.Spec.Source != nil && dv.Spec.Source.Upload != nil && !d.Uploaded {
-				if err := r.upload(ctx, i); err != nil {
-					return err
-				}
-				d.Uploaded = true
-				if err := r.save(ctx); err != nil {
+				if err := r.uploadRecorded(ctx, i); err != nil {
 					return err
 				}
 				continue
@@ -184,6 +127,99 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 			return err
 		}
 	}
+}
+
+// importerRestartedTooOften gives up on disk i's DataVolume, whose
+// importer CDI restarted more often than importer_restarts allows.
+func (r *run) importerRestartedTooOften(ctx context.Context, i int, dv *cdiv1beta1.DataVolume, lastFailure string) error {
+	msg := fmt.Sprintf("CDI restarted the importer of disk %d more than %d times: %s", i, r.spec.ImporterRestarts, dvSnapshot(dv))
+	if lastFailure != "" {
+		msg += "; its last failure: " + lastFailure
+	}
+	return r.abandonDataVolume(ctx, i, dv, "ImporterRestarts", msg)
+}
+
+// uploadRecorded sends disk i to its DataVolume's upload and records
+// that it was sent.
+func (r *run) uploadRecorded(ctx context.Context, i int) error {
+	if err := r.upload(ctx, i); err != nil {
+		return err
+	}
+	r.rec().Disks[i].Uploaded = true
+	return r.save(ctx)
+}
+
+// createDataVolume creates disk i's DataVolume, which was not found. One
+// in the way (made meanwhile, or by this create although its reply was
+// lost) is returned when it is ours, with created false, for the caller
+// to look at; one that is not ours stops the migration.
+func (r *run) createDataVolume(ctx context.Context, i int) (*cdiv1beta1.DataVolume, bool, error) {
+	d := &r.rec().Disks[i]
+	ns, kc := r.spec.Namespace, r.e.deps.Kube
+	d.Imported = false
+	if r.spec.Transport.Kind == TransportHTTP {
+		// CDI fetches what the spec derives, never a URL read back
+		// from the record; the image is removed once imported.
+		d.ArtifactURL = r.spec.imageURL(i)
+		if _, err := os.Stat(r.spec.imagePath(i)); err != nil {
+			return nil, false, &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i))}
+		}
+	}
+	dv, created, err := kube.EnsureOwned(ctx, kc, r.renderDataVolume(*d), kc.CreateDataVolume, kube.LabelOwner(r.spec.Name))
+	var other *kube.NotOwnedError
+	switch {
+	case errors.As(err, &other):
+		return nil, false, dataVolumeNotOurs(ns, d.DataVolume, other.Owner)
+	case err != nil:
+		return nil, false, err
+	case created:
+		d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = string(dv.UID), false, "", ""
+		if err := r.save(ctx); err != nil {
+			return nil, false, err
+		}
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: created DataVolume %s", i, d.DataVolume)})
+	}
+	return dv, created, nil
+}
+
+// dataVolumeSucceeded records disk i as imported and removes the image
+// the HTTP server served for it.
+func (r *run) dataVolumeSucceeded(ctx context.Context, i int) error {
+	d := &r.rec().Disks[i]
+	d.Imported = true
+	if r.spec.Transport.Kind == TransportHTTP {
+		// Imported: the image need not stay where the HTTP server
+		// serves it.
+		if err := convert.Remove(r.spec.imagePath(i)); err != nil {
+			return transient("CleanupFailed", fmt.Sprintf("cannot remove the served image of disk %d", i), err)
+		}
+	}
+	r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferImport}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
+		Message: fmt.Sprintf("disk %d: DataVolume %s Succeeded", i, d.DataVolume)})
+	return r.save(ctx)
+}
+
+// dataVolumeFailed: a refused image fails the migration; any other
+// failure deletes the DataVolume so that the next attempt recreates it.
+func (r *run) dataVolumeFailed(ctx context.Context, i int, dv *cdiv1beta1.DataVolume) error {
+	d := &r.rec().Disks[i]
+	ns, kc := r.spec.Namespace, r.e.deps.Kube
+	reason, msg := dvRunningCondition(dv)
+	if dvFailureIsPermanent(reason, msg) {
+		return permanent("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed: %s: %s", ns, d.DataVolume, reason, msg),
+			"check the image and the storage class", nil)
+	}
+	if err := kc.DeleteDataVolume(ctx, ns, d.DataVolume); err != nil {
+		return err
+	}
+	if err := r.waitGone(ctx, d.DataVolume); err != nil {
+		return err
+	}
+	d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = "", false, "", ""
+	if err := r.save(ctx); err != nil {
+		return err
+	}
+	return transient("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed (%s: %s); deleted it so that the next attempt recreates it", ns, d.DataVolume, reason, msg), nil)
 }
 
 // dvFailureIsPermanent reports whether a failed DataVolume's reason says

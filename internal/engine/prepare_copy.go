@@ -29,30 +29,89 @@ func (r *run) chunkSize() int64 {
 // copyDisks copies every disk into the work folder, resuming from the
 // transfer journals.
 func (r *run) copyDisks(ctx context.Context) error {
-	rec := r.rec()
-	c, err := r.esxiClient()
+	c, err := r.copyReady(ctx)
 	if err != nil {
 		return err
 	}
+	cp := r.newDiskCopy(ctx, c)
+	// The copies run in their own goroutines; this one owns the record.
+	// When disks need no conversion, each disk verified while others still
+	// copy is recorded and sent to its DataVolume at once (pipeline.go).
+	finished := make(chan transfer.JobResult, len(cp.jobs))
+	var results []transfer.JobResult
+	go func() {
+		results, err = transfer.CopyEach(ctx, c, cp.jobs, len(cp.jobs), cp.opts, func(jr transfer.JobResult) { finished <- jr })
+		close(finished)
+	}()
+	for open := true; open; {
+		select {
+		case <-cp.watch.wake:
+			cp.tryLast(ctx)
+		case jr, ok := <-finished:
+			if !ok {
+				open = false
+				continue
+			}
+			cp.finished(ctx, jr)
+		}
+	}
+	return r.recordCopies(ctx, cp, results, err)
+}
+
+// copyReady is what the copy needs before it starts: the host's client,
+// usable local paths, the staging folder, and the chain files of disks
+// that run on snapshots (see chain.go).
+func (r *run) copyReady(ctx context.Context) (*esxi.Client, error) {
+	c, err := r.esxiClient()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.stagingReady(); err != nil {
+		return nil, err
+	}
+	if err := r.copyChains(ctx, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// stagingReady checks the local paths and creates the staging folder.
+func (r *run) stagingReady() error {
 	if err := r.localPathsUsable(); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
 		return needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
 	}
-	// Disks on snapshots: their chain files (see chain.go).
-	if err := r.copyChains(ctx, c); err != nil {
-		return err
-	}
-	var jobs []transfer.Job
-	byDest := map[string]int{}
-	for i, d := range rec.Disks {
+	return nil
+}
+
+// diskCopy is one copy of the disks that run on no snapshot: its jobs,
+// and what the main goroutine tracks while they run.
+type diskCopy struct {
+	r      *run
+	jobs   []transfer.Job
+	byDest map[string]int // staged path -> disk index
+	opts   transfer.Options
+	watch  *copyWatch
+
+	running   int
+	ended     map[string]bool
+	last      *lastUpload
+	lastTried bool
+	failed    bool
+}
+
+func (r *run) newDiskCopy(ctx context.Context, c *esxi.Client) *diskCopy {
+	cp := &diskCopy{r: r, byDest: map[string]int{}, ended: map[string]bool{}, watch: newCopyWatch(r.chunkSize())}
+	for i, d := range r.rec().Disks {
 		if d.onChain() {
 			continue
 		}
-		jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)})
-		byDest[r.spec.stagedPath(i)] = i
+		cp.jobs = append(cp.jobs, transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)})
+		cp.byDest[r.spec.stagedPath(i)] = i
 	}
+	cp.running = len(cp.jobs)
 	// Streams per disk, each on its own connection (the host's setting,
 	// within its max_sessions).
 	var sources []transfer.RangeReader
@@ -60,74 +119,63 @@ func (r *run) copyDisks(ctx context.Context) error {
 	for _, s := range c.StreamClients(streams) {
 		sources = append(sources, s)
 	}
-	watch := newCopyWatch(r.chunkSize())
-	opts := transfer.Options{
+	cp.opts = transfer.Options{
 		ChunkSize: r.chunkSize(),
 		Streams:   streams,
 		Sources:   sources,
 		Progress: func(p transfer.Progress) {
-			watch.progress(p)
+			cp.watch.progress(p)
 			// From the copy's goroutines: the phase is given, not read
 			// from the record the main goroutine saves.
-			r.report(ctx, Event{Kind: EventProgress, Phase: PhasePreparing, Disk: byDest[p.Dest], Transfer: Transfer{Kind: TransferCopy}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
-				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
+			r.report(ctx, Event{Kind: EventProgress, Phase: PhasePreparing, Disk: cp.byDest[p.Dest], Transfer: Transfer{Kind: TransferCopy}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", cp.byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
 		},
 	}
-	// The copies run in their own goroutines; this one owns the record.
-	// When disks need no conversion, each disk verified while others still
-	// copy is recorded and sent to its DataVolume at once (pipeline.go).
-	finished := make(chan transfer.JobResult, len(jobs))
-	var results []transfer.JobResult
-	go func() {
-		results, err = transfer.CopyEach(ctx, c, jobs, len(jobs), opts, func(jr transfer.JobResult) { finished <- jr })
-		close(finished)
-	}()
-	running := len(jobs)
-	ended := map[string]bool{}
-	var last *lastUpload
-	lastTried, failed := false, false
-	// Once one disk still copies and enough of it is verified to judge
-	// it, it is sent as its copy is verified (startLastUpload), from then on.
-	tryLast := func() {
-		if lastTried || failed || running != 1 || len(jobs) < 2 || !r.pipelined() {
-			return
-		}
-		for _, j := range jobs {
-			if !ended[j.Dest] && watch.verifiedPrefix(j.Dest) >= j.Disk.SizeBytes/8 {
-				lastTried = true
-				last = r.startLastUpload(ctx, byDest[j.Dest], watch)
-			}
+	return cp
+}
+
+// tryLast: once one disk still copies and enough of it is verified to
+// judge it, it is sent as its copy is verified (startLastUpload), from
+// then on.
+func (cp *diskCopy) tryLast(ctx context.Context) {
+	if cp.lastTried || cp.failed || cp.running != 1 || len(cp.jobs) < 2 || !cp.r.pipelined() {
+		return
+	}
+	for _, j := range cp.jobs {
+		if !cp.ended[j.Dest] && cp.watch.verifiedPrefix(j.Dest) >= j.Disk.SizeBytes/8 {
+			cp.lastTried = true
+			cp.last = cp.r.startLastUpload(ctx, cp.byDest[j.Dest], cp.watch)
 		}
 	}
-	for open := true; open; {
-		select {
-		case <-watch.wake:
-			tryLast()
-		case jr, ok := <-finished:
-			if !ok {
-				open = false
-				continue
-			}
-			running--
-			ended[jr.Job.Dest] = true
-			failed = failed || jr.Err != nil
-			if jr.Err != nil || !r.pipelined() || running == 0 {
-				continue
-			}
-			i := byDest[jr.Job.Dest]
-			d := &rec.Disks[i]
-			d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
-			if r.save(ctx) != nil {
-				continue
-			}
-			tryLast() // before this disk's upload, so that the two overlap
-			r.uploadEarly(ctx, i, false)
-		}
+}
+
+// finished records a disk whose copy ended while others still copy and,
+// when the disks need no conversion, sends it to its DataVolume at once.
+func (cp *diskCopy) finished(ctx context.Context, jr transfer.JobResult) {
+	cp.running--
+	cp.ended[jr.Job.Dest] = true
+	cp.failed = cp.failed || jr.Err != nil
+	if jr.Err != nil || !cp.r.pipelined() || cp.running == 0 {
+		return
 	}
+	i := cp.byDest[jr.Job.Dest]
+	d := &cp.r.rec().Disks[i]
+	d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
+	if cp.r.save(ctx) != nil {
+		return
+	}
+	cp.tryLast(ctx) // before this disk's upload, so that the two overlap
+	cp.r.uploadEarly(ctx, i, false)
+}
+
+// recordCopies records every disk's checksum, ends the last disk's send,
+// and returns the worst of the copies' errors (err is CopyEach's own).
+func (r *run) recordCopies(ctx context.Context, cp *diskCopy, results []transfer.JobResult, err error) error {
+	rec := r.rec()
 	var worst error
 	worstRank := -1
 	for _, jr := range results {
-		i := byDest[jr.Job.Dest]
+		i := cp.byDest[jr.Job.Dest]
 		d := &rec.Disks[i]
 		if isNoSpace(jr.Err) {
 			jr.Err = r.noSpace(fmt.Sprintf("copying disk %d", i), jr.Err)
@@ -142,17 +190,17 @@ func (r *run) copyDisks(ctx context.Context) error {
 		}
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = jr.Result.SHA256, jr.Result.ZeroBytes, true
 	}
-	if last != nil {
+	if cp.last != nil {
 		var copyErr error
 		for _, jr := range results {
-			if jr.Job.Dest == last.dest {
+			if jr.Job.Dest == cp.last.dest {
 				copyErr = jr.Err
 			}
 		}
 		if copyErr == nil && err != nil {
 			copyErr = err
 		}
-		r.finishLastUpload(ctx, last, copyErr)
+		r.finishLastUpload(ctx, cp.last, copyErr)
 	}
 	if worst == nil && err != nil {
 		worst = err
@@ -180,9 +228,8 @@ func (r *run) copyDisks(ctx context.Context) error {
 // through transfer.CopyAll, resuming from their journals.
 func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
 	rec := r.rec()
-	type ref struct{ disk, file int }
 	var jobs []transfer.Job
-	var refs []ref
+	var refs []chainRef
 	for i := range rec.Disks {
 		d := &rec.Disks[i]
 		if r.src != nil && i < len(r.src.Disks) {
@@ -196,51 +243,14 @@ func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
 		if !d.onChain() {
 			continue
 		}
-		var extents []string
-		for k := range d.Chain {
-			f := &d.Chain[k]
-			if f.Kind == ChainFileExtent {
-				extents = append(extents, f.SourcePath)
-				continue
-			}
-			text, err := c.ReadDescriptor(ctx, f.SourcePath)
-			if err != nil {
-				return fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
-			}
-			sum := sha256.Sum256([]byte(text))
-			if h := hex.EncodeToString(sum[:]); f.SHA256 != "" && f.SHA256 != h && d.GuestSHA256 != "" {
-				// The descriptor changed since the chain was flattened.
-				d.GuestSHA256, d.SourceSHA256 = "", ""
-			}
-			if err := durable.WriteFile(r.spec.chainLocalPath(i, *f), []byte(text)); err != nil {
-				if isNoSpace(err) {
-					return r.noSpace(fmt.Sprintf("copying the chain of disk %d", i), err)
-				}
-				return needsHuman("WorkDirUnusable", "cannot write "+r.spec.chainLocalPath(i, *f), "make work_dir writable, then run apply again", err)
-			}
-			f.Bytes, f.SHA256 = int64(len(text)), hex.EncodeToString(sum[:])
+		if err := r.copyChainDescriptors(ctx, c, i); err != nil {
+			return err
 		}
-		sizes, err := c.FileSizes(ctx, extents...)
+		j, rf, err := r.chainExtentJobs(ctx, c, i)
 		if err != nil {
-			return fmt.Errorf("disk %d: sizing the snapshot chain's files: %w", i, err)
+			return err
 		}
-		for k := range d.Chain {
-			f := &d.Chain[k]
-			if f.Kind != ChainFileExtent {
-				continue
-			}
-			n := sizes[f.SourcePath]
-			if n <= 0 || n%512 != 0 {
-				return permanent("ChainFileUnreadable", fmt.Sprintf("disk %d: the snapshot chain's file %s is %d bytes, not whole 512-byte sectors: it is not a VMDK extent ESXi wrote", i, f.SourcePath, n),
-					"check the file on the host (vmkfstools -x check on its descriptor); consolidate the snapshots in the host client if the chain is damaged, then run apply again", nil)
-			}
-			if f.Bytes != n {
-				f.SHA256 = ""
-			}
-			f.Bytes = n
-			jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: f.SourcePath, SizeBytes: n}, Dest: r.spec.chainLocalPath(i, *f)})
-			refs = append(refs, ref{i, k})
-		}
+		jobs, refs = append(jobs, j...), append(refs, rf...)
 	}
 	if len(jobs) == 0 {
 		return nil
@@ -281,6 +291,75 @@ func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
 		}
 	}
 	return nil
+}
+
+// chainRef is a chain file's place in the record: disk and file index.
+type chainRef struct{ disk, file int }
+
+// copyChainDescriptors reads disk i's chain descriptors whole and writes
+// them durably, recording their sizes and checksums; a descriptor that
+// changed since the chain was flattened makes it flatten again.
+func (r *run) copyChainDescriptors(ctx context.Context, c *esxi.Client, i int) error {
+	d := &r.rec().Disks[i]
+	for k := range d.Chain {
+		f := &d.Chain[k]
+		if f.Kind == ChainFileExtent {
+			continue
+		}
+		text, err := c.ReadDescriptor(ctx, f.SourcePath)
+		if err != nil {
+			return fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
+		}
+		sum := sha256.Sum256([]byte(text))
+		if h := hex.EncodeToString(sum[:]); f.SHA256 != "" && f.SHA256 != h && d.GuestSHA256 != "" {
+			// The descriptor changed since the chain was flattened.
+			d.GuestSHA256, d.SourceSHA256 = "", ""
+		}
+		if err := durable.WriteFile(r.spec.chainLocalPath(i, *f), []byte(text)); err != nil {
+			if isNoSpace(err) {
+				return r.noSpace(fmt.Sprintf("copying the chain of disk %d", i), err)
+			}
+			return needsHuman("WorkDirUnusable", "cannot write "+r.spec.chainLocalPath(i, *f), "make work_dir writable, then run apply again", err)
+		}
+		f.Bytes, f.SHA256 = int64(len(text)), hex.EncodeToString(sum[:])
+	}
+	return nil
+}
+
+// chainExtentJobs sizes disk i's chain extents in one call and returns a
+// copy job for each; an extent whose size changed is copied again.
+func (r *run) chainExtentJobs(ctx context.Context, c *esxi.Client, i int) ([]transfer.Job, []chainRef, error) {
+	d := &r.rec().Disks[i]
+	var extents []string
+	for _, f := range d.Chain {
+		if f.Kind == ChainFileExtent {
+			extents = append(extents, f.SourcePath)
+		}
+	}
+	sizes, err := c.FileSizes(ctx, extents...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("disk %d: sizing the snapshot chain's files: %w", i, err)
+	}
+	var jobs []transfer.Job
+	var refs []chainRef
+	for k := range d.Chain {
+		f := &d.Chain[k]
+		if f.Kind != ChainFileExtent {
+			continue
+		}
+		n := sizes[f.SourcePath]
+		if n <= 0 || n%512 != 0 {
+			return nil, nil, permanent("ChainFileUnreadable", fmt.Sprintf("disk %d: the snapshot chain's file %s is %d bytes, not whole 512-byte sectors: it is not a VMDK extent ESXi wrote", i, f.SourcePath, n),
+				"check the file on the host (vmkfstools -x check on its descriptor); consolidate the snapshots in the host client if the chain is damaged, then run apply again", nil)
+		}
+		if f.Bytes != n {
+			f.SHA256 = ""
+		}
+		f.Bytes = n
+		jobs = append(jobs, transfer.Job{Disk: transfer.Disk{Path: f.SourcePath, SizeBytes: n}, Dest: r.spec.chainLocalPath(i, *f)})
+		refs = append(refs, chainRef{i, k})
+	}
+	return jobs, refs, nil
 }
 
 // removeChainCopies deletes disk i's chain copies and flattened image

@@ -228,52 +228,25 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := r.localPathsUsable(); err != nil {
+	if err := r.stagingReady(); err != nil {
 		return nil, err
-	}
-	if err := os.MkdirAll(r.spec.stagingDir(), 0o700); err != nil {
-		return nil, needsHuman("WorkDirUnusable", "cannot create the work folder "+r.spec.stagingDir(), "make work_dir writable, then run apply again", err)
 	}
 	last := w.Rounds
 	if w.Stopped != nil {
 		last = w.Stopped.Round
 	}
 	for k := 1; k <= last; k++ {
-		s := w.snapshot(k)
-		if s != nil && s.Copied {
+		if s := w.snapshot(k); s != nil && s.Copied {
 			continue
 		}
-		if s == nil {
-			if vm.PowerState != esxi.PoweredOn {
-				// Nothing changes on a VM that does not run: the cutover
-				// copies what is left.
-				if len(w.Snapshots) == 0 {
-					w.SkippedReason = fmt.Sprintf("the source was %s when the precopy began: its disks are copied at cutover", vm.PowerState)
-				}
-				return vm, r.save(ctx)
-			}
-			if n := countSnapshots(vm.Snapshots); n+1 > MaxSnapshotsPerVM {
-				return nil, needsHuman("TooManySnapshots", fmt.Sprintf("source VM %q has %d snapshots; one more would pass ESXi's limit of %d", vm.Name, n, MaxSnapshotsPerVM),
-					"remove snapshots you no longer need in the host client, or use mode cold, then run apply again", nil)
-			}
-			w.Snapshots = append(w.Snapshots, WarmSnapshot{Round: k, Name: r.spec.warmSnapshotName(k), IntendedAt: r.now()})
-			s = &w.Snapshots[len(w.Snapshots)-1]
-			// Record the intent before acting on it.
-			if err := r.save(ctx); err != nil {
-				return nil, err
-			}
+		s, off, err := r.warmSnapshot(ctx, c, vm, k)
+		if err != nil {
+			return nil, err
 		}
-		if s.ID == 0 {
-			r.report(ctx, Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: taking snapshot %q of the running source", k, w.Rounds, s.Name)})
-			snap, err := c.SnapshotCreate(ctx, vm.VMID, s.Name, r.spec.warmSnapshotDescription())
-			if err != nil {
-				return nil, fmt.Errorf("precopy round %d: taking snapshot %q: %w", k, s.Name, err)
-			}
-			t := r.now()
-			s.ID, s.CreatedAt = snap.ID, &t
-			if err := r.save(ctx); err != nil {
-				return nil, err
-			}
+		if off {
+			// Nothing changes on a VM that does not run: the cutover
+			// copies what is left.
+			return vm, r.save(ctx)
 		}
 		if vm, err = r.observeSource(ctx); err != nil {
 			return nil, err
@@ -300,6 +273,46 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 		}
 	}
 	return vm, nil
+}
+
+// warmSnapshot is round k's snapshot of the running source: its intent
+// recorded before it is taken, then taken and its id recorded. off is
+// true, with no snapshot, when the source does not run.
+func (r *run) warmSnapshot(ctx context.Context, c *esxi.Client, vm *esxi.VM, k int) (s *WarmSnapshot, off bool, err error) {
+	w := r.rec().Warm
+	s = w.snapshot(k)
+	if s == nil {
+		if vm.PowerState != esxi.PoweredOn {
+			if len(w.Snapshots) == 0 {
+				w.SkippedReason = fmt.Sprintf("the source was %s when the precopy began: its disks are copied at cutover", vm.PowerState)
+			}
+			return nil, true, nil
+		}
+		if n := countSnapshots(vm.Snapshots); n+1 > MaxSnapshotsPerVM {
+			return nil, false, needsHuman("TooManySnapshots", fmt.Sprintf("source VM %q has %d snapshots; one more would pass ESXi's limit of %d", vm.Name, n, MaxSnapshotsPerVM),
+				"remove snapshots you no longer need in the host client, or use mode cold, then run apply again", nil)
+		}
+		w.Snapshots = append(w.Snapshots, WarmSnapshot{Round: k, Name: r.spec.warmSnapshotName(k), IntendedAt: r.now()})
+		s = &w.Snapshots[len(w.Snapshots)-1]
+		// Record the intent before acting on it.
+		if err := r.save(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	if s.ID != 0 {
+		return s, false, nil
+	}
+	r.report(ctx, Event{Kind: EventInfo, Disk: -1, Message: fmt.Sprintf("precopy round %d of %d: taking snapshot %q of the running source", k, w.Rounds, s.Name)})
+	snap, err := c.SnapshotCreate(ctx, vm.VMID, s.Name, r.spec.warmSnapshotDescription())
+	if err != nil {
+		return nil, false, fmt.Errorf("precopy round %d: taking snapshot %q: %w", k, s.Name, err)
+	}
+	t := r.now()
+	s.ID, s.CreatedAt = snap.ID, &t
+	if err := r.save(ctx); err != nil {
+		return nil, false, err
+	}
+	return s, false, nil
 }
 
 // stopAfter decides whether the precopy ends after round k, which copied

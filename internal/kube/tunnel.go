@@ -94,34 +94,9 @@ func (c *Client) OpenUploadTunnel(ctx context.Context, cdiNamespace string) (*Up
 	fail := func(class Class, err error) error {
 		return &Error{Op: "port-forward", Kind: "Service", Namespace: cdiNamespace, Name: UploadProxyService, Class: class, Err: err}
 	}
-	svc := &corev1.Service{}
-	if err := c.get(ctx, "Service", cdiNamespace, UploadProxyService, svc); err != nil {
-		return nil, err
-	}
-	if len(svc.Spec.Selector) == 0 || len(svc.Spec.Ports) == 0 {
-		return nil, fail(NeedsHuman, errors.New("the Service has no selector or no port"))
-	}
-	cl, err := c.raw()
+	pod, port, err := c.uploadProxyPod(ctx, cdiNamespace, fail)
 	if err != nil {
 		return nil, err
-	}
-	var pods corev1.PodList
-	if err := cl.List(ctx, &pods, client.InNamespace(cdiNamespace), client.MatchingLabels(svc.Spec.Selector)); err != nil {
-		return nil, wrap("list", "Pod", cdiNamespace, "", err)
-	}
-	var pod *corev1.Pod
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
-			pod = p
-			break
-		}
-	}
-	if pod == nil {
-		return nil, fail(Transient, fmt.Errorf("none of its %d pods is Running and Ready (is CDI's upload proxy deployment up?)", len(pods.Items)))
-	}
-	port, err := podPort(svc.Spec.Ports[0].TargetPort, pod)
-	if err != nil {
-		return nil, fail(NeedsHuman, err)
 	}
 	c.mu.Lock()
 	cfg := rest.CopyConfig(c.cfg)
@@ -177,6 +152,41 @@ func (c *Client) OpenUploadTunnel(ctx context.Context, cdiNamespace string) (*Up
 	}
 	t.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[0].Local)
 	return t, nil
+}
+
+// uploadProxyPod is a Running and Ready pod behind CDI's upload proxy
+// Service, and the pod port its first Service port targets.
+func (c *Client) uploadProxyPod(ctx context.Context, cdiNamespace string, fail func(Class, error) error) (*corev1.Pod, int, error) {
+	svc := &corev1.Service{}
+	if err := c.get(ctx, "Service", cdiNamespace, UploadProxyService, svc); err != nil {
+		return nil, 0, err
+	}
+	if len(svc.Spec.Selector) == 0 || len(svc.Spec.Ports) == 0 {
+		return nil, 0, fail(NeedsHuman, errors.New("the Service has no selector or no port"))
+	}
+	cl, err := c.raw()
+	if err != nil {
+		return nil, 0, err
+	}
+	var pods corev1.PodList
+	if err := cl.List(ctx, &pods, client.InNamespace(cdiNamespace), client.MatchingLabels(svc.Spec.Selector)); err != nil {
+		return nil, 0, wrap("list", "Pod", cdiNamespace, "", err)
+	}
+	var pod *corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
+			pod = p
+			break
+		}
+	}
+	if pod == nil {
+		return nil, 0, fail(Transient, fmt.Errorf("none of its %d pods is Running and Ready (is CDI's upload proxy deployment up?)", len(pods.Items)))
+	}
+	port, err := podPort(svc.Spec.Ports[0].TargetPort, pod)
+	if err != nil {
+		return nil, 0, fail(NeedsHuman, err)
+	}
+	return pod, port, nil
 }
 
 func podReady(p *corev1.Pod) bool {

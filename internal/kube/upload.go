@@ -240,85 +240,39 @@ func (e *UploadError) Class() Class {
 // has its image already is done, one that is still busy is waited for.
 // Errors are *Error values classified like the rest of this package.
 func Upload(ctx context.Context, opts UploadOptions) error {
-	fail := func(class Class, err error) error {
-		return &Error{Op: "upload", Kind: "DataVolume", Namespace: opts.Namespace, Name: opts.Name, Class: class, Err: err}
+	u := &uploader{opts: opts}
+	if err := u.prepare(ctx); err != nil {
+		return err
 	}
-	target, err := uploadURL(opts.ProxyURL)
-	if err != nil {
-		return fail(NeedsHuman, err)
+	if u.ownClient {
+		defer func() { u.hc.CloseIdleConnections() }()
 	}
-	if opts.InsecureSkipVerify {
-		opts.CABundle = nil
-	}
-	if opts.CABundle != nil && len(opts.CACertPEM) == 0 {
-		if opts.CACertPEM, err = opts.CABundle(ctx); err != nil {
-			return fail(Classify(err), err)
-		}
-	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		if hc, err = uploadHTTPClient(opts); err != nil {
-			return fail(NeedsHuman, err)
-		}
-		defer func() { hc.CloseIdleConnections() }()
-	}
-	reread := opts.CABundle != nil && opts.HTTPClient == nil
 	attempts := opts.Attempts
 	if attempts <= 0 {
 		attempts = 3
 	}
-	var start int64
-	seeker, canSeek := opts.Body.(io.Seeker)
-	if canSeek {
-		if start, err = seeker.Seek(0, io.SeekCurrent); err != nil {
-			canSeek = false
-		}
-	}
-	// The upload server's restarts before this upload: one more after it
-	// means it failed on what it took.
-	var restarts int32
-	if opts.DataVolume != nil {
-		dv, err := opts.DataVolume(ctx)
-		if err != nil {
-			return fail(Classify(err), err)
-		}
-		restarts = dv.Status.RestartCount
-	}
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		sent, err := uploadOnce(ctx, hc, target, opts)
+		sent, err := uploadOnce(ctx, u.hc, u.target, u.opts)
 		var ue *UploadError
 		isUE := errors.As(err, &ue)
 		if opts.DataVolume != nil && (err == nil || isUE && (ue.StatusCode == http.StatusConflict || ue.StatusCode == http.StatusServiceUnavailable)) {
 			// Taken (200), done already (409), or busy or not ready
 			// (503): the DataVolume says which.
-			done, ferr := followUpload(ctx, opts, restarts, err == nil || ue.StatusCode == http.StatusConflict)
+			done, ferr := followUpload(ctx, u.opts, u.restarts, err == nil || ue.StatusCode == http.StatusConflict)
 			switch {
 			case done:
 				return nil
 			case ferr != nil:
-				return fail(classOf(ferr), ferr)
+				return u.fail(classOf(ferr), ferr)
 			}
 			// Ready for an upload again: send it, if tries are left.
 		} else if err == nil {
 			return nil
 		}
-		if reread && isVerifyError(err) {
-			// The proxy's CA may have been renewed since the bundle (or
-			// the configured CA) was read: read the cluster's bundle once
-			// more and try again.
-			reread = false
-			bundle, berr := opts.CABundle(ctx)
-			if berr != nil {
-				return fail(Classify(berr), berr)
-			}
-			if len(bundle) == 0 {
-				return fail(classOf(err), err)
-			}
-			opts.CACertPEM = bundle
-			hc.CloseIdleConnections()
-			if hc, err = uploadHTTPClient(opts); err != nil {
-				return fail(NeedsHuman, err)
+		if u.reread && isVerifyError(err) {
+			if rerr := u.rereadCA(ctx, err); rerr != nil {
+				return rerr
 			}
 			attempt--
 			continue
@@ -328,27 +282,115 @@ func Upload(ctx context.Context, opts UploadOptions) error {
 		retry := class == Transient && attempt < attempts && ctx.Err() == nil &&
 			(ue == nil || ue.StatusCode != http.StatusUnauthorized)
 		if retry && sent > 0 {
-			if canSeek {
-				_, serr := seeker.Seek(start, io.SeekStart)
-				retry = serr == nil
-			} else {
-				retry = false
-			}
+			retry = u.rewind()
 		}
 		if !retry {
 			if ctx.Err() != nil {
 				err = fmt.Errorf("%w (after %d bytes)", ctx.Err(), sent)
 				class = Transient
 			}
-			return fail(class, err)
+			return u.fail(class, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fail(Transient, ctx.Err())
+			return u.fail(Transient, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff *= 2
 	}
+}
+
+// uploader is one Upload's state between its attempts.
+type uploader struct {
+	opts      UploadOptions
+	target    string
+	hc        *http.Client
+	ownClient bool // hc was made here, and is closed when the upload ends
+	// reread: the cluster's CA bundle may be read once more when the
+	// proxy's certificate does not verify.
+	reread bool
+	// seeker rewinds the body to start for another attempt, when it can.
+	seeker   io.Seeker
+	canSeek  bool
+	start    int64
+	restarts int32 // the upload server's restarts before this upload
+}
+
+func (u *uploader) fail(class Class, err error) error {
+	return &Error{Op: "upload", Kind: "DataVolume", Namespace: u.opts.Namespace, Name: u.opts.Name, Class: class, Err: err}
+}
+
+// prepare resolves the target, the CA and the HTTP client, where the body
+// starts, and the upload server's restarts so far (one more after the
+// upload means it failed on what it took).
+func (u *uploader) prepare(ctx context.Context) error {
+	var err error
+	if u.target, err = uploadURL(u.opts.ProxyURL); err != nil {
+		return u.fail(NeedsHuman, err)
+	}
+	if u.opts.InsecureSkipVerify {
+		u.opts.CABundle = nil
+	}
+	if u.opts.CABundle != nil && len(u.opts.CACertPEM) == 0 {
+		if u.opts.CACertPEM, err = u.opts.CABundle(ctx); err != nil {
+			return u.fail(Classify(err), err)
+		}
+	}
+	u.hc = u.opts.HTTPClient
+	if u.hc == nil {
+		if u.hc, err = uploadHTTPClient(u.opts); err != nil {
+			return u.fail(NeedsHuman, err)
+		}
+		u.ownClient = true
+	}
+	u.reread = u.opts.CABundle != nil && u.opts.HTTPClient == nil
+	u.seeker, u.canSeek = u.opts.Body.(io.Seeker)
+	if u.canSeek {
+		if u.start, err = u.seeker.Seek(0, io.SeekCurrent); err != nil {
+			u.canSeek = false
+		}
+	}
+	if u.opts.DataVolume != nil {
+		dv, err := u.opts.DataVolume(ctx)
+		if err != nil {
+			if u.ownClient {
+				u.hc.CloseIdleConnections()
+			}
+			return u.fail(Classify(err), err)
+		}
+		u.restarts = dv.Status.RestartCount
+	}
+	return nil
+}
+
+// rereadCA: the proxy's CA may have been renewed since the bundle (or the
+// configured CA) was read: read the cluster's bundle once more and make a
+// client that trusts it. verifyErr is the failed attempt's error.
+func (u *uploader) rereadCA(ctx context.Context, verifyErr error) error {
+	u.reread = false
+	bundle, err := u.opts.CABundle(ctx)
+	if err != nil {
+		return u.fail(Classify(err), err)
+	}
+	if len(bundle) == 0 {
+		return u.fail(classOf(verifyErr), verifyErr)
+	}
+	u.opts.CACertPEM = bundle
+	u.hc.CloseIdleConnections()
+	if u.hc, err = uploadHTTPClient(u.opts); err != nil {
+		return u.fail(NeedsHuman, err)
+	}
+	return nil
+}
+
+// rewind puts the body back where the upload started, for another
+// attempt; false when it cannot.
+func (u *uploader) rewind() bool {
+	if !u.canSeek {
+		return false
+	}
+	_, err := u.seeker.Seek(u.start, io.SeekStart)
+	return err == nil
 }
 
 // isVerifyError reports a proxy certificate that did not verify.
