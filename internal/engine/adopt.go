@@ -598,12 +598,12 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 		rec.Timestamps.VMCreated = &t
 	}
 	msg := "adopted: " + c.Matched()
-	rec.setCondition(now, CondAdopted, true, "MatchedSource",
+	rec.SetCondition(now, CondAdopted, true, "MatchedSource",
 		fmt.Sprintf("%s; VirtualMachine %s/%s was migrated by other means from VM %q (vmid %d) on host %s", msg, namespace, name, vm.Name, vm.VMID, c.Host))
-	rec.setCondition(now, CondSourceDiscovered, true, "Adopted",
+	rec.SetCondition(now, CondSourceDiscovered, true, "Adopted",
 		fmt.Sprintf("VM %q (vmid %d, %d disk(s), %d NIC(s)) on host %s", vm.Name, vm.VMID, len(vm.Disks), len(vm.NICs), c.Host))
-	rec.setCondition(now, CondDiskImported, true, "Adopted", fmt.Sprintf("%d disk(s) found on the VirtualMachine; checksums unknown", len(rec.Disks)))
-	rec.setCondition(now, CondVMCreated, true, "Adopted", "VirtualMachine "+name+" existed before the migration was recorded")
-	rec.setCondition(now, CondReady, true, "Adopted", msg)
+	rec.SetCondition(now, CondDiskImported, true, "Adopted", fmt.Sprintf("%d disk(s) found on the VirtualMachine; checksums unknown", len(rec.Disks)))
+	rec.SetCondition(now, CondVMCreated, true, "Adopted", "VirtualMachine "+name+" existed before the migration was recorded")
+	rec.SetCondition(now, CondReady, true, "Adopted", msg)
 	return rec
 }

@@ -25,32 +25,6 @@ import (
 //	disk-<i>-link-<k>-extent-<e>    extent file copy (with its journal)
 //	disk-<i>-flattened.raw          qemu-img's output, until staged
 
-// Kinds of ChainFileEvidence.
-const (
-	ChainFileDescriptor = "descriptor"
-	ChainFileExtent     = "extent"
-)
-
-// ChainFileEvidence is one file of a disk's snapshot chain.
-type ChainFileEvidence struct {
-	// Link is the link's position, 0 for the descriptor the VM runs on,
-	// the last for the base; Extent the extent's position in its link.
-	Link   int `json:"link"`
-	Extent int `json:"extent,omitempty"`
-	// Kind is "descriptor" or "extent".
-	Kind string `json:"kind"`
-	// Format is the link's createType ("seSparse", "vmfsSparse", "vmfs").
-	Format string `json:"format"`
-	// SourcePath is the file on the host.
-	SourcePath string `json:"sourcePath"`
-	// CID and ParentCID are the descriptor's (descriptors only).
-	CID       string `json:"cid,omitempty"`
-	ParentCID string `json:"parentCID,omitempty"`
-	// Bytes and SHA256 are the copied file's length and hex SHA-256.
-	Bytes  int64  `json:"bytes,omitempty"`
-	SHA256 string `json:"sha256,omitempty"`
-}
-
 // chainPlan lists the files of a disk's chain, top first, each link's
 // descriptor before its extents; nil when the disk runs on no snapshot.
 func chainPlan(ch *esxi.DiskChain) []ChainFileEvidence {
@@ -100,6 +74,3 @@ func chainExtentName(i, link, extent int) string {
 func (s Spec) flattenedPath(i int) string {
 	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d-flattened.raw", i))
 }
-
-// onChain reports a disk that runs on a snapshot chain.
-func (d *DiskEvidence) onChain() bool { return len(d.Chain) > 0 }

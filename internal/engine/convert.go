@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -56,7 +57,7 @@ func (r *run) converted() error {
 	rec := r.rec()
 	now := r.now()
 	stamp(&rec.Timestamps.Converted, now)
-	rec.setCondition(now, CondDiskConverted, true, "Converted", fmt.Sprintf("%d %s image(s) ready", len(rec.Disks), r.spec.TargetFormat))
+	rec.SetCondition(now, CondDiskConverted, true, "Converted", fmt.Sprintf("%d %s image(s) ready", len(rec.Disks), r.spec.TargetFormat))
 	return nil
 }
 
@@ -258,7 +259,7 @@ func (r *run) recordFlatten(ctx context.Context, f *flattenPlan, res transfer.Re
 func (r *run) planFlatten(i int) (*flattenPlan, error) {
 	rec := r.rec()
 	d := &rec.Disks[i]
-	if !d.onChain() {
+	if !d.OnChain() {
 		return nil, nil
 	}
 	staged := r.spec.stagedPath(i)
@@ -575,52 +576,6 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
-// ConversionEvidence is what a guest conversion saw and did.
-type ConversionEvidence struct {
-	// Tool and Version are the virt-v2v program that ran.
-	Tool    string `json:"tool"`
-	Version string `json:"version"`
-	// Accelerator is what libguestfs's helper VM ran on ("kvm" or "tcg").
-	Accelerator string `json:"accelerator"`
-	// OS is the guest as virt-v2v inspected it.
-	OS GuestOS `json:"os"`
-	// Converted is virt-v2v's summary, e.g. "Converting 12.15 to run on KVM".
-	Converted string `json:"converted,omitempty"`
-	// Drivers and Warnings are virt-v2v's messages about them.
-	Drivers  []string `json:"drivers,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	// Seconds is how long the conversion took.
-	Seconds float64   `json:"seconds"`
-	Time    time.Time `json:"time"`
-}
-
-// GuestOS is an inspected guest operating system.
-type GuestOS struct {
-	// Type is "linux" or "windows"; Distro e.g. "debian", "rhel",
-	// "windows"; Version "major.minor"; OSInfo the libosinfo ID
-	// ("debian12", "win2k22").
-	Type        string `json:"type"`
-	Distro      string `json:"distro,omitempty"`
-	Version     string `json:"version,omitempty"`
-	OSInfo      string `json:"osinfo,omitempty"`
-	Arch        string `json:"arch,omitempty"`
-	ProductName string `json:"productName,omitempty"`
-	// Firmware is "bios" or "uefi", as the disks show it.
-	Firmware string `json:"firmware,omitempty"`
-}
-
-// String is how the OS is shown to users, e.g. "debian 12.15 (debian12)".
-func (g GuestOS) String() string {
-	s := strings.TrimSpace(g.Distro + " " + g.Version)
-	if g.ProductName != "" && g.ProductName != g.Version {
-		s = g.ProductName
-	}
-	if g.OSInfo != "" {
-		s += " (" + g.OSInfo + ")"
-	}
-	return s
-}
-
 // Bounds of the conversion evidence kept in the record.
 const (
 	maxConversionMessages     = 10
@@ -636,16 +591,16 @@ func conversionEvidenceOf(ev convert.V2VEvidence, now time.Time) *ConversionEvid
 			if len(out) == maxConversionMessages {
 				break
 			}
-			out = append(out, truncateMessage(m, maxConversionMessageBytes))
+			out = append(out, record.TruncateMessage(m, maxConversionMessageBytes))
 		}
 		return out
 	}
 	o := ev.OS
 	return &ConversionEvidence{
-		Tool: ev.Tool, Version: truncateMessage(ev.Version, 64), Accelerator: ev.Accel.Name,
+		Tool: ev.Tool, Version: record.TruncateMessage(ev.Version, 64), Accelerator: ev.Accel.Name,
 		OS: GuestOS{Type: o.Type, Distro: o.Distro, Version: o.Version, OSInfo: o.OSInfo, Arch: o.Arch,
-			ProductName: truncateMessage(o.ProductName, 200), Firmware: o.Firmware},
-		Converted: truncateMessage(ev.Converted, maxConversionMessageBytes),
+			ProductName: record.TruncateMessage(o.ProductName, 200), Firmware: o.Firmware},
+		Converted: record.TruncateMessage(ev.Converted, maxConversionMessageBytes),
 		Drivers:   bound(ev.Drivers), Warnings: bound(ev.Warnings),
 		Seconds: ev.Duration.Seconds(), Time: now,
 	}

@@ -62,7 +62,7 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 	rec.VM = &VMEvidence{Name: vm.Name, UID: string(vm.UID), RunStrategy: runStrategyOf(vm)}
 	now := r.now()
 	stamp(&rec.Timestamps.VMCreated, now)
-	rec.setCondition(now, CondVMCreated, true, "Created", "VirtualMachine "+vm.Name+" exists and matches the migration")
+	rec.SetCondition(now, CondVMCreated, true, "Created", "VirtualMachine "+vm.Name+" exists and matches the migration")
 	return nil
 }
 

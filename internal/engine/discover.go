@@ -18,7 +18,7 @@ func (r *run) stepDiscover(ctx context.Context) error {
 	now := r.now()
 	rec := r.rec()
 	stamp(&rec.Timestamps.Discovered, now)
-	rec.setCondition(now, CondSourceDiscovered, true, "Found",
+	rec.SetCondition(now, CondSourceDiscovered, true, "Found",
 		fmt.Sprintf("VM %q (vmid %d, %d disk(s), %d NIC(s)) on host %s", vm.Name, vm.VMID, len(vm.Disks), len(vm.NICs), r.spec.Host))
 	return nil
 }

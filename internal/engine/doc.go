@@ -33,10 +33,14 @@
 //
 // The other public verbs each have a file: Preview (preview.go), Observe
 // (observe.go), Forget (forget.go), Adopt (adopt.go). What several
-// checkpoints share is named for what it is: record.go, spec.go,
-// errors.go, fields.go, paths.go, render.go, source.go, store.go,
-// chain.go (snapshot chains), pipeline.go (uploads while other disks are
-// copied or flattened).
+// checkpoints share is named for what it is: spec.go, errors.go,
+// fields.go, paths.go, render.go, source.go, store.go, chain.go (snapshot
+// chains), pipeline.go (uploads while other disks are copied or
+// flattened).
+//
+// The record itself, with every kind of evidence in it and its JSON, is
+// the leaf package record (record/record.go); record_names.go gives its
+// types their engine names.
 //
 // The record lives in the destination cluster, in the ConfigMap
 // "vmmigration-<name>" of the destination namespace (JSON under the key

@@ -36,7 +36,7 @@ func (r *run) stepImport(ctx context.Context) error {
 	}
 	now := r.now()
 	stamp(&rec.Timestamps.Imported, now)
-	rec.setCondition(now, CondDiskImported, true, "Succeeded", fmt.Sprintf("%d DataVolume(s) Succeeded", len(rec.Disks)))
+	rec.SetCondition(now, CondDiskImported, true, "Succeeded", fmt.Sprintf("%d DataVolume(s) Succeeded", len(rec.Disks)))
 	return nil
 }
 

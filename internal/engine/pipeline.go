@@ -48,7 +48,7 @@ func (r *run) uploadEarly(ctx context.Context, i int, flattened bool) {
 
 func (r *run) tryUploadEarly(ctx context.Context, i int, flattened bool) error {
 	d := &r.rec().Disks[i]
-	if (d.onChain() && !flattened) || d.Uploaded || d.Imported {
+	if (d.OnChain() && !flattened) || d.Uploaded || d.Imported {
 		return nil
 	}
 	if err := r.prepareImage(ctx, i); err != nil {

@@ -105,7 +105,7 @@ type diskCopy struct {
 func (r *run) newDiskCopy(ctx context.Context, c *esxi.Client) *diskCopy {
 	cp := &diskCopy{r: r, byDest: map[string]int{}, ended: map[string]bool{}, watch: newCopyWatch(r.chunkSize())}
 	for i, d := range r.rec().Disks {
-		if d.onChain() {
+		if d.OnChain() {
 			continue
 		}
 		cp.jobs = append(cp.jobs, transfer.Job{Disk: transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, Dest: r.spec.stagedPath(i)})
@@ -217,7 +217,7 @@ func (r *run) recordCopies(ctx context.Context, cp *diskCopy, results []transfer
 	}
 	now := r.now()
 	stamp(&rec.Timestamps.Acquired, now)
-	rec.setCondition(now, CondDiskAcquired, true, "Copied", fmt.Sprintf("%d disk(s) copied and checksummed", len(rec.Disks)))
+	rec.SetCondition(now, CondDiskAcquired, true, "Copied", fmt.Sprintf("%d disk(s) copied and checksummed", len(rec.Disks)))
 	return nil
 }
 
@@ -240,7 +240,7 @@ func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
 				d.Chain, d.Acquired, d.SourceSHA256, d.GuestSHA256, d.ZeroBytes = plan, false, "", "", 0
 			}
 		}
-		if !d.onChain() {
+		if !d.OnChain() {
 			continue
 		}
 		if err := r.copyChainDescriptors(ctx, c, i); err != nil {
@@ -286,7 +286,7 @@ func (r *run) copyChains(ctx context.Context, c *esxi.Client) error {
 		return err
 	}
 	for i := range rec.Disks {
-		if rec.Disks[i].onChain() {
+		if rec.Disks[i].OnChain() {
 			rec.Disks[i].Acquired = true
 		}
 	}
@@ -375,7 +375,7 @@ func (r *run) removeChainCopies(i int) error {
 		}
 		errs = append(errs, removeIfExists(p), removeIfExists(filepath.Join(r.spec.stagingDir(), chainDescriptorName(i, f.Link))))
 	}
-	if d.onChain() {
+	if d.OnChain() {
 		errs = append(errs, convert.Remove(r.spec.flattenedPath(i)), transfer.Remove(r.spec.stagedPath(i)))
 	}
 	return errors.Join(errs...)
@@ -582,7 +582,7 @@ type lastUpload struct {
 func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *lastUpload {
 	d := &r.rec().Disks[i]
 	dest := r.spec.stagedPath(i)
-	if !r.pipelined() || d.onChain() || d.Uploaded || d.Imported || r.spec.artifactPath(i) != dest {
+	if !r.pipelined() || d.OnChain() || d.Uploaded || d.Imported || r.spec.artifactPath(i) != dest {
 		return nil
 	}
 	prefix := watch.verifiedPrefix(dest)

@@ -301,6 +301,6 @@ func (r *run) powerOffDone(ctx context.Context, now time.Time) error {
 	t := now
 	po.DoneAt = &t
 	stamp(&rec.Timestamps.SourcePoweredOff, now)
-	rec.setCondition(now, CondSourcePoweredOff, true, po.Action, "the source VM is powered off ("+po.Action+")")
+	rec.SetCondition(now, CondSourcePoweredOff, true, po.Action, "the source VM is powered off ("+po.Action+")")
 	return r.save(ctx)
 }

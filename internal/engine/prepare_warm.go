@@ -84,78 +84,6 @@ const (
 	FieldPrecopyStopBytes = "precopy_stop_bytes"
 )
 
-// WarmEvidence is what a warm migration did before and at cutover.
-type WarmEvidence struct {
-	// Rounds is the most precopy rounds the migration takes.
-	Rounds int `json:"rounds"`
-	// StopBytes is Spec.PrecopyStopBytes when the precopy began (0: every
-	// round is taken); nil in records of precopies that began before it
-	// existed, which take every round.
-	StopBytes *int64 `json:"stopBytes,omitempty"`
-	// Stopped is set, with the copy of the round it names, when the
-	// precopy ended before Rounds.
-	Stopped *WarmStop `json:"stopped,omitempty"`
-	// Snapshots are the migration's own snapshots, by round.
-	Snapshots []WarmSnapshot `json:"snapshots,omitempty"`
-	// SkippedReason says why no snapshot was taken (the source was off).
-	SkippedReason string `json:"skippedReason,omitempty"`
-	// CutoverFiles and CutoverBytes are the chain files copied after the
-	// power-off and their total size: the copy part of the downtime.
-	CutoverFiles int   `json:"cutoverFiles,omitempty"`
-	CutoverBytes int64 `json:"cutoverBytes,omitempty"`
-	// CutoverStarted is when the source was found off for the cutover
-	// copy; CutoverCopied when that copy was complete.
-	CutoverStarted *time.Time `json:"cutoverStarted,omitempty"`
-	CutoverCopied  *time.Time `json:"cutoverCopied,omitempty"`
-	// Frozen are the descriptors of the links the precopy copied, with
-	// their CIDs then.
-	Frozen []WarmFrozenLink `json:"frozen,omitempty"`
-}
-
-// WarmStop records why the precopy ended before its last round.
-type WarmStop struct {
-	// Round is the last round taken; Bytes what it copied, at most Limit
-	// (WarmEvidence.StopBytes).
-	Round int   `json:"round"`
-	Bytes int64 `json:"bytes"`
-	Limit int64 `json:"limit"`
-	// Reason says it in words, as the event did.
-	Reason string `json:"reason"`
-	// Renames move the copied chain files to the links the final chain
-	// gives them; Renamed counts those done, in order.
-	Renames []WarmRename `json:"renames,omitempty"`
-	Renamed int          `json:"renamed,omitempty"`
-}
-
-// WarmRename moves disk Disk's copied files of link From to link To.
-type WarmRename struct {
-	Disk int `json:"disk"`
-	From int `json:"from"`
-	To   int `json:"to"`
-}
-
-// WarmSnapshot is one snapshot a warm migration takes on the source.
-type WarmSnapshot struct {
-	// Round is the precopy round (1 first).
-	Round int `json:"round"`
-	// Name is the snapshot's name on the host, derived from the migration.
-	Name string `json:"name"`
-	// IntendedAt is when the snapshot was decided, before vim-cmd ran.
-	IntendedAt time.Time `json:"intendedAt"`
-	// ID is the host's snapshot id once observed; CreatedAt when.
-	ID        int        `json:"id,omitempty"`
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
-	// Copied is true once the files the snapshot froze were copied;
-	// CopiedFiles and CopiedBytes are that round's extent files and bytes
-	// read from the host.
-	Copied      bool  `json:"copied,omitempty"`
-	CopiedFiles int   `json:"copiedFiles,omitempty"`
-	CopiedBytes int64 `json:"copiedBytes,omitempty"`
-	// Removed is true once the snapshot is gone from the source.
-	Removed   bool       `json:"removed,omitempty"`
-	RemovedAt *time.Time `json:"removedAt,omitempty"`
-}
-
 // warm reports a warm migration.
 func (s Spec) warm() bool { return s.Mode == ModeWarm }
 
@@ -195,16 +123,6 @@ func (s Spec) warmSnapshotDescription() string {
 	return fmt.Sprintf("Taken by the vmmigration provider for the warm migration to %s/%s; removed when it completes or is destroyed", s.Namespace, s.Name)
 }
 
-// snapshot returns round k's record, or nil.
-func (w *WarmEvidence) snapshot(round int) *WarmSnapshot {
-	for i := range w.Snapshots {
-		if w.Snapshots[i].Round == round {
-			return &w.Snapshots[i]
-		}
-	}
-	return nil
-}
-
 // warmPrecopy takes the precopy rounds that are not done yet while the
 // source runs and returns the source as observed after them. Nothing is
 // done once the power-off has been decided: the cutover has begun.
@@ -236,7 +154,7 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 		last = w.Stopped.Round
 	}
 	for k := 1; k <= last; k++ {
-		if s := w.snapshot(k); s != nil && s.Copied {
+		if s := w.Snapshot(k); s != nil && s.Copied {
 			continue
 		}
 		s, off, err := r.warmSnapshot(ctx, c, vm, k)
@@ -259,7 +177,7 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 		s.Copied, s.CopiedFiles, s.CopiedBytes = true, files, bytes
 		// Decided with the round's copy, in the same save: a resumed apply
 		// finds the round copied and the decision taken.
-		w.Stopped = w.stopAfter(k, bytes, vm, len(rec.Disks))
+		w.Stopped = warmStopAfter(w, k, bytes, vm, len(rec.Disks))
 		if err := r.save(ctx); err != nil {
 			return nil, err
 		}
@@ -280,7 +198,7 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 // true, with no snapshot, when the source does not run.
 func (r *run) warmSnapshot(ctx context.Context, c *esxi.Client, vm *esxi.VM, k int) (s *WarmSnapshot, off bool, err error) {
 	w := r.rec().Warm
-	s = w.snapshot(k)
+	s = w.Snapshot(k)
 	if s == nil {
 		if vm.PowerState != esxi.PoweredOn {
 			if len(w.Snapshots) == 0 {
@@ -315,17 +233,17 @@ func (r *run) warmSnapshot(ctx context.Context, c *esxi.Client, vm *esxi.VM, k i
 	return s, false, nil
 }
 
-// stopAfter decides whether the precopy ends after round k, which copied
+// warmStopAfter decides whether the precopy ends after round k, which copied
 // bytes: from the second round on (the first copies the whole disks), when
 // rounds remain and bytes is at most StopBytes. The decision carries the
 // renames that give the copied files their links in a chain of k
 // snapshots; vm is the source as observed for round k, whose first disks
 // (as many as the record has) are renamed.
-func (w *WarmEvidence) stopAfter(k int, bytes int64, vm *esxi.VM, disks int) *WarmStop {
+func warmStopAfter(w *WarmEvidence, k int, bytes int64, vm *esxi.VM, disks int) *WarmStop {
 	if w.Stopped != nil {
 		return w.Stopped
 	}
-	limit := w.stopLimit()
+	limit := w.StopLimit()
 	if limit <= 0 || k < 2 || k >= w.Rounds || bytes > limit {
 		return nil
 	}
@@ -342,14 +260,6 @@ func (w *WarmEvidence) stopAfter(k int, bytes int64, vm *esxi.VM, disks int) *Wa
 		}
 	}
 	return st
-}
-
-// stopLimit is StopBytes, 0 when not recorded.
-func (w *WarmEvidence) stopLimit() int64 {
-	if w.StopBytes == nil {
-		return 0
-	}
-	return *w.StopBytes
 }
 
 // warmRenames moves the copied chain files of a precopy that stopped early
@@ -405,16 +315,6 @@ func moveChainLink(dir string, m WarmRename) error {
 	return nil
 }
 
-// freeze records a precopied descriptor's CID (the first one seen).
-func (w *WarmEvidence) freeze(disk int, descriptor, cid string) {
-	for _, f := range w.Frozen {
-		if f.Disk == disk && f.Descriptor == descriptor {
-			return
-		}
-	}
-	w.Frozen = append(w.Frozen, WarmFrozenLink{Disk: disk, Descriptor: descriptor, CID: cid})
-}
-
 // countSnapshots counts the nodes of a snapshot tree.
 func countSnapshots(tree []esxi.Snapshot) int {
 	return len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true }))
@@ -438,7 +338,7 @@ func (r *run) copyFrozenLinks(ctx context.Context, c *esxi.Client, vm *esxi.VM, 
 			f.Link += shift
 			local := r.spec.chainLocalPath(i, f)
 			if f.Kind == ChainFileDescriptor {
-				r.rec().Warm.freeze(i, f.SourcePath, f.CID)
+				r.rec().Warm.Freeze(i, f.SourcePath, f.CID)
 				text, err := c.ReadDescriptor(ctx, f.SourcePath)
 				if err != nil {
 					return 0, 0, fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
@@ -720,15 +620,6 @@ func (s Spec) warmChecks(vm *esxi.VM) []preflight.Check {
 		disks.Message = fmt.Sprintf("VM %q cannot be copied while it runs: %s. Use mode %q.", vm.Name, strings.Join(bad, "; "), ModeCold)
 	}
 	return []preflight.Check{snaps, disks}
-}
-
-// WarmFrozenLink records the CID of each descriptor whose link the precopy
-// copied, so that the cutover notices a link changed since (someone
-// consolidated or reverted snapshots) and copies it again.
-type WarmFrozenLink struct {
-	Disk       int    `json:"disk"`
-	Descriptor string `json:"descriptor"`
-	CID        string `json:"cid"`
 }
 
 // recheckFrozen drops the copies of links whose descriptor's CID is not

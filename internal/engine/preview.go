@@ -59,7 +59,7 @@ func (e *Engine) Preview(ctx context.Context, spec Spec, opts PreviewOptions) (P
 	if opts.ResumeFromRecord {
 		rec, err := e.Load(ctx, spec.Namespace, spec.Name)
 		switch {
-		case err == nil && !rec.Identity.sameSource(spec):
+		case err == nil && !sameSource(rec.Identity, spec):
 			// The record of the migration this one replaces (forgotten
 			// before this one starts), or a conflict Run reports: judge
 			// this source afresh.
@@ -159,7 +159,7 @@ func planDisks(spec Spec, vm *esxi.VM, prev []DiskEvidence) []DiskEvidence {
 
 // sameSource reports whether a record's identity is the source spec names
 // (by vmid when the spec gives one, else by display name).
-func (id Identity) sameSource(spec Spec) bool {
+func sameSource(id Identity, spec Spec) bool {
 	if id.Host != spec.Host {
 		return false
 	}
@@ -167,17 +167,6 @@ func (id Identity) sameSource(spec Spec) bool {
 		return id.VMID == spec.VMID
 	}
 	return id.VMName == spec.VMName
-}
-
-// sourceLabel names the source of an identity for messages.
-func (id Identity) sourceLabel() string {
-	switch {
-	case id.VMName != "" && id.VMID != 0:
-		return fmt.Sprintf("VM %q (vmid %d) on ESXi host %s", id.VMName, id.VMID, id.Host)
-	case id.VMName != "":
-		return fmt.Sprintf("VM %q on ESXi host %s", id.VMName, id.Host)
-	}
-	return fmt.Sprintf("vmid %d on ESXi host %s", id.VMID, id.Host)
 }
 
 // isStopState reports the phases a migration waits in for a retry or a

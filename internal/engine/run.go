@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
@@ -255,7 +256,7 @@ func (r *run) open(ctx context.Context) error {
 			// Nothing was discovered or touched yet (for example the first
 			// vm_name did not exist): the corrected source simply starts over.
 			now := r.now()
-			rec.addError(ErrorEntry{Time: now, Phase: PhaseDiscovering, Class: ClassReentered,
+			rec.AddError(ErrorEntry{Time: now, Phase: PhaseDiscovering, Class: ClassReentered,
 				Attempt: rec.Attempts, Reason: "SourceChanged", Message: msg + "; nothing had been discovered yet, so the migration starts over with the new source"})
 			rec.Identity.Host, rec.Identity.VMName, rec.Identity.VMID, rec.Identity.VMXPath = r.spec.Host, r.spec.VMName, r.spec.VMID, ""
 			rec.Phase, rec.RetryPhase, rec.Attempts = PhaseDiscovering, "", 0
@@ -301,7 +302,7 @@ func (r *run) reenter(now time.Time, msg string) {
 	if phase == "" {
 		phase = PhasePending
 	}
-	rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassReentered, Attempt: rec.Attempts, Reason: rec.Reason, Message: msg})
+	rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassReentered, Attempt: rec.Attempts, Reason: rec.Reason, Message: msg})
 	rec.Phase, rec.RetryPhase, rec.Attempts = phase, "", 0
 	rec.Reason, rec.Message, rec.Action = "", "", ""
 }
@@ -383,7 +384,7 @@ func (r *run) advance(ctx context.Context, route []checkpoint, idx int) error {
 	rec.Reason, rec.Message, rec.Action, rec.RetryPhase = "", "", "", ""
 	if st.phase == PhaseCompleted {
 		stamp(&rec.Timestamps.Completed, now)
-		rec.setCondition(now, CondReady, true, "Completed", "the migration is complete")
+		rec.SetCondition(now, CondReady, true, "Completed", "the migration is complete")
 		if err := r.save(ctx); err != nil {
 			return err
 		}
@@ -425,7 +426,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 				n++
 			}
 		}
-		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: n, Reason: "Reobserved",
+		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: n, Reason: "Reobserved",
 			Message: back.reason + "; going back to " + string(back.phase)})
 		if n >= r.spec.Retry.Attempts {
 			return true, r.stop(ctx, phase, PhaseFailed, "RetriesExhausted", fmt.Sprintf("%s went back to %s %d times; the last problem: %s", phase, back.phase, n, back.reason), "", err)
@@ -444,7 +445,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		return true, stop
 	case fault.Transient:
 		rec.Attempts++
-		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
+		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
 		if rec.Attempts >= r.spec.Retry.Attempts {
 			msg := fmt.Sprintf("%s did not succeed after %d attempts; the last error: %v", phase, rec.Attempts, err)
 			if exhaustedNeedsHuman(phase) {
@@ -454,7 +455,7 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		}
 		backoff := retry.Policy{Attempts: r.spec.Retry.Attempts, Initial: r.spec.Retry.Initial, Max: r.spec.Retry.Max}.Backoff(rec.Attempts)
 		rec.Phase, rec.RetryPhase = PhaseRetryable, phase
-		rec.Reason, rec.Message = reason, truncateMessage(err.Error(), maxStopMessageBytes)
+		rec.Reason, rec.Message = reason, record.TruncateMessage(err.Error(), record.MaxStopMessageBytes)
 		if serr := r.save(ctx); serr != nil {
 			_, stop := r.interrupted(ctx, phase, serr)
 			return true, stop
@@ -472,10 +473,10 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		}
 		return false, nil
 	case fault.NeedsHuman:
-		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
 		return true, r.stop(ctx, phase, PhaseManualInterventionRequired, reason, err.Error(), actionOf(err), err)
 	default:
-		rec.addError(ErrorEntry{Time: now, Phase: phase, Class: ClassPermanent, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassPermanent, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
 		return true, r.stop(ctx, phase, PhaseFailed, reason, err.Error(), actionOf(err), err)
 	}
 }
@@ -512,7 +513,7 @@ func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action 
 		action = "fix the cause, then run apply again to continue from " + string(phase)
 	}
 	rec.Phase, rec.RetryPhase = state, phase
-	rec.Reason, rec.Message, rec.Action = reason, truncateMessage(msg, maxStopMessageBytes), truncateMessage(action, maxStopMessageBytes)
+	rec.Reason, rec.Message, rec.Action = reason, record.TruncateMessage(msg, record.MaxStopMessageBytes), record.TruncateMessage(action, record.MaxStopMessageBytes)
 	serr := r.save(context.WithoutCancel(ctx))
 	se := r.stopError(phase, state, reason, msg, action, err)
 	if serr != nil {
@@ -538,7 +539,7 @@ func (r *run) interrupted(ctx context.Context, phase Phase, err error) (Record, 
 	if rec.Phase == PhaseRetryable {
 		phase = rec.RetryPhase
 	}
-	rec.addError(ErrorEntry{Time: r.now(), Phase: phase, Class: ClassInterrupted, Attempt: rec.Attempts, Reason: "Interrupted", Message: msg})
+	rec.AddError(ErrorEntry{Time: r.now(), Phase: phase, Class: ClassInterrupted, Attempt: rec.Attempts, Reason: "Interrupted", Message: msg})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = r.save(sctx)

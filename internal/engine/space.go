@@ -60,9 +60,9 @@ func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirN
 			staged = addSat(staged, max(d.SizeBytes-allocated(stagedFile), 0))
 		}
 		switch {
-		case d.onChain() && d.GuestSHA256 == "":
+		case d.OnChain() && d.GuestSHA256 == "":
 			chain = addSat(chain, s.chainCopyNeed(i, d, src))
-		case s.warm() && !d.onChain() && !stagedDone && (vm == nil || vm.PowerState == esxi.PoweredOn):
+		case s.warm() && !d.OnChain() && !stagedDone && (vm == nil || vm.PowerState == esxi.PoweredOn):
 			// The precopy copies the base and the deltas as a chain (a
 			// source found off is copied as it is, without snapshots).
 			want := d.SizeBytes

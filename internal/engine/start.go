@@ -65,7 +65,7 @@ func (r *run) stepStart(ctx context.Context) error {
 	rec.VM.UID, rec.VM.RunStrategy = string(vm.UID), r.spec.RunStrategy
 	now := r.now()
 	if !r.spec.startsVM() {
-		rec.setCondition(now, CondVMStarted, false, "NotStarted", "runStrategy "+r.spec.RunStrategy+" leaves the VM stopped")
+		rec.SetCondition(now, CondVMStarted, false, "NotStarted", "runStrategy "+r.spec.RunStrategy+" leaves the VM stopped")
 		return nil
 	}
 	deadline := time.Now().Add(r.spec.StartTimeout)
@@ -88,7 +88,7 @@ func (r *run) stepStart(ctx context.Context) error {
 			case kubevirtv1.Running:
 				now := r.now()
 				stamp(&rec.Timestamps.VMStarted, now)
-				rec.setCondition(now, CondVMStarted, true, "Running", "the VirtualMachineInstance is Running on node "+vmi.Status.NodeName)
+				rec.SetCondition(now, CondVMStarted, true, "Running", "the VirtualMachineInstance is Running on node "+vmi.Status.NodeName)
 				return nil
 			case kubevirtv1.Failed, kubevirtv1.Succeeded:
 				return transient("VMIStopped", fmt.Sprintf("the VirtualMachineInstance %s/%s is %s", ns, name, phase), nil)

@@ -31,7 +31,7 @@ func (r *run) stepValidate(ctx context.Context) error {
 	}
 	if len(blockers) > 0 {
 		msg := "pre-flight checks failed: " + strings.Join(blockers, " ")
-		rec.setCondition(now, CondValidated, false, "ChecksFailed", msg)
+		rec.SetCondition(now, CondValidated, false, "ChecksFailed", msg)
 		return onField(FieldSource, needsHuman("PreflightFailed", msg, "fix what the checks report, then run apply again", nil))
 	}
 	// Claim the source before anything acts on it: of two migrations of
@@ -40,6 +40,6 @@ func (r *run) stepValidate(ctx context.Context) error {
 		return err
 	}
 	stamp(&rec.Timestamps.Validated, now)
-	rec.setCondition(now, CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(p.Checks.Checks)))
+	rec.SetCondition(now, CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(p.Checks.Checks)))
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -23,7 +24,7 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 	now := r.now()
 	if !r.spec.startsVM() {
 		rec.Validation = []CheckResult{{ID: "vmi_running", Passed: true, Time: now, Message: "skipped: runStrategy " + r.spec.RunStrategy + " leaves the VM stopped"}}
-		rec.setCondition(now, CondGuestReady, false, "NotStarted", "the VM is not running, so the guest was not checked")
+		rec.SetCondition(now, CondGuestReady, false, "NotStarted", "the VM is not running, so the guest was not checked")
 		return nil
 	}
 	deadline := time.Now().Add(r.spec.Validation.Timeout)
@@ -71,7 +72,7 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 		results = append(results, *noConsole)
 	}
 	rec.Validation = results
-	rec.setCondition(r.now(), CondGuestReady, true, "ChecksPassed", fmt.Sprintf("%d check(s) passed", n))
+	rec.SetCondition(r.now(), CondGuestReady, true, "ChecksPassed", fmt.Sprintf("%d check(s) passed", n))
 	return nil
 }
 
@@ -95,7 +96,7 @@ func (r *run) consoleNotLogged(ctx context.Context) *CheckResult {
 		"only when the checks time out after %s. To have boot failures found at once, set spec.domain.devices.logSerialConsole: true on the VM "+
 		"or remove disableSerialConsoleLog from the KubeVirt CR's spec.configuration.virtualMachineOptions", err, r.spec.Validation.Timeout)
 	r.report(ctx, Event{Kind: EventInfo, Message: "warning: " + msg})
-	return &CheckResult{ID: CheckConsoleLog, Severity: "warning", Passed: false, Message: truncateMessage(msg, MaxErrorMessageBytes), Time: r.now()}
+	return &CheckResult{ID: CheckConsoleLog, Severity: "warning", Passed: false, Message: record.TruncateMessage(msg, MaxErrorMessageBytes), Time: r.now()}
 }
 
 // consoleReadInterval is how often Validating reads a guest's console while
@@ -138,7 +139,7 @@ func (r *run) guestNotReady(results []CheckResult, failed, tail, bootFailed stri
 	now := r.now()
 	if tail != "" {
 		results = append(results, CheckResult{ID: "guest_console", Passed: bootFailed == "", Time: now,
-			Message: truncateMessage(tail, MaxErrorMessageBytes)})
+			Message: record.TruncateMessage(tail, MaxErrorMessageBytes)})
 	}
 	rec.Validation = results
 	msg := fmt.Sprintf("the VM runs but %s failed within %s", failed, r.spec.Validation.Timeout)
@@ -161,7 +162,7 @@ func (r *run) guestNotReady(results []CheckResult, failed, tail, bootFailed stri
 			msg += "; " + c.Message
 		}
 	}
-	rec.setCondition(now, CondGuestReady, false, "ChecksFailed", truncateMessage(msg, MaxErrorMessageBytes))
+	rec.SetCondition(now, CondGuestReady, false, "ChecksFailed", record.TruncateMessage(msg, MaxErrorMessageBytes))
 	return needsHuman("ValidationFailed", msg, action, nil)
 }
 

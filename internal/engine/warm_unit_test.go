@@ -169,23 +169,23 @@ func TestWarmStopAfter(t *testing.T) {
 		{2, 2, 100, 10, false}, // the last round: nothing to stop
 	} {
 		w := &WarmEvidence{Rounds: tc.rounds, StopBytes: &tc.limit}
-		st := w.stopAfter(tc.k, tc.bytes, vm, 2)
+		st := warmStopAfter(w, tc.k, tc.bytes, vm, 2)
 		if (st != nil) != tc.stop {
 			t.Errorf("%+v: stop %+v", tc, st)
 		}
 	}
-	if st := (&WarmEvidence{Rounds: 4}).stopAfter(2, 10, vm, 2); st != nil {
+	if st := warmStopAfter((&WarmEvidence{Rounds: 4}), 2, 10, vm, 2); st != nil {
 		t.Errorf("a record without the limit (a precopy begun before it existed) stops: %+v", st)
 	}
 	limit := int64(100)
 	w := &WarmEvidence{Rounds: 5, StopBytes: &limit}
-	st := w.stopAfter(2, 50, vm, 2)
-	want := []WarmRename{{0, 4, 1}, {0, 5, 2}, {1, 4, 1}, {1, 5, 2}, {1, 6, 3}}
+	st := warmStopAfter(w, 2, 50, vm, 2)
+	want := []WarmRename{{Disk: 0, From: 4, To: 1}, {Disk: 0, From: 5, To: 2}, {Disk: 1, From: 4, To: 1}, {Disk: 1, From: 5, To: 2}, {Disk: 1, From: 6, To: 3}}
 	if st == nil || st.Round != 2 || st.Bytes != 50 || st.Limit != 100 || !slices.Equal(st.Renames, want) {
 		t.Fatalf("stop %+v, want renames %+v", st, want)
 	}
 	w.Stopped = st
-	if again := w.stopAfter(3, 500, vm, 2); again != st {
+	if again := warmStopAfter(w, 3, 500, vm, 2); again != st {
 		t.Errorf("a second decision replaced the first: %+v", again)
 	}
 }
@@ -194,7 +194,7 @@ func TestWarmStopAfter(t *testing.T) {
 // renamed: running the recorded moves again from the first not counted
 // done leaves every file under its final link, none lost or overwritten.
 func TestMoveChainLinkResumes(t *testing.T) {
-	moves := []WarmRename{{0, 3, 1}, {0, 4, 2}, {0, 5, 3}}
+	moves := []WarmRename{{Disk: 0, From: 3, To: 1}, {Disk: 0, From: 4, To: 2}, {Disk: 0, From: 5, To: 3}}
 	content := func(link int) map[string]string {
 		return map[string]string{
 			fmt.Sprintf("disk-0-link-%d-extent-0", link):         fmt.Sprintf("data %d", link),

@@ -1,7 +1,14 @@
-package engine
+// Package record is a migration's durable record: the checkpoint it is
+// in, the decisions taken and the evidence gathered (checksums, object
+// names, timestamps, errors), and its JSON as the engine stores it in the
+// destination cluster. It is a leaf: it knows no host, cluster or engine,
+// so that every reader of a record (the engine, the provider, tests and
+// tools) reads the same shape.
+package record
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -141,14 +148,14 @@ type Record struct {
 const (
 	MaxErrorEntries      = 20
 	MaxErrorMessageBytes = 1024
-	// maxStopMessageBytes bounds Record.Message and Record.Action.
-	maxStopMessageBytes = 4096
+	// MaxStopMessageBytes bounds Record.Message and Record.Action.
+	MaxStopMessageBytes = 4096
 )
 
-// addError appends an entry to the history, shortening its message, and
+// AddError appends an entry to the history, shortening its message, and
 // drops the oldest entries but the first beyond MaxErrorEntries.
-func (r *Record) addError(e ErrorEntry) {
-	e.Message = truncateMessage(e.Message, MaxErrorMessageBytes)
+func (r *Record) AddError(e ErrorEntry) {
+	e.Message = TruncateMessage(e.Message, MaxErrorMessageBytes)
 	r.Errors = append(r.Errors, e)
 	if n := len(r.Errors); n > MaxErrorEntries {
 		drop := n - MaxErrorEntries
@@ -157,9 +164,9 @@ func (r *Record) addError(e ErrorEntry) {
 	}
 }
 
-// truncateMessage shortens s to at most limit bytes of valid UTF-8, saying
+// TruncateMessage shortens s to at most limit bytes of valid UTF-8, saying
 // how long it was.
-func truncateMessage(s string, limit int) string {
+func TruncateMessage(s string, limit int) string {
 	if len(s) <= limit {
 		return s
 	}
@@ -374,8 +381,8 @@ func (r *Record) Condition(t string) (Condition, bool) {
 	return Condition{}, false
 }
 
-// setCondition sets a condition, keeping its time when nothing changed.
-func (r *Record) setCondition(now time.Time, t string, status bool, reason, message string) {
+// SetCondition sets a condition, keeping its time when nothing changed.
+func (r *Record) SetCondition(now time.Time, t string, status bool, reason, message string) {
 	for i := range r.Conditions {
 		c := &r.Conditions[i]
 		if c.Type != t {
@@ -392,14 +399,6 @@ func (r *Record) setCondition(now time.Time, t string, status bool, reason, mess
 // Terminal reports whether the record is Completed or Failed.
 func (r *Record) Terminal() bool { return r.Phase == PhaseCompleted || r.Phase == PhaseFailed }
 
-// stamp sets *p to now unless it is set already.
-func stamp(p **time.Time, now time.Time) {
-	if *p == nil {
-		t := now
-		*p = &t
-	}
-}
-
 // Map returns the timestamps that are set, by their JSON names.
 func (t Timestamps) Map() map[string]time.Time {
 	out := map[string]time.Time{}
@@ -410,4 +409,188 @@ func (t Timestamps) Map() map[string]time.Time {
 		}
 	}
 	return out
+}
+
+// Kinds of ChainFileEvidence.
+const (
+	ChainFileDescriptor = "descriptor"
+	ChainFileExtent     = "extent"
+)
+
+// ChainFileEvidence is one file of a disk's snapshot chain.
+type ChainFileEvidence struct {
+	// Link is the link's position, 0 for the descriptor the VM runs on,
+	// the last for the base; Extent the extent's position in its link.
+	Link   int `json:"link"`
+	Extent int `json:"extent,omitempty"`
+	// Kind is "descriptor" or "extent".
+	Kind string `json:"kind"`
+	// Format is the link's createType ("seSparse", "vmfsSparse", "vmfs").
+	Format string `json:"format"`
+	// SourcePath is the file on the host.
+	SourcePath string `json:"sourcePath"`
+	// CID and ParentCID are the descriptor's (descriptors only).
+	CID       string `json:"cid,omitempty"`
+	ParentCID string `json:"parentCID,omitempty"`
+	// Bytes and SHA256 are the copied file's length and hex SHA-256.
+	Bytes  int64  `json:"bytes,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// OnChain reports a disk that runs on a snapshot chain.
+func (d *DiskEvidence) OnChain() bool { return len(d.Chain) > 0 }
+
+// ConversionEvidence is what a guest conversion saw and did.
+type ConversionEvidence struct {
+	// Tool and Version are the virt-v2v program that ran.
+	Tool    string `json:"tool"`
+	Version string `json:"version"`
+	// Accelerator is what libguestfs's helper VM ran on ("kvm" or "tcg").
+	Accelerator string `json:"accelerator"`
+	// OS is the guest as virt-v2v inspected it.
+	OS GuestOS `json:"os"`
+	// Converted is virt-v2v's summary, e.g. "Converting 12.15 to run on KVM".
+	Converted string `json:"converted,omitempty"`
+	// Drivers and Warnings are virt-v2v's messages about them.
+	Drivers  []string `json:"drivers,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Seconds is how long the conversion took.
+	Seconds float64   `json:"seconds"`
+	Time    time.Time `json:"time"`
+}
+
+// GuestOS is an inspected guest operating system.
+type GuestOS struct {
+	// Type is "linux" or "windows"; Distro e.g. "debian", "rhel",
+	// "windows"; Version "major.minor"; OSInfo the libosinfo ID
+	// ("debian12", "win2k22").
+	Type        string `json:"type"`
+	Distro      string `json:"distro,omitempty"`
+	Version     string `json:"version,omitempty"`
+	OSInfo      string `json:"osinfo,omitempty"`
+	Arch        string `json:"arch,omitempty"`
+	ProductName string `json:"productName,omitempty"`
+	// Firmware is "bios" or "uefi", as the disks show it.
+	Firmware string `json:"firmware,omitempty"`
+}
+
+// String is how the OS is shown to users, e.g. "debian 12.15 (debian12)".
+func (g GuestOS) String() string {
+	s := strings.TrimSpace(g.Distro + " " + g.Version)
+	if g.ProductName != "" && g.ProductName != g.Version {
+		s = g.ProductName
+	}
+	if g.OSInfo != "" {
+		s += " (" + g.OSInfo + ")"
+	}
+	return s
+}
+
+// WarmEvidence is what a warm migration did before and at cutover.
+type WarmEvidence struct {
+	// Rounds is the most precopy rounds the migration takes.
+	Rounds int `json:"rounds"`
+	// StopBytes is Spec.PrecopyStopBytes when the precopy began (0: every
+	// round is taken); nil in records of precopies that began before it
+	// existed, which take every round.
+	StopBytes *int64 `json:"stopBytes,omitempty"`
+	// Stopped is set, with the copy of the round it names, when the
+	// precopy ended before Rounds.
+	Stopped *WarmStop `json:"stopped,omitempty"`
+	// Snapshots are the migration's own snapshots, by round.
+	Snapshots []WarmSnapshot `json:"snapshots,omitempty"`
+	// SkippedReason says why no snapshot was taken (the source was off).
+	SkippedReason string `json:"skippedReason,omitempty"`
+	// CutoverFiles and CutoverBytes are the chain files copied after the
+	// power-off and their total size: the copy part of the downtime.
+	CutoverFiles int   `json:"cutoverFiles,omitempty"`
+	CutoverBytes int64 `json:"cutoverBytes,omitempty"`
+	// CutoverStarted is when the source was found off for the cutover
+	// copy; CutoverCopied when that copy was complete.
+	CutoverStarted *time.Time `json:"cutoverStarted,omitempty"`
+	CutoverCopied  *time.Time `json:"cutoverCopied,omitempty"`
+	// Frozen are the descriptors of the links the precopy copied, with
+	// their CIDs then.
+	Frozen []WarmFrozenLink `json:"frozen,omitempty"`
+}
+
+// WarmStop records why the precopy ended before its last round.
+type WarmStop struct {
+	// Round is the last round taken; Bytes what it copied, at most Limit
+	// (WarmEvidence.StopBytes).
+	Round int   `json:"round"`
+	Bytes int64 `json:"bytes"`
+	Limit int64 `json:"limit"`
+	// Reason says it in words, as the event did.
+	Reason string `json:"reason"`
+	// Renames move the copied chain files to the links the final chain
+	// gives them; Renamed counts those done, in order.
+	Renames []WarmRename `json:"renames,omitempty"`
+	Renamed int          `json:"renamed,omitempty"`
+}
+
+// WarmRename moves disk Disk's copied files of link From to link To.
+type WarmRename struct {
+	Disk int `json:"disk"`
+	From int `json:"from"`
+	To   int `json:"to"`
+}
+
+// WarmSnapshot is one snapshot a warm migration takes on the source.
+type WarmSnapshot struct {
+	// Round is the precopy round (1 first).
+	Round int `json:"round"`
+	// Name is the snapshot's name on the host, derived from the migration.
+	Name string `json:"name"`
+	// IntendedAt is when the snapshot was decided, before vim-cmd ran.
+	IntendedAt time.Time `json:"intendedAt"`
+	// ID is the host's snapshot id once observed; CreatedAt when.
+	ID        int        `json:"id,omitempty"`
+	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	// Copied is true once the files the snapshot froze were copied;
+	// CopiedFiles and CopiedBytes are that round's extent files and bytes
+	// read from the host.
+	Copied      bool  `json:"copied,omitempty"`
+	CopiedFiles int   `json:"copiedFiles,omitempty"`
+	CopiedBytes int64 `json:"copiedBytes,omitempty"`
+	// Removed is true once the snapshot is gone from the source.
+	Removed   bool       `json:"removed,omitempty"`
+	RemovedAt *time.Time `json:"removedAt,omitempty"`
+}
+
+// Snapshot returns round k's record, or nil.
+func (w *WarmEvidence) Snapshot(round int) *WarmSnapshot {
+	for i := range w.Snapshots {
+		if w.Snapshots[i].Round == round {
+			return &w.Snapshots[i]
+		}
+	}
+	return nil
+}
+
+// StopLimit is StopBytes, 0 when not recorded.
+func (w *WarmEvidence) StopLimit() int64 {
+	if w.StopBytes == nil {
+		return 0
+	}
+	return *w.StopBytes
+}
+
+// Freeze records a precopied descriptor's CID (the first one seen).
+func (w *WarmEvidence) Freeze(disk int, descriptor, cid string) {
+	for _, f := range w.Frozen {
+		if f.Disk == disk && f.Descriptor == descriptor {
+			return
+		}
+	}
+	w.Frozen = append(w.Frozen, WarmFrozenLink{Disk: disk, Descriptor: descriptor, CID: cid})
+}
+
+// WarmFrozenLink records the CID of each descriptor whose link the precopy
+// copied, so that the cutover notices a link changed since (someone
+// consolidated or reverted snapshots) and copies it again.
+type WarmFrozenLink struct {
+	Disk       int    `json:"disk"`
+	Descriptor string `json:"descriptor"`
+	CID        string `json:"cid"`
 }

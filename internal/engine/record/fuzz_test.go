@@ -1,11 +1,9 @@
-package engine_test
+package record
 
 import (
 	"bytes"
 	"encoding/json"
 	"testing"
-
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 )
 
 // recordSample is a record as the engine stores it after importing one
@@ -32,7 +30,7 @@ func FuzzRecordJSON(f *testing.F) {
 	f.Add([]byte(`{"message":"\ud800 invalid \xff utf-8","disks":[{"sizeBytes":-1}],"errorsDropped":-5}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var r1 engine.Record
+		var r1 Record
 		if err := json.Unmarshal(b, &r1); err != nil {
 			return
 		}
@@ -40,7 +38,7 @@ func FuzzRecordJSON(f *testing.F) {
 		if err != nil {
 			t.Fatalf("a record that was read cannot be written back: %v\n%s", err, b)
 		}
-		var r2 engine.Record
+		var r2 Record
 		if err := json.Unmarshal(m1, &r2); err != nil {
 			t.Fatalf("the engine's own encoding does not decode: %v\n%s", err, m1)
 		}

@@ -1,4 +1,4 @@
-package engine
+package record
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ func TestErrorHistoryBounded(t *testing.T) {
 	var r Record
 	long := strings.Repeat("é", 40<<10) // 80 KiB of two-byte runes
 	for i := range 50 {
-		r.addError(ErrorEntry{Attempt: i, Message: fmt.Sprintf("%d:%s", i, long)})
+		r.AddError(ErrorEntry{Attempt: i, Message: fmt.Sprintf("%d:%s", i, long)})
 	}
 	if len(r.Errors) != MaxErrorEntries || r.ErrorsDropped != 50-MaxErrorEntries {
 		t.Fatalf("len = %d, dropped = %d", len(r.Errors), r.ErrorsDropped)
@@ -25,7 +25,7 @@ func TestErrorHistoryBounded(t *testing.T) {
 			t.Fatalf("message of %d bytes: ...%q", len(e.Message), e.Message[max(0, len(e.Message)-40):])
 		}
 	}
-	if got := truncateMessage("short", 10); got != "short" {
+	if got := TruncateMessage("short", 10); got != "short" {
 		t.Errorf("short message changed: %q", got)
 	}
 }
