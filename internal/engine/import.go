@@ -203,20 +203,13 @@ func (r *run) dataVolumeSucceeded(ctx context.Context, i int) error {
 // failure deletes the DataVolume so that the next attempt recreates it.
 func (r *run) dataVolumeFailed(ctx context.Context, i int, dv *cdiv1beta1.DataVolume) error {
 	d := &r.rec().Disks[i]
-	ns, kc := r.spec.Namespace, r.e.deps.Kube
+	ns := r.spec.Namespace
 	reason, msg := dvRunningCondition(dv)
 	if dvFailureIsPermanent(reason, msg) {
 		return permanent("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed: %s: %s", ns, d.DataVolume, reason, msg),
 			"check the image and the storage class", nil)
 	}
-	if err := kc.DeleteDataVolume(ctx, ns, d.DataVolume); err != nil {
-		return err
-	}
-	if err := r.waitGone(ctx, d.DataVolume); err != nil {
-		return err
-	}
-	d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = "", false, "", ""
-	if err := r.save(ctx); err != nil {
+	if err := r.deleteDataVolume(ctx, i); err != nil {
 		return err
 	}
 	return transient("DataVolumeFailed", fmt.Sprintf("DataVolume %s/%s failed (%s: %s); deleted it so that the next attempt recreates it", ns, d.DataVolume, reason, msg), nil)
@@ -247,12 +240,10 @@ func parsePercent(p string) float64 {
 	return f
 }
 
-// abandonDataVolume stops waiting on disk i's DataVolume: it is deleted
-// (it holds no finished import), so that the run after the fix starts a
-// new one, and the stop says what it showed.
-func (r *run) abandonDataVolume(ctx context.Context, i int, dv *cdiv1beta1.DataVolume, reason, msg string) error {
+// deleteDataVolume deletes disk i's DataVolume, waits until it is gone
+// and records that disk i has none.
+func (r *run) deleteDataVolume(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
-	action := dvWhatToDo(dv, r.spec.StorageClass)
 	if err := r.e.deps.Kube.DeleteDataVolume(ctx, r.spec.Namespace, d.DataVolume); err != nil {
 		return err
 	}
@@ -260,7 +251,15 @@ func (r *run) abandonDataVolume(ctx context.Context, i int, dv *cdiv1beta1.DataV
 		return err
 	}
 	d.DataVolumeUID, d.Uploaded, d.DataVolumePhase, d.Progress = "", false, "", ""
-	if err := r.save(ctx); err != nil {
+	return r.save(ctx)
+}
+
+// abandonDataVolume stops waiting on disk i's DataVolume: it is deleted
+// (it holds no finished import), so that the run after the fix starts a
+// new one, and the stop says what it showed.
+func (r *run) abandonDataVolume(ctx context.Context, i int, dv *cdiv1beta1.DataVolume, reason, msg string) error {
+	action := dvWhatToDo(dv, r.spec.StorageClass)
+	if err := r.deleteDataVolume(ctx, i); err != nil {
 		return err
 	}
 	return needsHuman(reason, msg+"; deleted it so that the next run starts a new one", action, nil)
