@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -52,19 +53,27 @@ func TestFirmwareIdentitySurvivesEveryRun(t *testing.T) {
 	// Someone changes a field the migration owns and adds one of theirs;
 	// a run that goes through CreatingVM again restores the first, keeps
 	// the second, and keeps the identity.
-	vm := check("before the edit")
-	wantBus := vm.Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus
-	vm.Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus = "scsi"
-	if wantBus == "scsi" {
-		vm.Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus = "sata"
-	}
-	vm.Labels["someone"] = "else"
-	if err := e.admin.Update(t.Context(), vm); err != nil {
+	// The simulated controllers write the VM too (its status), so the
+	// edit is made on the latest version, as kubectl edit would retry.
+	wantBus := check("before the edit").Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vm := &kubevirtv1.VirtualMachine{}
+		if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: "id1"}, vm); err != nil {
+			return err
+		}
+		vm.Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus = "scsi"
+		if wantBus == "scsi" {
+			vm.Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus = "sata"
+		}
+		vm.Labels["someone"] = "else"
+		return e.admin.Update(t.Context(), vm)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	e.editRecord("id1", func(r *engine.Record) { r.Phase = engine.PhaseCreatingVM })
 	e.mustComplete(e.engine(), spec)
-	vm = check("after a second run through CreatingVM")
+	vm := check("after a second run through CreatingVM")
 	if bus := vm.Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus; bus != wantBus {
 		t.Errorf("disk bus %s, want %s again", bus, wantBus)
 	}
