@@ -40,7 +40,7 @@ func (r *run) stepComplete(context.Context) error {
 func (r *run) removeStaging() error {
 	var errs []string
 	for i := range r.rec().Disks {
-		staged, art := r.spec.stagedPath(i), r.spec.artifactPath(i)
+		staged, art := r.spec.stagedPath(i), r.spec.artifactPath(i, r.rec().StagingToken)
 		if err := transfer.Remove(staged); err != nil {
 			errs = append(errs, err.Error())
 		}
@@ -49,7 +49,7 @@ func (r *run) removeStaging() error {
 				errs = append(errs, err.Error())
 			}
 		}
-		conv := r.spec.convertedPath(i)
+		conv := r.spec.convertedPath(i, r.rec().StagingToken)
 		for _, p := range []string{conv, conv + convert.TmpSuffix} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err.Error())

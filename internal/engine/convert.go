@@ -83,7 +83,6 @@ func (r *run) ensureStagingToken(ctx context.Context) error {
 		rec.StagingToken = ""
 		return err
 	}
-	r.spec.stagingToken = t
 	return nil
 }
 
@@ -92,7 +91,7 @@ func (r *run) ensureStagingToken(ctx context.Context) error {
 // conversion to the target format, checked and recorded.
 func (r *run) prepareImage(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
-	art, staged := r.spec.artifactPath(i), r.spec.stagedPath(i)
+	art, staged := r.spec.artifactPath(i, r.rec().StagingToken), r.spec.stagedPath(i)
 	st, err := transfer.Inspect(transfer.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}, staged, r.chunkSize())
 	if err != nil {
 		return err
@@ -112,7 +111,7 @@ func (r *run) prepareImage(ctx context.Context, i int) error {
 	} else {
 		mkdir := func() error { return os.MkdirAll(filepath.Dir(art), 0o700) }
 		if r.spec.Transport.Kind == TransportHTTP {
-			mkdir = r.spec.makeHTTPFolder
+			mkdir = func() error { return r.spec.makeHTTPFolder(r.rec().StagingToken) }
 		}
 		if err := mkdir(); err != nil {
 			return needsHuman("StagingDirUnusable", "cannot create "+filepath.Dir(art), "make the folder writable, then run apply again", err)
@@ -138,7 +137,7 @@ func (r *run) prepareImage(ctx context.Context, i int) error {
 		d.ArtifactPath, d.ArtifactFormat, d.ArtifactSHA256, d.ArtifactBytes = art, string(a.Format), a.SHA256, a.SizeBytes
 	}
 	if r.spec.Transport.Kind == TransportHTTP {
-		d.ArtifactURL = r.spec.imageURL(i)
+		d.ArtifactURL = r.spec.imageURL(i, r.rec().StagingToken)
 	}
 	r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferImage}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
 		Message: fmt.Sprintf("disk %d: %s image ready (sha256 %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
@@ -271,8 +270,8 @@ func (r *run) planFlatten(i int) (*flattenPlan, error) {
 	if st.State == transfer.StateComplete && d.GuestSHA256 != "" && st.Result.SHA256 == d.GuestSHA256 && d.SourceSHA256 == d.GuestSHA256 {
 		return nil, nil
 	}
-	if d.ArtifactSHA256 != "" && d.GuestSHA256 != "" && r.spec.artifactPath(i) != staged {
-		if _, err := os.Stat(r.spec.artifactPath(i)); err == nil {
+	if d.ArtifactSHA256 != "" && d.GuestSHA256 != "" && r.spec.artifactPath(i, r.rec().StagingToken) != staged {
+		if _, err := os.Stat(r.spec.artifactPath(i, r.rec().StagingToken)); err == nil {
 			// Converted already; the staged copy is not needed again.
 			return nil, nil
 		}
@@ -607,22 +606,24 @@ func conversionEvidenceOf(ev convert.V2VEvidence, now time.Time) *ConversionEvid
 }
 
 // convertedPath is where disk n's converted image is written: the folder
-// the http transport serves, else the migration's work folder.
-func (s Spec) convertedPath(n int) string {
+// the http transport serves (token is the record's StagingToken), else the
+// migration's work folder.
+func (s Spec) convertedPath(n int, token string) string {
 	name := fmt.Sprintf("disk-%d.converted.%s", n, s.TargetFormat)
 	if s.Transport.Kind == TransportHTTP {
-		return filepath.Join(s.httpFolder(), name)
+		return filepath.Join(s.httpFolder(token), name)
 	}
 	return filepath.Join(s.stagingDir(), name)
 }
 
 // imagePath is the image CDI receives for disk n: the converted one when
-// the guest is converted, else qemu-img's.
-func (s Spec) imagePath(n int) string {
+// the guest is converted, else qemu-img's. token is the record's
+// StagingToken.
+func (s Spec) imagePath(n int, token string) string {
 	if s.Conversion == ConversionVirtV2V {
-		return s.convertedPath(n)
+		return s.convertedPath(n, token)
 	}
-	return s.artifactPath(n)
+	return s.artifactPath(n, token)
 }
 
 // convertGuest runs virt-v2v on copies of the disks' images, once: a
@@ -638,15 +639,15 @@ func (r *run) convertGuest(ctx context.Context) error {
 	}
 	rec.Conversion = nil
 	if r.spec.Transport.Kind == TransportHTTP {
-		if err := r.spec.makeHTTPFolder(); err != nil {
-			return needsHuman("StagingDirUnusable", "cannot create "+r.spec.httpFolder(), "make the folder writable, then run apply again", err)
+		if err := r.spec.makeHTTPFolder(r.rec().StagingToken); err != nil {
+			return needsHuman("StagingDirUnusable", "cannot create "+r.spec.httpFolder(r.rec().StagingToken), "make the folder writable, then run apply again", err)
 		}
 	}
 	images := make([]convert.V2VDisk, len(rec.Disks))
 	dsts := make([]string, len(rec.Disks))
 	for i, d := range rec.Disks {
-		images[i] = convert.V2VDisk{Path: r.spec.artifactPath(i), Format: convert.Format(d.ArtifactFormat)}
-		dsts[i] = r.spec.convertedPath(i)
+		images[i] = convert.V2VDisk{Path: r.spec.artifactPath(i, r.rec().StagingToken), Format: convert.Format(d.ArtifactFormat)}
+		dsts[i] = r.spec.convertedPath(i, r.rec().StagingToken)
 	}
 	if _, err := r.e.v2v.probe(ctx); err != nil {
 		return needsHuman("ConversionToolsMissing", err.Error(),
@@ -681,7 +682,7 @@ func (r *run) convertGuest(ctx context.Context) error {
 		d.ConvertedSHA256 = out[i].SHA256
 		d.ArtifactPath, d.ArtifactSHA256, d.ArtifactBytes = out[i].Path, out[i].SHA256, out[i].Bytes
 		if r.spec.Transport.Kind == TransportHTTP {
-			d.ArtifactURL = r.spec.imageURL(i)
+			d.ArtifactURL = r.spec.imageURL(i, r.rec().StagingToken)
 		}
 	}
 	rec.Conversion = conversionEvidenceOf(ev, r.now())
@@ -698,7 +699,7 @@ func (r *run) convertedIntact() bool {
 		if d.ConvertedSHA256 == "" {
 			return false
 		}
-		fi, err := os.Stat(r.spec.convertedPath(i))
+		fi, err := os.Stat(r.spec.convertedPath(i, r.rec().StagingToken))
 		if err != nil || fi.Size() != d.ArtifactBytes {
 			return false
 		}

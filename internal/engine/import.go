@@ -160,9 +160,9 @@ func (r *run) createDataVolume(ctx context.Context, i int) (*cdiv1beta1.DataVolu
 	if r.spec.Transport.Kind == TransportHTTP {
 		// CDI fetches what the spec derives, never a URL read back
 		// from the record; the image is removed once imported.
-		d.ArtifactURL = r.spec.imageURL(i)
-		if _, err := os.Stat(r.spec.imagePath(i)); err != nil {
-			return nil, false, &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i))}
+		d.ArtifactURL = r.spec.imageURL(i, r.rec().StagingToken)
+		if _, err := os.Stat(r.spec.imagePath(i, r.rec().StagingToken)); err != nil {
+			return nil, false, &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i, r.rec().StagingToken))}
 		}
 	}
 	dv, created, err := kube.EnsureOwned(ctx, kc, r.renderDataVolume(*d), kc.CreateDataVolume, kube.LabelOwner(r.spec.Name))
@@ -190,7 +190,7 @@ func (r *run) dataVolumeSucceeded(ctx context.Context, i int) error {
 	if r.spec.Transport.Kind == TransportHTTP {
 		// Imported: the image need not stay where the HTTP server
 		// serves it.
-		if err := convert.Remove(r.spec.imagePath(i)); err != nil {
+		if err := convert.Remove(r.spec.imagePath(i, r.rec().StagingToken)); err != nil {
 			return transient("CleanupFailed", fmt.Sprintf("cannot remove the served image of disk %d", i), err)
 		}
 	}
@@ -290,7 +290,7 @@ func (r *run) waitGone(ctx context.Context, name string) error {
 
 func (r *run) upload(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
-	art := r.spec.imagePath(i)
+	art := r.spec.imagePath(i, r.rec().StagingToken)
 	if _, err := os.Stat(art); err != nil {
 		return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
 	}
@@ -366,7 +366,7 @@ func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artif
 		return convert.Artifact{}, &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
 	}
 	asIs := convert.Artifact{Path: art, Format: convert.Format(r.spec.TargetFormat), SizeBytes: fi.Size()}
-	if d := r.rec().Disks[i]; art == r.spec.artifactPath(i) && d.ArtifactFormat != "" {
+	if d := r.rec().Disks[i]; art == r.spec.artifactPath(i, r.rec().StagingToken) && d.ArtifactFormat != "" {
 		asIs.Format, asIs.SHA256 = convert.Format(d.ArtifactFormat), d.ArtifactSHA256
 	} else if d.ConvertedSHA256 != "" {
 		asIs.SHA256 = d.ConvertedSHA256

@@ -53,10 +53,10 @@ func migrationFolder(root, namespace, name string) string {
 // field, what it holds, and what it should hold.
 func checkRecordPaths(spec Spec, rec *Record) error {
 	var bad []string
-	if rec.StagingToken != "" && !validStagingToken(rec.StagingToken) {
-		bad = append(bad, fmt.Sprintf("stagingToken is %q, which is not 32 lower-case hex digits", rec.StagingToken))
-	} else {
-		spec.stagingToken = rec.StagingToken
+	token := rec.StagingToken
+	if token != "" && !validStagingToken(token) {
+		bad = append(bad, fmt.Sprintf("stagingToken is %q, which is not 32 lower-case hex digits", token))
+		token = ""
 	}
 	for i, d := range rec.Disks {
 		if d.Index != i {
@@ -65,8 +65,8 @@ func checkRecordPaths(spec Spec, rec *Record) error {
 		if d.StagedPath != "" && d.StagedPath != spec.stagedPath(i) {
 			bad = append(bad, fmt.Sprintf("disks[%d].stagedPath is %q, but this migration stages disk %d at %q", i, d.StagedPath, i, spec.stagedPath(i)))
 		}
-		if d.ArtifactPath != "" && d.ArtifactPath != spec.artifactPath(i) && d.ArtifactPath != spec.imagePath(i) {
-			bad = append(bad, fmt.Sprintf("disks[%d].artifactPath is %q, but this migration writes the image of disk %d at %q", i, d.ArtifactPath, i, spec.imagePath(i)))
+		if d.ArtifactPath != "" && d.ArtifactPath != spec.artifactPath(i, token) && d.ArtifactPath != spec.imagePath(i, token) {
+			bad = append(bad, fmt.Sprintf("disks[%d].artifactPath is %q, but this migration writes the image of disk %d at %q", i, d.ArtifactPath, i, spec.imagePath(i, token)))
 		}
 	}
 	if len(bad) == 0 {
@@ -158,16 +158,17 @@ func newStagingToken() (string, error) {
 // <StagingDir>/<namespace> (0711), <namespace>/<name> (0311: write and
 // search but no read, so that nobody but root can list the token folders
 // in it, not even an HTTP server running as the provider's user) and
-// <name>/<token> (0700). The images in it are 0600: the HTTP server must
-// run as the provider's user to read them.
-func (s Spec) makeHTTPFolder() error {
+// <name>/<token> (0700), token being the record's StagingToken. The images
+// in it are 0600: the HTTP server must run as the provider's user to read
+// them.
+func (s Spec) makeHTTPFolder(token string) error {
 	nsDir := filepath.Join(s.Transport.StagingDir, s.Namespace)
 	nameDir := filepath.Join(nsDir, s.Name)
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{nsDir, 0o711}, {nameDir, 0o311}, {s.httpFolder(), 0o700}} {
-		if d.path == nameDir && s.stagingToken == "" {
+	}{{nsDir, 0o711}, {nameDir, 0o311}, {s.httpFolder(token), 0o700}} {
+		if d.path == nameDir && token == "" {
 			// A migration started before tokens: its images live here.
 			d.mode = 0o700
 		}

@@ -53,7 +53,6 @@ func TestStagingTokenFromRecordValidated(t *testing.T) {
 	if err != nil || !validStagingToken(tok) {
 		t.Fatalf("token %q, %v", tok, err)
 	}
-	spec.stagingToken = tok
 	good := &Record{StagingToken: tok, Disks: []DiskEvidence{{Index: 0, ArtifactPath: "/srv/stage/ns1/web/" + tok + "/disk-0.raw"}}}
 	if err := checkRecordPaths(spec, good); err != nil {
 		t.Errorf("derived path refused: %v", err)

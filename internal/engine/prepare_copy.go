@@ -582,7 +582,7 @@ type lastUpload struct {
 func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *lastUpload {
 	d := &r.rec().Disks[i]
 	dest := r.spec.stagedPath(i)
-	if !r.pipelined() || d.OnChain() || d.Uploaded || d.Imported || r.spec.artifactPath(i) != dest {
+	if !r.pipelined() || d.OnChain() || d.Uploaded || d.Imported || r.spec.artifactPath(i, r.rec().StagingToken) != dest {
 		return nil
 	}
 	prefix := watch.verifiedPrefix(dest)

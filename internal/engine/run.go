@@ -204,7 +204,6 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 		_, stop := r.failed(runCtx, r.rec().Phase, err)
 		return *r.rec(), stop
 	}
-	r.spec.stagingToken = r.rec().StagingToken
 	if r.rec().ConversionMode == "" {
 		// Saved with the next checkpoint, for imports to read back.
 		r.rec().ConversionMode = r.spec.Conversion

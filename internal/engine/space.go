@@ -73,12 +73,14 @@ func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirN
 			}
 			chain = addSat(chain, max(want-s.localChainAllocated(i), 0))
 		}
-		if art := s.artifactPath(i); art != stagedFile && s.Transport.Kind != TransportHTTP {
+		// The http staging folder is not counted, so neither is the token
+		// that names a folder in it.
+		if art := s.artifactPath(i, ""); art != stagedFile && s.Transport.Kind != TransportHTTP {
 			if d.ArtifactSHA256 == "" || allocated(art) == 0 {
 				conv = addSat(conv, max(d.SizeBytes-allocated(art), 0))
 			}
 		}
-		if c := s.convertedPath(i); s.Conversion == ConversionVirtV2V && s.Transport.Kind != TransportHTTP && d.ConvertedSHA256 == "" {
+		if c := s.convertedPath(i, ""); s.Conversion == ConversionVirtV2V && s.Transport.Kind != TransportHTTP && d.ConvertedSHA256 == "" {
 			// The converted copy (at most the disk's size; less where it
 			// has holes).
 			conv = addSat(conv, max(d.SizeBytes-allocated(c), 0))

@@ -173,10 +173,6 @@ type Spec struct {
 	// CopyChunkSize is the unit of copying and resumption (a multiple of
 	// 1 MiB; transfer.DefaultChunkSize when 0).
 	CopyChunkSize int64
-
-	// stagingToken is the migration's Record.StagingToken, once a run has
-	// read or made it (http transport).
-	stagingToken string
 }
 
 // Transport says how images reach CDI.
@@ -439,11 +435,12 @@ func (s Spec) stagedPath(n int) string {
 	return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d.raw", n))
 }
 
-// artifactPath is where disk n's converted image is written.
-func (s Spec) artifactPath(n int) string {
+// artifactPath is where disk n's converted image is written; token is the
+// record's StagingToken (see httpFolder).
+func (s Spec) artifactPath(n int, token string) string {
 	if s.Transport.Kind == TransportHTTP && s.Conversion != ConversionVirtV2V {
 		// Served as it is; a converted guest's image is served instead.
-		return filepath.Join(s.httpFolder(), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
+		return filepath.Join(s.httpFolder(token), fmt.Sprintf("disk-%d.%s", n, s.TargetFormat))
 	}
 	if s.TargetFormat == "raw" {
 		// The staged copy is already the raw image: no second copy.
@@ -459,12 +456,13 @@ func (s Spec) uploadPath(n int) string {
 }
 
 // httpFolder is the folder of this migration's images under the http
-// staging folder: <StagingDir>/<namespace>/<name>/<token> (without the
-// token for migrations that started before tokens existed).
-func (s Spec) httpFolder() string {
+// staging folder: <StagingDir>/<namespace>/<name>/<token>, token being the
+// record's StagingToken ("" for migrations that started before tokens
+// existed, whose images are in <name> itself).
+func (s Spec) httpFolder(token string) string {
 	d := filepath.Join(s.Transport.StagingDir, s.Namespace, s.Name)
-	if s.stagingToken != "" {
-		d = filepath.Join(d, s.stagingToken)
+	if token != "" {
+		d = filepath.Join(d, token)
 	}
 	return d
 }
@@ -479,13 +477,14 @@ func (s Spec) stagingFolders() []string {
 	return stagingFolders(s.Namespace, s.Name, roots...)
 }
 
-// artifactURL is where CDI fetches disk n with the http transport.
-func (s Spec) imageURL(n int) string {
+// imageURL is where CDI fetches disk n with the http transport; token is
+// the record's StagingToken (see httpFolder).
+func (s Spec) imageURL(n int, token string) string {
 	u := strings.TrimRight(s.Transport.StagingURL, "/") + "/" + url.PathEscape(s.Namespace) + "/" + url.PathEscape(s.Name) + "/"
-	if s.stagingToken != "" {
-		u += s.stagingToken + "/"
+	if token != "" {
+		u += token + "/"
 	}
-	return u + filepath.Base(s.imagePath(n))
+	return u + filepath.Base(s.imagePath(n, token))
 }
 
 // RecordName is the name of the ConfigMap holding a migration's record and
