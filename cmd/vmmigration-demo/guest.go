@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
@@ -108,8 +109,8 @@ func showRealGuest(ctx context.Context, c *testcluster.Cluster) error {
 func readRecord(ctx context.Context, cl client.Client, name string) (engine.Record, error) {
 	var rec engine.Record
 	cm := &corev1.ConfigMap{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: engine.RecordName(name)}, cm); err != nil {
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: coord.RecordName(name)}, cm); err != nil {
 		return rec, err
 	}
-	return rec, json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec)
+	return rec, json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec)
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
@@ -249,7 +250,7 @@ func watchPhases(ctx context.Context, cl client.Client) {
 			sort.Slice(cms.Items, func(i, j int) bool { return cms.Items[i].Name < cms.Items[j].Name })
 			for _, cm := range cms.Items {
 				var rec engine.Record
-				if json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec) != nil || rec.Phase == "" {
+				if json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec) != nil || rec.Phase == "" {
 					continue
 				}
 				name := rec.Identity.Name
@@ -280,7 +281,7 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 	var bytes, zero int64
 	for _, cm := range cms.Items {
 		var rec engine.Record
-		if err := json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec); err != nil {
+		if err := json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec); err != nil {
 			return err
 		}
 		src := sources[rec.Identity.VMName]

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
@@ -162,15 +163,15 @@ type Checkpoint struct {
 func (c *Cluster) recordMap(t testing.TB, namespace, name string) (*corev1.ConfigMap, error) {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
-	err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: engine.RecordName(name)}, cm)
+	err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: coord.RecordName(name)}, cm)
 	return cm, err
 }
 
 func decodeRecord(t testing.TB, cm *corev1.ConfigMap) engine.Record {
 	t.Helper()
 	var rec engine.Record
-	if err := json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec); err != nil {
-		t.Fatalf("ConfigMap %s/%s: %s is not a record: %v", cm.Namespace, cm.Name, engine.RecordKey, err)
+	if err := json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec); err != nil {
+		t.Fatalf("ConfigMap %s/%s: %s is not a record: %v", cm.Namespace, cm.Name, coord.RecordKey, err)
 	}
 	return rec
 }
@@ -181,7 +182,7 @@ func (c *Cluster) Record(t testing.TB, namespace, name string) Checkpoint {
 	t.Helper()
 	cm, err := c.recordMap(t, namespace, name)
 	if err != nil {
-		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, engine.RecordName(name), err)
+		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, coord.RecordName(name), err)
 	}
 	return Checkpoint{Record: decodeRecord(t, cm), Annotations: cm.Annotations}
 }
@@ -195,7 +196,7 @@ func (c *Cluster) HasRecord(t testing.TB, namespace, name string) bool {
 		return false
 	}
 	if err != nil {
-		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, engine.RecordName(name), err)
+		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, coord.RecordName(name), err)
 	}
 	return true
 }
@@ -206,7 +207,7 @@ func (c *Cluster) AnnotateRecord(t testing.TB, namespace, name, key, value strin
 	t.Helper()
 	cm, err := c.recordMap(t, namespace, name)
 	if err != nil {
-		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, engine.RecordName(name), err)
+		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, coord.RecordName(name), err)
 	}
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}
@@ -224,7 +225,7 @@ func (c *Cluster) RewindRecord(t testing.TB, namespace, name string, phase engin
 	t.Helper()
 	cm, err := c.recordMap(t, namespace, name)
 	if err != nil {
-		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, engine.RecordName(name), err)
+		t.Fatalf("checkpoint ConfigMap %s/%s: %v", namespace, coord.RecordName(name), err)
 	}
 	rec := decodeRecord(t, cm)
 	rec.Phase = phase
@@ -232,7 +233,7 @@ func (c *Cluster) RewindRecord(t testing.TB, namespace, name string, phase engin
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm.Data[engine.RecordKey] = string(b)
+	cm.Data[coord.RecordKey] = string(b)
 	if err := c.cl.Update(t.Context(), cm); err != nil {
 		t.Fatalf("rewinding ConfigMap %s/%s: %v", namespace, cm.Name, err)
 	}
@@ -254,7 +255,7 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error { return c.tc.StartA
 func (c *Cluster) ExpireLease(t testing.TB, namespace, name string) {
 	t.Helper()
 	l := &coordinationv1.Lease{}
-	err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: engine.RecordName(name)}, l)
+	err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: coord.RecordName(name)}, l)
 	if apierrors.IsNotFound(err) {
 		return
 	}
@@ -273,7 +274,7 @@ func (c *Cluster) ExpireLease(t testing.TB, namespace, name string) {
 func (c *Cluster) RecordText(t testing.TB, namespace, name string) string {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
-	if err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: engine.RecordName(name)}, cm); err != nil {
+	if err := c.cl.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: coord.RecordName(name)}, cm); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder

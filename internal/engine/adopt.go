@@ -15,6 +15,7 @@ import (
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -195,17 +196,17 @@ type adoptTarget struct {
 // the source VM.
 func (e *Engine) Adopt(ctx context.Context, namespace, name string, hosts []string) (Record, AdoptReport, error) {
 	var rep AdoptReport
-	if _, err := e.load(ctx, namespace, name); err == nil {
+	if _, err := e.store().Load(ctx, namespace, name); err == nil {
 		return Record{}, rep, &AdoptError{Namespace: namespace, Name: name, Reason: "RecordExists",
-			Message: fmt.Sprintf("migration %s/%s already has a record (ConfigMap %s): import it instead of adopting it", namespace, name, RecordName(name))}
-	} else if !errors.Is(err, ErrNoRecord) {
+			Message: fmt.Sprintf("migration %s/%s already has a record (ConfigMap %s): import it instead of adopting it", namespace, name, coord.RecordName(name))}
+	} else if !errors.Is(err, coord.ErrNoRecord) {
 		return Record{}, rep, err
 	}
-	l, ctx, err := e.acquireLease(ctx, namespace, name)
+	l, ctx, err := e.leases().Acquire(ctx, namespace, name)
 	if err != nil {
 		return Record{}, rep, err
 	}
-	defer l.release()
+	defer l.Release()
 
 	tgt, err := e.readAdoptTarget(ctx, namespace, name)
 	if err != nil {
@@ -231,20 +232,20 @@ func (e *Engine) Adopt(ctx context.Context, namespace, name string, hosts []stri
 	rep.Labelled = labelled
 
 	rec := e.adoptedRecord(namespace, name, tgt, best, &rep)
-	s, err := e.create(ctx, rec)
+	s, err := e.store().Create(ctx, rec)
 	if err != nil {
 		return Record{}, rep, err
 	}
 	// The adopted migration holds its source like any other, so that a
 	// later migration of the same VM stops before touching it.
-	if holder, _, err := e.takeClaim(ctx, best.Host, best.VMXPath, namespace, name); err != nil {
+	if holder, _, err := e.claims().Take(ctx, best.Host, e.hostIdentity(best.Host), best.VMXPath, namespace, name); err != nil {
 		rep.Notes = append(rep.Notes, "the source VM could not be claimed for this migration ("+err.Error()+"): another migration of it would not be stopped")
 	} else if holder != nil {
-		rep.Notes = append(rep.Notes, "the source VM is also the source of the migration "+holder.holder()+", which holds its claim")
+		rep.Notes = append(rep.Notes, "the source VM is also the source of the migration "+holder.Holder()+", which holds its claim")
 	}
-	e.event(ctx, s, false, "Adopted", fmt.Sprintf("VirtualMachine %s/%s adopted as the migration of VM %q (vmid %d) on host %s: %s",
+	e.store().Event(ctx, s, false, "Adopted", fmt.Sprintf("VirtualMachine %s/%s adopted as the migration of VM %q (vmid %d) on host %s: %s",
 		namespace, name, best.Name, best.VMID, best.Host, best.Matched()))
-	return s.rec, rep, nil
+	return s.Record, rep, nil
 }
 
 // readAdoptTarget reads the VirtualMachine, its disks and MAC addresses.
@@ -255,7 +256,7 @@ func (e *Engine) readAdoptTarget(ctx context.Context, namespace, name string) (*
 		return nil, &AdoptError{Namespace: namespace, Name: name, Reason: "VMNotFound",
 			Message: fmt.Sprintf("migration %s/%s has no record (ConfigMap %s/%s) and there is no VirtualMachine %s/%s to adopt either. "+
 				"Check the namespace and name: the import ID is <namespace>/<name> of the destination VirtualMachine",
-				namespace, name, namespace, RecordName(name), namespace, name)}
+				namespace, name, namespace, coord.RecordName(name), namespace, name)}
 	}
 	if err != nil {
 		return nil, err

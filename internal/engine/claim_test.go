@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
@@ -111,7 +112,7 @@ func TestStaleSourceClaimTakenOver(t *testing.T) {
 	en := e.engine()
 	e.mustComplete(en, spec)
 	// The first migration's record disappears without Forget.
-	if err := e.admin.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: engine.RecordName("stale-a")}}); err != nil {
+	if err := e.admin.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: coord.RecordName("stale-a")}}); err != nil {
 		t.Fatal(err)
 	}
 	second := e.spec("stale", "stale-b")
@@ -121,7 +122,7 @@ func TestStaleSourceClaimTakenOver(t *testing.T) {
 	}
 	e.mustComplete(en, second)
 	var list corev1.ConfigMapList
-	if err := e.admin.List(t.Context(), &list, client.InNamespace(engine.DefaultClaimNamespace), client.MatchingLabels{engine.LabelClaimNamespace: e.ns}); err != nil {
+	if err := e.admin.List(t.Context(), &list, client.InNamespace(coord.DefaultClaimNamespace), client.MatchingLabels{coord.LabelClaimNamespace: e.ns}); err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 1 || list.Items[0].Data["name"] != "stale-b" || list.Items[0].Labels[engine.LabelMigration] != "stale-b" {

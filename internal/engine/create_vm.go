@@ -44,7 +44,7 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case !isOurs(vm.Labels, r.spec.Name):
+	case !kube.OfMigration(vm.Labels, r.spec.Name):
 		return vmNotOurs(r.spec.Namespace, r.spec.Name, vm.Labels[kube.LabelMigration])
 	case !created:
 		// Ours: the render's fields are the migration's, whoever changed

@@ -12,6 +12,7 @@ import (
 
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube/cdi"
 )
 
@@ -62,7 +63,7 @@ func TestDataVolumePhasesAreAllKnown(t *testing.T) {
 func TestRenderDataVolumeBindingAndCA(t *testing.T) {
 	spec := Spec{Name: "vm", Namespace: "ns", StorageClass: "sc",
 		Transport: Transport{Kind: TransportHTTP, StagingDir: "/s", StagingURL: "https://s", StagingCAPEM: "PEM"}}.WithDefaults()
-	r := &run{e: &Engine{}, spec: spec, s: &stored{}}
+	r := &run{e: &Engine{}, spec: spec, s: &coord.Stored{}}
 	dv := r.renderDataVolume(DiskEvidence{DataVolume: "vm-disk-0", SizeBytes: 1 << 20, ArtifactURL: "https://s/x"})
 	if _, ok := dv.Annotations[cdi.AnnImmediateBinding]; !ok {
 		t.Errorf("annotations %v lack %s", dv.Annotations, cdi.AnnImmediateBinding)

@@ -44,9 +44,11 @@
 //
 // The record lives in the destination cluster, in the ConfigMap
 // "vmmigration-<name>" of the destination namespace (JSON under the key
-// RecordKey), written with optimistic concurrency. A coordination.k8s.io
+// coord.RecordKey), written with optimistic concurrency. A coordination.k8s.io
 // Lease of the same name makes sure only one process drives a migration at a
-// time. After any interruption, the next Run loads the record and re-observes
+// time. Reading and writing the record, its Kubernetes Events, the lease
+// and the source claims below are package coord (coord/), which the engine
+// calls. After any interruption, the next Run loads the record and re-observes
 // the ESXi host, the staging files and the cluster before it acts: what the
 // systems show now wins over what was last written.
 //
@@ -57,8 +59,8 @@
 // before it is taken and removed by its recorded id.
 //
 // One source VM has one migration: the Validated checkpoint claims the
-// source (a ConfigMap in DefaultClaimNamespace named from the host's
-// identity and the .vmx path, see claim.go) before anything acts on it,
+// source (a ConfigMap in coord.DefaultClaimNamespace named from the host's
+// identity and the .vmx path, see coord/claim.go) before anything acts on it,
 // and a second migration of the same VM stops there naming the first.
 // Forget releases the claim.
 //

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -61,14 +62,14 @@ type Deps struct {
 	// it is killed and the conversion retried;
 	// convert.DefaultV2VStallTimeout when zero.
 	ConversionStallTimeout time.Duration
-	// LeaseDuration defaults to DefaultLeaseDuration.
+	// LeaseDuration defaults to coord.DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// PollInterval defaults to DefaultPollInterval.
 	PollInterval time.Duration
 	// Identity names this process as lease holder; random if empty.
 	Identity string
 	// ClaimNamespace holds the claims that keep two migrations from moving
-	// one source VM (DefaultClaimNamespace when empty; see claim.go).
+	// one source VM (coord.DefaultClaimNamespace when empty).
 	ClaimNamespace string
 }
 
@@ -171,7 +172,7 @@ func New(deps Deps) (*Engine, error) {
 		deps.Clock = realClock{}
 	}
 	if deps.LeaseDuration <= 0 {
-		deps.LeaseDuration = DefaultLeaseDuration
+		deps.LeaseDuration = coord.DefaultLeaseDuration
 	}
 	if deps.PollInterval <= 0 {
 		deps.PollInterval = DefaultPollInterval
@@ -203,6 +204,25 @@ func (e *Engine) Identity() string { return e.identity }
 func (e *Engine) MaxConcurrent(host string) int { return e.limiter.maxSeen(host) }
 
 func (e *Engine) now() time.Time { return e.deps.Clock.Now().UTC().Truncate(time.Millisecond) }
+
+// store is where the records of migrations are, and their Events go.
+func (e *Engine) store() coord.Store { return coord.Store{Kube: e.deps.Kube, Now: e.now} }
+
+// leases are the Leases this engine holds while it drives a migration.
+func (e *Engine) leases() coord.Leases {
+	return coord.Leases{Kube: e.deps.Kube, Holder: e.identity, Duration: e.deps.LeaseDuration, Now: e.now}
+}
+
+// acquireLeaseWaiting takes the migration's Lease for Run and Forget,
+// waiting once for one that a killed run left behind to expire (see
+// coord.Leases.AcquireWaiting), and saying so on the progress callback.
+func (e *Engine) acquireLeaseWaiting(ctx context.Context, namespace, name string) (*coord.Lease, context.Context, error) {
+	return e.leases().AcquireWaiting(ctx, namespace, name, func(held *coord.LeaseHeldError) {
+		e.emit(Event{Time: e.now(), Kind: EventInfo, Namespace: namespace, Name: name, Disk: -1,
+			Message: fmt.Sprintf("waiting until %s for the lease of %s, which stopped renewing it (a run that was killed?)",
+				held.Expires.Format(time.RFC3339), held.Holder)})
+	})
+}
 
 func (e *Engine) emit(ev Event) {
 	if e.deps.Progress == nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
@@ -58,64 +57,29 @@ func (e *StopError) Error() string {
 // Unwrap returns the underlying error.
 func (e *StopError) Unwrap() error { return e.Err }
 
-// LeaseHeldError says another run is driving the migration.
-type LeaseHeldError struct {
-	Namespace, Name string
-	// Holder is the other run's identity; Expires when its lease runs out
-	// unless renewed.
-	Holder  string
-	Expires time.Time
-}
-
-func (e *LeaseHeldError) Error() string {
-	return fmt.Sprintf("migration %s/%s is being driven by another run (%s) holding Lease %s until %s; wait for it to finish, or if that process is gone, run apply again after the lease expires",
-		e.Namespace, e.Name, e.Holder, RecordName(e.Name), e.Expires.UTC().Format(time.RFC3339))
-}
-
-// stopCause is an error a step classifies itself.
-type stopCause struct {
-	class  fault.Class
-	reason string
-	msg    string
-	action string
-	err    error
-}
-
-func (c *stopCause) Error() string {
-	if c.err != nil {
-		return c.msg + ": " + c.err.Error()
-	}
-	return c.msg
-}
-
-func (c *stopCause) Unwrap() error { return c.err }
-
-// FaultClass is the class the step decided.
-func (c *stopCause) FaultClass() fault.Class { return c.class }
-
 func transient(reason, msg string, err error) error {
-	return &stopCause{class: fault.Transient, reason: reason, msg: msg, err: err}
+	return &fault.Error{Class: fault.Transient, Reason: reason, Message: msg, Err: err}
 }
 
 func needsHuman(reason, msg, action string, err error) error {
-	return &stopCause{class: fault.NeedsHuman, reason: reason, msg: msg, action: action, err: err}
+	return &fault.Error{Class: fault.NeedsHuman, Reason: reason, Message: msg, Action: action, Err: err}
 }
 
 func permanent(reason, msg, action string, err error) error {
-	return &stopCause{class: fault.Permanent, reason: reason, msg: msg, action: action, err: err}
+	return &fault.Error{Class: fault.Permanent, Reason: reason, Message: msg, Action: action, Err: err}
 }
 
 // classify decides, once, what err means. Errors that carry their class
-// (fault.Classed: a step's stopCause, the esxi, kube and convert packages'
+// (fault.Classed: a step's fault.Error, the esxi, kube and convert packages'
 // errors) are read as they say; the first found (the outermost, or the
 // first of a join) decides, and a step's own decision wins over the errors
 // it wraps. The reason says where a classed error arose.
 func classify(err error) (fault.Class, string) {
-	var sc *stopCause
+	var fe *fault.Error
 	var c fault.Classed
 	switch {
-	case errors.As(err, &sc):
-		return sc.FaultClass(), sc.reason
+	case errors.As(err, &fe):
+		return fe.Class, fe.Reason
 	case errors.As(err, &c):
 		return c.FaultClass(), classedReason(c)
 	case errors.Is(err, context.Canceled):
@@ -151,12 +115,12 @@ func classedReason(c fault.Classed) string {
 	return "Error"
 }
 
-// actionOf returns the action a stopCause names, else the advice for a
+// actionOf returns the action a fault.Error names, else the advice for a
 // local file system error, if any.
 func actionOf(err error) string {
-	var sc *stopCause
-	if errors.As(err, &sc) && sc.action != "" {
-		return sc.action
+	var fe *fault.Error
+	if errors.As(err, &fe) && fe.Action != "" {
+		return fe.Action
 	}
 	return fault.ErrnoAdvice(err)
 }

@@ -43,8 +43,8 @@ func TestClassifyReadsCarriedClass(t *testing.T) {
 			}
 		})
 	}
-	var c fault.Classed = needsHuman("X", "y", "z", nil).(*stopCause)
+	var c fault.Classed = needsHuman("X", "y", "z", nil).(*fault.Error)
 	if c.FaultClass() != fault.NeedsHuman {
-		t.Fatalf("stopCause.FaultClass = %v", c.FaultClass())
+		t.Fatalf("fault.Error.FaultClass = %v", c.FaultClass())
 	}
 }

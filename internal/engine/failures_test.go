@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
@@ -134,7 +135,7 @@ func TestRetryableExhaustedFails(t *testing.T) {
 	if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: "vmmigration-x1"}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	cm.Annotations = map[string]string{engine.AnnotationReset: "true"}
+	cm.Annotations = map[string]string{coord.AnnotationReset: "true"}
 	if err := e.admin.Update(t.Context(), &cm); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestRetryableExhaustedFails(t *testing.T) {
 	if !found {
 		t.Errorf("no reset entry in %+v", rec.Errors)
 	}
-	if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: "vmmigration-x1"}, &cm); err != nil || cm.Annotations[engine.AnnotationReset] != "" {
+	if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: "vmmigration-x1"}, &cm); err != nil || cm.Annotations[coord.AnnotationReset] != "" {
 		t.Errorf("reset annotation not removed: %v %v", cm.Annotations, err)
 	}
 }
@@ -304,7 +305,7 @@ func TestLeaseHeldByAnotherRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := e.engine().Run(e.ctx(10*time.Second), e.spec("l1", "l1"))
-	var held *engine.LeaseHeldError
+	var held *coord.LeaseHeldError
 	if !errors.As(err, &held) || held.Holder != holder {
 		t.Fatalf("err = %v", err)
 	}

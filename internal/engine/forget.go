@@ -10,6 +10,7 @@ import (
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -69,15 +70,15 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 	if err != nil {
 		return res, err
 	}
-	defer l.release()
-	s, err := e.load(ctx, namespace, name)
+	defer l.Release()
+	s, err := e.store().Load(ctx, namespace, name)
 	var rec *Record
 	switch {
-	case errors.Is(err, ErrNoRecord):
+	case errors.Is(err, coord.ErrNoRecord):
 	case err != nil:
 		return res, err
 	default:
-		rec = &s.rec
+		rec = &s.Record
 	}
 	kc := e.deps.Kube
 
@@ -115,14 +116,14 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		res.Actions = append(res.Actions, a)
 	}
 	if s != nil {
-		if err := kc.DeleteConfigMap(ctx, s.cm); err != nil {
+		if err := kc.DeleteConfigMap(ctx, s.ConfigMap); err != nil {
 			return res, err
 		}
-		res.Actions = append(res.Actions, "deleted the migration record "+namespace+"/"+RecordName(name))
+		res.Actions = append(res.Actions, "deleted the migration record "+namespace+"/"+coord.RecordName(name))
 	}
 	// Released after the record is gone: a claim is kept while its
 	// holder's record exists.
-	released, err := e.releaseSourceClaims(ctx, namespace, name)
+	released, err := e.claims().Release(ctx, namespace, name)
 	res.Actions = append(res.Actions, released...)
 	if err != nil {
 		return res, err
@@ -141,7 +142,7 @@ func (e *Engine) deleteDestination(ctx context.Context, namespace, name string, 
 	case kube.IsNotFound(err):
 	case err != nil:
 		return actions, err
-	case isOurs(vm.Labels, name):
+	case kube.OfMigration(vm.Labels, name):
 		if err := kc.DeleteVirtualMachine(ctx, namespace, name); err != nil {
 			return actions, err
 		}
@@ -159,7 +160,7 @@ func (e *Engine) deleteDestination(ctx context.Context, namespace, name string, 
 		case kube.IsNotFound(err):
 		case err != nil:
 			return actions, err
-		case isOurs(dv.Labels, name):
+		case kube.OfMigration(dv.Labels, name):
 			if err := kc.DeleteDataVolume(ctx, namespace, n); err != nil {
 				return actions, err
 			}

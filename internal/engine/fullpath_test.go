@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -146,7 +147,7 @@ func TestFullPathBIOS(t *testing.T) {
 	if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: "vmmigration-web01"}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	if cm.Labels[kube.LabelMigration] != "web01" || cm.Labels[kube.LabelManagedBy] != kube.ManagedByValue || !strings.Contains(cm.Data[engine.RecordKey], `"phase":"Completed"`) {
+	if cm.Labels[kube.LabelMigration] != "web01" || cm.Labels[kube.LabelManagedBy] != kube.ManagedByValue || !strings.Contains(cm.Data[coord.RecordKey], `"phase":"Completed"`) {
 		t.Errorf("record ConfigMap = %+v", cm)
 	}
 	var evs corev1.EventList

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -33,10 +34,10 @@ func TestUploadErrorBodyStaysOutOfRecord(t *testing.T) {
 		t.Fatalf("stop = %v", err)
 	}
 	cm := &corev1.ConfigMap{}
-	if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: engine.RecordName("h64")}, cm); err != nil {
+	if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: e.ns, Name: coord.RecordName("h64")}, cm); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(cm.Data[engine.RecordKey]); n > 16<<10 {
+	if n := len(cm.Data[coord.RecordKey]); n > 16<<10 {
 		t.Errorf("the record is %d bytes", n)
 	}
 	rec, err := e.engine().Load(t.Context(), e.ns, "h64")

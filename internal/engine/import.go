@@ -77,7 +77,7 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 		case err != nil:
 			return err
 		}
-		if !isOurs(dv.Labels, r.spec.Name) {
+		if !kube.OfMigration(dv.Labels, r.spec.Name) {
 			return dataVolumeNotOurs(ns, d.DataVolume, dv.Labels[kube.LabelMigration])
 		}
 		if string(dv.UID) != d.DataVolumeUID {

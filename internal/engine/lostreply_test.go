@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -68,11 +69,11 @@ func TestLostRepliesAreReobserved(t *testing.T) {
 	spec := e.spec("lost1", "lost1")
 	spec.PowerOffPolicy = engine.PolicyHard
 	lossy := &lossyTransport{rules: []*lossRule{
-		{method: http.MethodPut, path: "/configmaps/" + engine.RecordName("lost1"), skip: 2, lose: 1},
-		{method: http.MethodPut, path: "/configmaps/" + engine.RecordName("lost1"), skip: 6, lose: 1},
+		{method: http.MethodPut, path: "/configmaps/" + coord.RecordName("lost1"), skip: 2, lose: 1},
+		{method: http.MethodPut, path: "/configmaps/" + coord.RecordName("lost1"), skip: 6, lose: 1},
 		{method: http.MethodPost, path: "/datavolumes", lose: 1},
 		{method: http.MethodPost, path: "/namespaces/" + e.ns + "/configmaps", lose: 1},
-		{method: http.MethodPost, path: "/namespaces/" + engine.DefaultClaimNamespace + "/configmaps", lose: 1},
+		{method: http.MethodPost, path: "/namespaces/" + coord.DefaultClaimNamespace + "/configmaps", lose: 1},
 		{method: http.MethodPatch, path: "/virtualmachines/lost1", lose: 1},
 	}}
 	cfg := rest.CopyConfig(e.c.RESTConfig())

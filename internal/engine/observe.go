@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -105,20 +106,34 @@ type SourceObservation struct {
 	Error      string
 }
 
+// Load reads the record of migration namespace/name. A missing record is
+// an error for which IsNotFound is true.
+func (e *Engine) Load(ctx context.Context, namespace, name string) (Record, error) {
+	s, err := e.store().Load(ctx, namespace, name)
+	if err != nil {
+		return Record{}, err
+	}
+	return s.Record, nil
+}
+
+// IsNotFound reports whether err says a migration has no record (Load on a
+// migration that was never created or has been forgotten).
+func IsNotFound(err error) bool { return errors.Is(err, coord.ErrNoRecord) }
+
 // Observe re-observes migration namespace/name without changing anything.
 // A missing record is not an error: Observation.Record is nil and the
 // destination objects are still looked up by their deterministic names.
 func (e *Engine) Observe(ctx context.Context, namespace, name string) (Observation, error) {
 	var obs Observation
-	s, err := e.load(ctx, namespace, name)
+	s, err := e.store().Load(ctx, namespace, name)
 	switch {
-	case errors.Is(err, ErrNoRecord):
+	case errors.Is(err, coord.ErrNoRecord):
 	case err != nil:
 		return obs, err
 	default:
-		rec := s.rec
+		rec := s.Record
 		obs.Record, obs.Phase = &rec, rec.Phase
-		obs.Settings = s.cm.Annotations[AnnotationSettings]
+		obs.Settings = s.ConfigMap.Annotations[AnnotationSettings]
 	}
 	kc := e.deps.Kube
 	vm, err := kc.GetVirtualMachine(ctx, namespace, name)
@@ -159,7 +174,7 @@ func (e *Engine) Observe(ctx context.Context, namespace, name string) (Observati
 }
 
 func observeVM(vm *kubevirtv1.VirtualMachine, name string) VMObservation {
-	o := VMObservation{Exists: true, Ours: isOurs(vm.Labels, name), UID: string(vm.UID),
+	o := VMObservation{Exists: true, Ours: kube.OfMigration(vm.Labels, name), UID: string(vm.UID),
 		RunStrategy: runStrategyOf(vm), PrintableStatus: string(vm.Status.PrintableStatus), Labels: vm.Labels}
 	t := vm.Spec.Template
 	if t == nil {
@@ -199,7 +214,7 @@ func (e *Engine) observeDataVolume(ctx context.Context, namespace, dvName, name 
 	case err != nil:
 		return o, err
 	default:
-		o.Exists, o.Ours, o.UID = true, isOurs(dv.Labels, name), string(dv.UID)
+		o.Exists, o.Ours, o.UID = true, kube.OfMigration(dv.Labels, name), string(dv.UID)
 		o.Phase, o.Progress = string(dv.Status.Phase), string(dv.Status.Progress)
 		switch {
 		case dv.Spec.Storage != nil:

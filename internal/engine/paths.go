@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -75,9 +76,9 @@ func checkRecordPaths(spec Spec, rec *Record) error {
 	return needsHuman("RecordPathMismatch",
 		fmt.Sprintf("the migration record %s/%s names local files other than the ones this migration uses (%s); local paths are derived only from work_dir, "+
 			"transport.http_staging_dir and the destination namespace/name, never read from the cluster, so these files were neither read nor deleted",
-			spec.Namespace, RecordName(spec.Name), strings.Join(bad, "; ")),
+			spec.Namespace, coord.RecordName(spec.Name), strings.Join(bad, "; ")),
 		"if work_dir or transport.http_staging_dir changed since the copy started, restore the previous value; if the record was edited, "+
-			"find out who changed it, then set those fields back to the paths shown (or remove them) in ConfigMap "+spec.Namespace+"/"+RecordName(spec.Name)+
+			"find out who changed it, then set those fields back to the paths shown (or remove them) in ConfigMap "+spec.Namespace+"/"+coord.RecordName(spec.Name)+
 			", and run apply again", nil)
 }
 

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -19,11 +20,11 @@ import (
 func (e *env) editRecord(name string, edit func(*engine.Record)) {
 	e.t.Helper()
 	cm := &corev1.ConfigMap{}
-	if err := e.admin.Get(e.t.Context(), client.ObjectKey{Namespace: e.ns, Name: engine.RecordName(name)}, cm); err != nil {
+	if err := e.admin.Get(e.t.Context(), client.ObjectKey{Namespace: e.ns, Name: coord.RecordName(name)}, cm); err != nil {
 		e.t.Fatal(err)
 	}
 	var rec engine.Record
-	if err := json.Unmarshal([]byte(cm.Data[engine.RecordKey]), &rec); err != nil {
+	if err := json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec); err != nil {
 		e.t.Fatal(err)
 	}
 	edit(&rec)
@@ -31,7 +32,7 @@ func (e *env) editRecord(name string, edit func(*engine.Record)) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cm.Data[engine.RecordKey] = string(b)
+	cm.Data[coord.RecordKey] = string(b)
 	if err := e.admin.Update(e.t.Context(), cm); err != nil {
 		e.t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube/cdi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
@@ -24,13 +25,23 @@ const (
 	AnnotationSourceSHA256 = "vmmigration.io/source-sha256"
 )
 
+// LabelMigration marks the objects of a migration: its value is the
+// migration's name (the destination VM's).
+const LabelMigration = kube.LabelMigration
+
+// IsOwnLabel reports whether a label key is one the engine sets on the
+// objects it makes (not one a user configured).
+func IsOwnLabel(key string) bool {
+	return key == kube.LabelMigration || key == kube.LabelManagedBy
+}
+
 // labels returns the user's labels plus ours (ours win).
 func (s Spec) labels() map[string]string {
 	out := maps.Clone(s.Labels)
 	if out == nil {
 		out = map[string]string{}
 	}
-	maps.Copy(out, ourLabels(s.Name))
+	maps.Copy(out, kube.MigrationLabels(s.Name))
 	return out
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -10,10 +11,10 @@ import (
 func renderFor(t *testing.T, spec Spec, src SourceInventory, conv *ConversionEvidence) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	spec = spec.WithDefaults()
-	r := &run{e: &Engine{}, spec: spec, s: &stored{}}
-	r.s.rec.Source = &src
-	r.s.rec.Conversion = conv
-	r.s.rec.Disks = []DiskEvidence{{Index: 0, DataVolume: "vm-disk-0"}, {Index: 1, DataVolume: "vm-disk-1"}}
+	r := &run{e: &Engine{}, spec: spec, s: &coord.Stored{}}
+	r.s.Record.Source = &src
+	r.s.Record.Conversion = conv
+	r.s.Record.Disks = []DiskEvidence{{Index: 0, DataVolume: "vm-disk-0"}, {Index: 1, DataVolume: "vm-disk-1"}}
 	vm, err := r.renderVM()
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -32,7 +33,7 @@ func TestReportFillsAndMeasures(t *testing.T) {
 	var got []Event
 	e := &Engine{deps: Deps{Clock: clock, Kube: kube.New(kube.Config{ConfigPath: "/nonexistent/kubeconfig"}),
 		Progress: func(ev Event) { got = append(got, ev) }}}
-	s := &stored{rec: Record{Phase: PhasePreparing}, cm: &corev1.ConfigMap{}}
+	s := &coord.Stored{Record: Record{Phase: PhasePreparing}, ConfigMap: &corev1.ConfigMap{}}
 	r := &run{e: e, spec: Spec{Namespace: "ns", Name: "web"}}
 	r.setStored(s)
 	ctx := t.Context()

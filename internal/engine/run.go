@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
@@ -89,7 +91,7 @@ func (r *run) stepPending(context.Context) error {
 type run struct {
 	e    *Engine
 	spec Spec
-	s    *stored
+	s    *coord.Stored
 	// src is the source VM as observed during this Run (nil until a step
 	// reads it).
 	src     *esxi.VM
@@ -100,7 +102,7 @@ type run struct {
 	// progressTo is what the run's progress Events are about: a copy of
 	// the record's identity and ConfigMap taken when the run opened it, so
 	// that transfer goroutines never read the record a save replaces.
-	progressTo *stored
+	progressTo *coord.Stored
 }
 
 // firstPoll is how soon a wait loop first looks again. What the engine
@@ -121,18 +123,18 @@ func (r *run) poller() func(context.Context) error {
 }
 
 // setStored makes s the run's record.
-func (r *run) setStored(s *stored) {
+func (r *run) setStored(s *coord.Stored) {
 	r.s = s
-	if s.cm != nil {
-		r.progressTo = &stored{rec: Record{Identity: s.rec.Identity}, cm: s.cm.DeepCopy()}
+	if s.ConfigMap != nil {
+		r.progressTo = &coord.Stored{Record: Record{Identity: s.Record.Identity}, ConfigMap: s.ConfigMap.DeepCopy()}
 	}
 }
 
-func (r *run) rec() *Record { return &r.s.rec }
+func (r *run) rec() *Record { return &r.s.Record }
 
 func (r *run) now() time.Time { return r.e.now() }
 
-func (r *run) save(ctx context.Context) error { return r.e.save(ctx, r.s) }
+func (r *run) save(ctx context.Context) error { return r.e.store().Save(ctx, r.s) }
 
 // report tells the run's watchers about ev: the progress callback (the
 // provider's log) always and, when ev.Reason is set, the Kubernetes Events
@@ -167,14 +169,14 @@ func (r *run) report(ctx context.Context, ev Event) {
 		if msg == "" {
 			msg = ev.Message
 		}
-		r.e.event(ctx, on, ev.Kind == EventRetry || ev.Kind == EventStop, ev.Reason, msg)
+		r.e.store().Event(ctx, on, ev.Kind == EventRetry || ev.Kind == EventStop, ev.Reason, msg)
 	}
 	r.e.emit(ev)
 }
 
 // Run drives the migration described by spec to Completed, or to a stop:
 // it returns the record and, unless Completed, a *StopError (or a
-// *LeaseHeldError when another run holds the migration). Run is idempotent
+// *coord.LeaseHeldError when another run holds the migration). Run is idempotent
 // and re-entrant: call it again after any interruption and it continues
 // from what it observes.
 func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
@@ -187,7 +189,7 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	defer l.release()
+	defer l.Release()
 	r := &run{e: e, spec: spec}
 	defer r.releaseSlot()
 
@@ -197,7 +199,7 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 			return r.recordOrEmpty(), err
 		}
 		return r.recordOrEmpty(), &StopError{Phase: PhasePending, State: StateInterrupted, Reason: "RecordUnavailable",
-			Message: "cannot read or create the migration record " + spec.Namespace + "/" + RecordName(spec.Name) + ": " + err.Error(),
+			Message: "cannot read or create the migration record " + spec.Namespace + "/" + coord.RecordName(spec.Name) + ": " + err.Error(),
 			Action:  "check access to the destination cluster, then run apply again", Err: err}
 	}
 	if err := checkRecordPaths(r.spec, r.rec()); err != nil {
@@ -215,15 +217,15 @@ func (r *run) recordOrEmpty() Record {
 	if r.s == nil {
 		return Record{}
 	}
-	return r.s.rec
+	return r.s.Record
 }
 
 // open loads (or creates) the record and turns a stop state into the
 // checkpoint to work on.
 func (r *run) open(ctx context.Context) error {
-	s, err := r.e.load(ctx, r.spec.Namespace, r.spec.Name)
+	s, err := r.e.store().Load(ctx, r.spec.Namespace, r.spec.Name)
 	switch {
-	case errors.Is(err, ErrNoRecord):
+	case errors.Is(err, coord.ErrNoRecord):
 		now := r.now()
 		rec := Record{
 			Version: RecordVersion,
@@ -235,16 +237,16 @@ func (r *run) open(ctx context.Context) error {
 		// The create may have been applied although its reply was lost:
 		// while this run holds the lease, a record of the same identity
 		// that appeared is ours.
-		if s, err = r.e.createPending(ctx, rec); err != nil {
+		if s, err = r.e.store().CreatePending(ctx, rec); err != nil {
 			return err
 		}
 		r.setStored(s)
-		r.e.event(ctx, s, false, "Created", "migration of "+r.sourceLabel()+" to "+r.spec.Namespace+"/"+r.spec.Name+" created")
+		r.e.store().Event(ctx, s, false, "Created", "migration of "+r.sourceLabel()+" to "+r.spec.Namespace+"/"+r.spec.Name+" created")
 		return nil
 	case err != nil:
-		var sc *stopCause
-		if errors.As(err, &sc) {
-			return &StopError{Phase: PhasePending, State: PhaseManualInterventionRequired, Reason: sc.reason, Message: sc.msg, Action: sc.action, Err: err}
+		var fe *fault.Error
+		if errors.As(err, &fe) {
+			return &StopError{Phase: PhasePending, State: PhaseManualInterventionRequired, Reason: fe.Reason, Message: fe.Message, Action: fe.Action, Err: err}
 		}
 		return err
 	}
@@ -270,17 +272,17 @@ func (r *run) open(ctx context.Context) error {
 			}
 			return &StopError{Phase: phase, State: PhaseFailed, Reason: "IdentityChanged", Message: msg,
 				Action: "the source of a migration cannot change once it has been read: restore the previous values, or start over by deleting the record (kubectl delete configmap -n " +
-					r.spec.Namespace + " " + RecordName(r.spec.Name) + ") after dealing with what it created"}
+					r.spec.Namespace + " " + coord.RecordName(r.spec.Name) + ") after dealing with what it created"}
 		}
 	}
 	now := r.now()
 	switch rec.Phase {
 	case PhaseFailed:
-		if s.cm.Annotations[AnnotationReset] != "true" {
+		if s.ConfigMap.Annotations[coord.AnnotationReset] != "true" {
 			return r.stopError(rec.RetryPhase, PhaseFailed, rec.Reason, rec.Message, rec.Action, nil)
 		}
-		s.clearResetAnnotation()
-		r.reenter(now, "reset by annotation "+AnnotationReset+": re-entering "+string(rec.RetryPhase)+" with a fresh retry budget")
+		s.ClearResetAnnotation()
+		r.reenter(now, "reset by annotation "+coord.AnnotationReset+": re-entering "+string(rec.RetryPhase)+" with a fresh retry budget")
 	case PhaseManualInterventionRequired:
 		r.reenter(now, "run again after manual intervention ("+rec.Reason+"): re-observing and re-entering "+string(rec.RetryPhase))
 	case PhaseRetryable:
@@ -291,7 +293,7 @@ func (r *run) open(ctx context.Context) error {
 	if err := r.save(ctx); err != nil {
 		return err
 	}
-	r.e.event(ctx, s, false, "Resumed", "re-entering phase "+string(rec.Phase))
+	r.e.store().Event(ctx, s, false, "Resumed", "re-entering phase "+string(rec.Phase))
 	return nil
 }
 
@@ -500,7 +502,7 @@ func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action 
 	rec := r.rec()
 	if state == PhaseFailed {
 		msg += ". " + r.failCleanup(ctx)
-		reset := "then add the annotation " + AnnotationReset + `="true"` + " to ConfigMap " + r.spec.Namespace + "/" + RecordName(r.spec.Name) +
+		reset := "then add the annotation " + coord.AnnotationReset + `="true"` + " to ConfigMap " + r.spec.Namespace + "/" + coord.RecordName(r.spec.Name) +
 			" and run apply again to retry " + string(phase) + ", or delete the resource to forget the migration"
 		if action == "" {
 			action = "fix the cause, " + reset
@@ -561,7 +563,7 @@ func (r *run) failCleanup(ctx context.Context) string {
 			continue
 		}
 		dv, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, d.DataVolume)
-		if err != nil || !isOurs(dv.Labels, r.spec.Name) {
+		if err != nil || !kube.OfMigration(dv.Labels, r.spec.Name) {
 			continue
 		}
 		if string(dv.Status.Phase) == "Succeeded" {

@@ -32,14 +32,14 @@ func (e *Engine) SaveSettings(ctx context.Context, namespace, name, settings str
 	return retry.Do(ctx, p, func(err error) bool {
 		return kube.IsConflict(err) || kube.Classify(err) == kube.Transient
 	}, func(ctx context.Context) error {
-		s, err := e.load(ctx, namespace, name)
+		s, err := e.store().Load(ctx, namespace, name)
 		if err != nil {
 			return err
 		}
-		if s.cm.Annotations[AnnotationSettings] == settings {
+		if s.ConfigMap.Annotations[AnnotationSettings] == settings {
 			return nil
 		}
-		cm := s.cm.DeepCopy()
+		cm := s.ConfigMap.DeepCopy()
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}

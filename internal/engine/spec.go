@@ -486,7 +486,3 @@ func (s Spec) imageURL(n int, token string) string {
 	}
 	return u + filepath.Base(s.imagePath(n, token))
 }
-
-// RecordName is the name of the ConfigMap holding a migration's record and
-// of its Lease.
-func RecordName(name string) string { return "vmmigration-" + name }

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -18,7 +19,7 @@ const StagingCAKey = "ca.pem"
 
 // StagingCAConfigMapName is the ConfigMap holding migration name's staging
 // CA.
-func StagingCAConfigMapName(name string) string { return RecordName(name) + "-staging-ca" }
+func StagingCAConfigMapName(name string) string { return coord.RecordName(name) + "-staging-ca" }
 
 // ensureStagingCA makes the migration's staging CA ConfigMap hold the
 // configured CA, creating or updating it. A ConfigMap of that name that is not the
@@ -33,7 +34,7 @@ func (r *run) ensureStagingCA(ctx context.Context) error {
 	cm, err := kc.GetConfigMap(ctx, ns, name)
 	switch {
 	case kube.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: ourLabels(r.spec.Name)},
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: kube.MigrationLabels(r.spec.Name)},
 			Data: map[string]string{StagingCAKey: t.StagingCAPEM}}
 		if err := kc.CreateConfigMap(ctx, cm); err != nil && !kube.IsAlreadyExists(err) {
 			return err
@@ -45,7 +46,7 @@ func (r *run) ensureStagingCA(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	if !isOurs(cm.Labels, r.spec.Name) {
+	if !kube.OfMigration(cm.Labels, r.spec.Name) {
 		return onField(FieldHTTPStagingCA, needsHuman("StagingCANotOurs",
 			fmt.Sprintf("ConfigMap %s/%s exists and was not created by this migration (label %s=%q)", ns, name, kube.LabelMigration, cm.Labels[kube.LabelMigration]),
 			"the provider never overwrites what it does not own: remove or rename that ConfigMap, then run apply again", nil))
@@ -73,7 +74,7 @@ func (e *Engine) forgetStagingCA(ctx context.Context, namespace, name string) (s
 		return "", nil
 	case err != nil:
 		return "", err
-	case !isOurs(cm.Labels, name):
+	case !kube.OfMigration(cm.Labels, name):
 		return "left ConfigMap " + namespace + "/" + cmName + " alone: it is not this migration's", nil
 	}
 	if err := kc.DeleteConfigMap(ctx, cm); err != nil {

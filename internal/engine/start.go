@@ -43,7 +43,7 @@ func (r *run) stepStart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !isOurs(vm.Labels, name) {
+	if !kube.OfMigration(vm.Labels, name) {
 		return needsHuman("VMNotOurs", fmt.Sprintf("VirtualMachine %s/%s is no longer labelled as this migration's", ns, name),
 			"restore the label "+kube.LabelMigration+"="+name+" if it is ours, then run apply again", nil)
 	}

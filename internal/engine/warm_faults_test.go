@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
@@ -210,7 +211,7 @@ func TestWarmForgetKeepReportsSnapshotLeft(t *testing.T) {
 	if !strings.Contains(strings.Join(res.Actions, "\n"), want) {
 		t.Errorf("actions %q do not say %q", res.Actions, want)
 	}
-	if _, err := en.Load(t.Context(), e.ns, "keepwarm"); !errors.Is(err, engine.ErrNoRecord) {
+	if _, err := en.Load(t.Context(), e.ns, "keepwarm"); !errors.Is(err, coord.ErrNoRecord) {
 		t.Errorf("the record is still there: %v", err)
 	}
 }

@@ -26,6 +26,16 @@ const (
 	ManagedByValue = "terraform-provider-vmmigration"
 )
 
+// MigrationLabels are the labels of the objects migration makes.
+func MigrationLabels(migration string) map[string]string {
+	return map[string]string{LabelMigration: migration, LabelManagedBy: ManagedByValue}
+}
+
+// OfMigration reports whether labels mark an object as migration's.
+func OfMigration(labels map[string]string, migration string) bool {
+	return labels[LabelMigration] == migration
+}
+
 // NamespaceExists reports whether a namespace exists.
 func (c *Client) NamespaceExists(ctx context.Context, namespace string) (bool, error) {
 	return c.exists(ctx, "Namespace", "", namespace, &corev1.Namespace{})

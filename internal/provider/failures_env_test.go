@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -68,7 +69,7 @@ func (e *migrationEnv) blockedRE(check, detail string) *regexp.Regexp {
 func (e *migrationEnv) expectNoRecord(t *testing.T, name string) {
 	t.Helper()
 	if e.cluster.HasRecord(t, e.namespace, name) {
-		t.Errorf("ConfigMap %s after a refused plan: it exists, want not found", engine.RecordName(name))
+		t.Errorf("ConfigMap %s after a refused plan: it exists, want not found", coord.RecordName(name))
 	}
 }
 
@@ -104,7 +105,7 @@ func (e *migrationEnv) expectStopped(t *testing.T, name string, state, phase eng
 // kubectl annotate configmap vmmigration-<name> vmmigration.io/reset=true.
 func (e *migrationEnv) resetFailed(t *testing.T, name string) {
 	t.Helper()
-	e.cluster.AnnotateRecord(t, e.namespace, name, engine.AnnotationReset, "true")
+	e.cluster.AnnotateRecord(t, e.namespace, name, coord.AnnotationReset, "true")
 }
 
 // notInState is a refresh step after a failed apply: the resource is not in

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
@@ -117,7 +118,7 @@ func TestAccMigrationFailureRetriesExhaustedThenReset(t *testing.T) {
 						regexp.QuoteMeta(`Discovering attempt 2 (reentered): reset by annotation vmmigration.io/reset: re-entering Discovering with a fresh retry budget`)+`$`)),
 					func(*terraform.State) error {
 						cm := e.record(t, "h1")
-						if v, ok := cm.Annotations[engine.AnnotationReset]; ok {
+						if v, ok := cm.Annotations[coord.AnnotationReset]; ok {
 							return fmt.Errorf("reset annotation still on the ConfigMap: %q", v)
 						}
 						return nil

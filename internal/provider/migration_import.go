@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
@@ -210,7 +211,7 @@ func (r *migrationResource) adopt(ctx context.Context, eng *engine.Engine, ns, n
 	var b strings.Builder
 	fmt.Fprintf(&b, "VirtualMachine %s/%s had no migration record. It was %s to the source VM %q (vmid %d) on ESXi host %s, "+
 		"and recorded as a Completed migration in ConfigMap %s/%s.",
-		ns, name, m.Matched(), rec.Identity.VMName, rec.Identity.VMID, rec.Identity.Host, ns, engine.RecordName(name))
+		ns, name, m.Matched(), rec.Identity.VMName, rec.Identity.VMID, rec.Identity.Host, ns, coord.RecordName(name))
 	if len(rep.Labelled) > 0 {
 		fmt.Fprintf(&b, "\n\nLabelled %s=%s so that they count as this migration's: %s.", engine.LabelMigration, name, strings.Join(rep.Labelled, ", "))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 )
 
 var (
@@ -98,16 +99,16 @@ func (r *migrationResource) Create(ctx context.Context, req resource.CreateReque
 // the next apply continues from the checkpoint.
 func stopDetail(spec engine.Spec, err error) string {
 	var se *engine.StopError
-	var held *engine.LeaseHeldError
+	var held *coord.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
 		return fmt.Sprintf("Migration %s/%s is being driven by another Terraform run: %v", spec.Namespace, spec.Name, err)
 	case errors.As(err, &se):
 		return fmt.Sprintf("Migration %s/%s stopped: %v\n\nProgress is kept in ConfigMap %s/%s; nothing done so far is lost.",
-			spec.Namespace, spec.Name, err, spec.Namespace, engine.RecordName(spec.Name))
+			spec.Namespace, spec.Name, err, spec.Namespace, coord.RecordName(spec.Name))
 	default:
 		return fmt.Sprintf("Migration %s/%s was interrupted: %v\n\nRun terraform apply again to continue from the last checkpoint (ConfigMap %s/%s).",
-			spec.Namespace, spec.Name, err, spec.Namespace, engine.RecordName(spec.Name))
+			spec.Namespace, spec.Name, err, spec.Namespace, coord.RecordName(spec.Name))
 	}
 }
 
@@ -170,13 +171,13 @@ func (r *migrationResource) Read(ctx context.Context, req resource.ReadRequest, 
 	obs, err := eng.Observe(ctx, ns, name)
 	if err != nil {
 		resp.Diagnostics.AddError("Error reading migration",
-			fmt.Sprintf("Observing migration %s/%s (its record ConfigMap %s, VirtualMachine and DataVolumes) failed: %v", ns, name, engine.RecordName(name), err))
+			fmt.Sprintf("Observing migration %s/%s (its record ConfigMap %s, VirtualMachine and DataVolumes) failed: %v", ns, name, coord.RecordName(name), err))
 		return
 	}
 	if obs.Record == nil {
 		resp.Diagnostics.AddWarning("Migration record gone",
 			fmt.Sprintf("The checkpoint record of migration %s/%s (ConfigMap %s) no longer exists; the migration is removed from the state. "+
-				"Import it again with `terraform import` if the migrated VM still exists.", ns, name, engine.RecordName(name)))
+				"Import it again with `terraform import` if the migrated VM still exists.", ns, name, coord.RecordName(name)))
 		resp.State.RemoveResource(ctx)
 		return
 	}

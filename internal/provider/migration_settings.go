@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 )
 
 // savedSettings are the settings of a configuration that neither the
@@ -170,7 +171,7 @@ func (r *migrationResource) saveSettings(ctx context.Context, eng *engine.Engine
 	if err != nil {
 		diags.AddWarning("Settings not saved",
 			fmt.Sprintf("The settings of migration %s/%s could not be saved on its record ConfigMap %s (%v). The migration is not affected; "+
-				"an import of it would show transport, validation and retry as changes.", ns, name, engine.RecordName(name), err))
+				"an import of it would show transport, validation and retry as changes.", ns, name, coord.RecordName(name), err))
 	}
 	return diags
 }

@@ -1,4 +1,4 @@
-package engine
+package coord
 
 import (
 	"context"
@@ -17,29 +17,54 @@ import (
 // DefaultLeaseDuration is how long a Run's lease lasts without renewal.
 const DefaultLeaseDuration = 45 * time.Second
 
-// lease is a held coordination.k8s.io Lease, renewed in the background.
-type lease struct {
-	e      *Engine
-	lease  *coordinationv1.Lease
+// LeaseHeldError says another run is driving the migration.
+type LeaseHeldError struct {
+	Namespace, Name string
+	// Holder is the other run's identity; Expires when its lease runs out
+	// unless renewed.
+	Holder  string
+	Expires time.Time
+}
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("migration %s/%s is being driven by another run (%s) holding Lease %s until %s; wait for it to finish, or if that process is gone, run apply again after the lease expires",
+		e.Namespace, e.Name, e.Holder, RecordName(e.Name), e.Expires.UTC().Format(time.RFC3339))
+}
+
+// Leases hands out the Leases (named RecordName) that let one run at a
+// time drive a migration.
+type Leases struct {
+	Kube *kube.Client
+	// Holder names this process as the holder of the leases it takes.
+	Holder string
+	// Duration is how long a lease lasts without renewal.
+	Duration time.Duration
+	// Now tells the time of acquisitions, renewals and expiry.
+	Now func() time.Time
+}
+
+// Lease is a held coordination.k8s.io Lease, renewed in the background
+// until Release.
+type Lease struct {
+	leases Leases
 	mu     sync.Mutex
+	lease  *coordinationv1.Lease
 	stop   chan struct{}
 	done   chan struct{}
-	lost   error
 	cancel context.CancelCauseFunc
 }
 
-// acquireLease takes the migration's Lease, or fails with a
-// *LeaseHeldError when another live holder has it. The returned context is
-// cancelled if the lease is lost.
-func (e *Engine) acquireLease(ctx context.Context, namespace, name string) (*lease, context.Context, error) {
-	kc := e.deps.Kube
-	dur := e.deps.LeaseDuration
-	secs := int32(dur / time.Second)
+// Acquire takes the migration's Lease, or fails with a *LeaseHeldError
+// when another live holder has it. The returned context is cancelled if
+// the lease is lost.
+func (ls Leases) Acquire(ctx context.Context, namespace, name string) (*Lease, context.Context, error) {
+	kc := ls.Kube
+	secs := int32(ls.Duration / time.Second)
 	if secs < 1 {
 		secs = 1
 	}
-	now := metav1.NewMicroTime(e.now())
-	holder := e.identity
+	now := metav1.NewMicroTime(ls.Now())
+	holder := ls.Holder
 	l, err := kc.GetLease(ctx, namespace, RecordName(name))
 	switch {
 	case kube.IsNotFound(err):
@@ -47,23 +72,23 @@ func (e *Engine) acquireLease(ctx context.Context, namespace, name string) (*lea
 		// whichever run holds it until it expires, and taking an expired
 		// one over is an update that counts a transition. A create whose
 		// reply was lost fails this attempt; the next one finds the Lease
-		// held by this engine's identity and takes it.
+		// held by this holder and takes it.
 		l = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: RecordName(name), Labels: ourLabels(name)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: RecordName(name), Labels: kube.MigrationLabels(name)},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now,
 			},
 		}
 		if err := kc.CreateLease(ctx, l); err != nil {
 			if kube.IsAlreadyExists(err) {
-				return nil, nil, e.heldError(ctx, namespace, name)
+				return nil, nil, ls.heldError(ctx, namespace, name)
 			}
 			return nil, nil, err
 		}
 	case err != nil:
 		return nil, nil, err
 	default:
-		if h, exp, live := e.leaseLive(l); live && h != holder {
+		if h, exp, live := ls.live(l); live && h != holder {
 			return nil, nil, &LeaseHeldError{Namespace: namespace, Name: name, Holder: h, Expires: exp}
 		}
 		var trans int32
@@ -74,41 +99,42 @@ func (e *Engine) acquireLease(ctx context.Context, namespace, name string) (*lea
 		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseTransitions = &now, &now, &trans
 		if err := kc.UpdateLease(ctx, l); err != nil {
 			if kube.IsConflict(err) {
-				return nil, nil, e.heldError(ctx, namespace, name)
+				return nil, nil, ls.heldError(ctx, namespace, name)
 			}
 			return nil, nil, err
 		}
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
-	h := &lease{e: e, lease: l, stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
-	go h.renew(dur)
+	h := &Lease{leases: ls, lease: l, stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
+	go h.renew()
 	return h, runCtx, nil
 }
 
-// acquireLeaseWaiting is acquireLease for Run. A run that was killed
+// AcquireWaiting is Acquire for a run that may wait. A run that was killed
 // (Terraform and its provider SIGKILLed, a machine lost) leaves its lease
 // behind unreleased; it expires within one lease duration because nobody
-// renews it. So when the lease is held, Run waits for it to expire once, if
-// that happens before ctx's deadline, and tries again. A holder that renewed
-// it meanwhile is alive, and its LeaseHeldError is returned.
-func (e *Engine) acquireLeaseWaiting(ctx context.Context, namespace, name string) (*lease, context.Context, error) {
+// renews it. So when the lease is held, AcquireWaiting waits for it to
+// expire once, if that happens before ctx's deadline, and tries again;
+// waiting, if set, is told first. A holder that renewed it meanwhile is
+// alive, and its LeaseHeldError is returned.
+func (ls Leases) AcquireWaiting(ctx context.Context, namespace, name string, waiting func(*LeaseHeldError)) (*Lease, context.Context, error) {
 	waited := ""
 	for {
-		l, runCtx, err := e.acquireLease(ctx, namespace, name)
+		l, runCtx, err := ls.Acquire(ctx, namespace, name)
 		var held *LeaseHeldError
 		if !errors.As(err, &held) || held.Holder == waited {
 			return l, runCtx, err
 		}
-		wait := held.Expires.Sub(e.now()) + 250*time.Millisecond
-		if wait > 2*e.deps.LeaseDuration {
+		wait := held.Expires.Sub(ls.Now()) + 250*time.Millisecond
+		if wait > 2*ls.Duration {
 			return nil, nil, err
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(dl) {
 			return nil, nil, err
 		}
-		e.emit(Event{Time: e.now(), Kind: EventInfo, Namespace: namespace, Name: name, Disk: -1,
-			Message: fmt.Sprintf("waiting until %s for the lease of %s, which stopped renewing it (a run that was killed?)",
-				held.Expires.Format(time.RFC3339), held.Holder)})
+		if waiting != nil {
+			waiting(held)
+		}
 		if err := retry.Sleep(ctx, wait); err != nil {
 			return nil, nil, err
 		}
@@ -116,8 +142,9 @@ func (e *Engine) acquireLeaseWaiting(ctx context.Context, namespace, name string
 	}
 }
 
-// leaseLive reports the holder of l and whether it is unexpired.
-func (e *Engine) leaseLive(l *coordinationv1.Lease) (string, time.Time, bool) {
+// live reports the holder of l, when it expires, and whether it is
+// unexpired.
+func (ls Leases) live(l *coordinationv1.Lease) (string, time.Time, bool) {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil {
 		return "", time.Time{}, false
 	}
@@ -126,27 +153,28 @@ func (e *Engine) leaseLive(l *coordinationv1.Lease) (string, time.Time, bool) {
 		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}
 	exp := l.Spec.RenewTime.Add(d)
-	return *l.Spec.HolderIdentity, exp, e.now().Before(exp)
+	return *l.Spec.HolderIdentity, exp, ls.Now().Before(exp)
 }
 
-func (e *Engine) heldError(ctx context.Context, namespace, name string) error {
-	l, err := e.deps.Kube.GetLease(ctx, namespace, RecordName(name))
+func (ls Leases) heldError(ctx context.Context, namespace, name string) error {
+	l, err := ls.Kube.GetLease(ctx, namespace, RecordName(name))
 	if err != nil {
 		// It was there a moment ago: whatever keeps it from being read
 		// now is worth another try.
 		return kube.AsTransient(err)
 	}
-	h, exp, _ := e.leaseLive(l)
+	h, exp, _ := ls.live(l)
 	return &LeaseHeldError{Namespace: namespace, Name: name, Holder: h, Expires: exp}
 }
 
-// renew renews the lease every third of its duration until release. If a
+// renew renews the lease every third of its duration until Release. If a
 // renewal finds someone else holding it, the run's context is cancelled.
 // So it is when the lease could not be renewed for most of its duration
 // (the API server unreachable): by then another run may see it expired
 // and take over, so this one must stop acting first.
-func (h *lease) renew(dur time.Duration) {
+func (h *Lease) renew() {
 	defer close(h.done)
+	dur := h.leases.Duration
 	t := time.NewTicker(max(dur/3, 100*time.Millisecond))
 	defer t.Stop()
 	renewed := time.Now()
@@ -161,26 +189,23 @@ func (h *lease) renew(dur time.Duration) {
 			renewed = time.Now()
 			continue
 		}
-		h.mu.Lock()
-		h.lost = err
-		h.mu.Unlock()
 		if kube.IsConflict(err) || isLostLease(err) {
 			h.cancel(err)
 			return
 		}
 		// A transient failure: try again at the next tick, unless the
 		// lease is about to expire for everyone else.
-		if since := time.Since(renewed); since >= leaseGiveUp(dur) {
+		if since := time.Since(renewed); since >= giveUp(dur) {
 			h.cancel(&lostLeaseError{expired: since, cause: err})
 			return
 		}
 	}
 }
 
-// leaseGiveUp is how long a run goes on without renewing its lease: five
+// giveUp is how long a run goes on without renewing its lease: five
 // sixths of its duration, so that it stops before any other run can see
 // the lease expired.
-func leaseGiveUp(dur time.Duration) time.Duration { return dur - dur/6 }
+func giveUp(dur time.Duration) time.Duration { return dur - dur/6 }
 
 // lostLeaseError says the lease was taken over, or could not be renewed
 // for so long that it may be.
@@ -202,8 +227,8 @@ func isLostLease(err error) bool {
 	return ok
 }
 
-func (h *lease) renewOnce() error {
-	kc := h.e.deps.Kube
+func (h *Lease) renewOnce() error {
+	kc := h.leases.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h.mu.Lock()
@@ -214,14 +239,14 @@ func (h *lease) renewOnce() error {
 	if err != nil {
 		return kube.Cause(err)
 	}
-	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.e.identity {
+	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.leases.Holder {
 		holder := "nobody"
 		if cur.Spec.HolderIdentity != nil {
 			holder = *cur.Spec.HolderIdentity
 		}
 		return &lostLeaseError{holder: holder}
 	}
-	now := metav1.NewMicroTime(h.e.now())
+	now := metav1.NewMicroTime(h.leases.Now())
 	cur.Spec.RenewTime = &now
 	if err := kc.UpdateLease(ctx, cur); err != nil {
 		return kube.Cause(err)
@@ -232,12 +257,12 @@ func (h *lease) renewOnce() error {
 	return nil
 }
 
-// release stops renewing and deletes the lease if it is still ours.
-func (h *lease) release() {
+// Release stops renewing and deletes the lease if it is still ours.
+func (h *Lease) Release() {
 	close(h.stop)
 	<-h.done
 	h.cancel(nil)
-	kc := h.e.deps.Kube
+	kc := h.leases.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h.mu.Lock()
@@ -247,7 +272,7 @@ func (h *lease) release() {
 	if err != nil {
 		return
 	}
-	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.e.identity {
+	if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != h.leases.Holder {
 		return
 	}
 	_ = kc.DeleteLeaseIfUnchanged(ctx, cur)
