@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
@@ -67,7 +67,7 @@ func showRealGuest(ctx context.Context, c *testcluster.Cluster) error {
 	if err != nil {
 		return err
 	}
-	if rec.Phase != engine.PhaseCompleted || rec.Conversion == nil {
+	if rec.Phase != record.PhaseCompleted || rec.Conversion == nil {
 		return fmt.Errorf("%s is %s (conversion %v): the real guest was not migrated", realGuestName, rec.Phase, rec.Conversion)
 	}
 	cv := rec.Conversion
@@ -106,8 +106,8 @@ func showRealGuest(ctx context.Context, c *testcluster.Cluster) error {
 	return nil
 }
 
-func readRecord(ctx context.Context, cl client.Client, name string) (engine.Record, error) {
-	var rec engine.Record
+func readRecord(ctx context.Context, cl client.Client, name string) (record.Record, error) {
+	var rec record.Record
 	cm := &corev1.ConfigMap{}
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: coord.RecordName(name)}, cm); err != nil {
 		return rec, err

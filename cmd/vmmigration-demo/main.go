@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
@@ -240,7 +240,7 @@ func seedCluster(ctx context.Context, c *testcluster.Cluster) error {
 // watchPhases prints every migration's phase as it changes, from the
 // checkpoint records in the cluster, until ctx ends.
 func watchPhases(ctx context.Context, cl client.Client) {
-	seen := map[string]engine.Phase{}
+	seen := map[string]record.Phase{}
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	start := time.Now()
@@ -249,7 +249,7 @@ func watchPhases(ctx context.Context, cl client.Client) {
 		if err := cl.List(ctx, &cms, client.InNamespace(demoNamespace), client.HasLabels{kube.LabelMigration}); err == nil {
 			sort.Slice(cms.Items, func(i, j int) bool { return cms.Items[i].Name < cms.Items[j].Name })
 			for _, cm := range cms.Items {
-				var rec engine.Record
+				var rec record.Record
 				if json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec) != nil || rec.Phase == "" {
 					continue
 				}
@@ -280,12 +280,12 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 	var vms, disks int
 	var bytes, zero int64
 	for _, cm := range cms.Items {
-		var rec engine.Record
+		var rec record.Record
 		if err := json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec); err != nil {
 			return err
 		}
 		src := sources[rec.Identity.VMName]
-		if (src == nil && rec.Identity.VMName != realGuestName) || rec.Phase != engine.PhaseCompleted {
+		if (src == nil && rec.Identity.VMName != realGuestName) || rec.Phase != record.PhaseCompleted {
 			continue
 		}
 		vms++
@@ -328,7 +328,7 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 // copyRate says how long the disks took from the power-off until they
 // were copied and verified (flattened too, for a snapshot chain), and at
 // what rate of disk and of data that was.
-func copyRate(rec engine.Record) string {
+func copyRate(rec record.Record) string {
 	t := rec.Timestamps
 	if t.SourcePoweredOff == nil || t.Acquired == nil || !t.Acquired.After(*t.SourcePoweredOff) {
 		return ""

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
@@ -156,7 +157,7 @@ func (c *Cluster) CreateStorageQuota(t testing.TB, namespace, name, hard, used s
 // Checkpoint is a migration's checkpoint ConfigMap: the record it holds
 // and the annotations a human may have put on it.
 type Checkpoint struct {
-	Record      engine.Record
+	Record      record.Record
 	Annotations map[string]string
 }
 
@@ -167,9 +168,9 @@ func (c *Cluster) recordMap(t testing.TB, namespace, name string) (*corev1.Confi
 	return cm, err
 }
 
-func decodeRecord(t testing.TB, cm *corev1.ConfigMap) engine.Record {
+func decodeRecord(t testing.TB, cm *corev1.ConfigMap) record.Record {
 	t.Helper()
-	var rec engine.Record
+	var rec record.Record
 	if err := json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec); err != nil {
 		t.Fatalf("ConfigMap %s/%s: %s is not a record: %v", cm.Namespace, cm.Name, coord.RecordKey, err)
 	}
@@ -221,7 +222,7 @@ func (c *Cluster) AnnotateRecord(t testing.TB, namespace, name, key, value strin
 // RewindRecord sets migration name's checkpoint back to phase, as an
 // apply that was killed after acting in phase but before recording it
 // leaves it.
-func (c *Cluster) RewindRecord(t testing.TB, namespace, name string, phase engine.Phase) {
+func (c *Cluster) RewindRecord(t testing.TB, namespace, name string, phase record.Phase) {
 	t.Helper()
 	cm, err := c.recordMap(t, namespace, name)
 	if err != nil {
@@ -303,13 +304,13 @@ func (c *Cluster) EventMessages(t testing.TB, namespace string) []string {
 
 // Records returns the migration records of a namespace (the ConfigMaps
 // carrying the migration label), by destination name.
-func (c *Cluster) Records(t testing.TB, namespace string) map[string]engine.Record {
+func (c *Cluster) Records(t testing.TB, namespace string) map[string]record.Record {
 	t.Helper()
 	var cms corev1.ConfigMapList
 	if err := c.cl.List(t.Context(), &cms, client.InNamespace(namespace), client.HasLabels{engine.LabelMigration}); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]engine.Record{}
+	out := map[string]record.Record{}
 	for i := range cms.Items {
 		rec := decodeRecord(t, &cms.Items[i])
 		out[rec.Identity.Name] = rec

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -194,31 +195,31 @@ type adoptTarget struct {
 // its DataVolumes, which is how the engine tells its objects from foreign
 // ones, and then the record. It changes nothing else, and never touches
 // the source VM.
-func (e *Engine) Adopt(ctx context.Context, namespace, name string, hosts []string) (Record, AdoptReport, error) {
+func (e *Engine) Adopt(ctx context.Context, namespace, name string, hosts []string) (record.Record, AdoptReport, error) {
 	var rep AdoptReport
 	if _, err := e.store().Load(ctx, namespace, name); err == nil {
-		return Record{}, rep, &AdoptError{Namespace: namespace, Name: name, Reason: "RecordExists",
+		return record.Record{}, rep, &AdoptError{Namespace: namespace, Name: name, Reason: "RecordExists",
 			Message: fmt.Sprintf("migration %s/%s already has a record (ConfigMap %s): import it instead of adopting it", namespace, name, coord.RecordName(name))}
 	} else if !errors.Is(err, coord.ErrNoRecord) {
-		return Record{}, rep, err
+		return record.Record{}, rep, err
 	}
 	l, ctx, err := e.leases().Acquire(ctx, namespace, name)
 	if err != nil {
-		return Record{}, rep, err
+		return record.Record{}, rep, err
 	}
 	defer l.Release()
 
 	tgt, err := e.readAdoptTarget(ctx, namespace, name)
 	if err != nil {
-		return Record{}, rep, err
+		return record.Record{}, rep, err
 	}
 	cands, err := e.adoptCandidates(ctx, namespace, name, hosts, tgt)
 	if err != nil {
-		return Record{}, rep, err
+		return record.Record{}, rep, err
 	}
 	best, others, err := pickAdoptCandidate(namespace, name, hosts, cands)
 	if err != nil {
-		return Record{}, rep, err
+		return record.Record{}, rep, err
 	}
 	rep.Match, rep.Others = best, others
 
@@ -227,14 +228,14 @@ func (e *Engine) Adopt(ctx context.Context, namespace, name string, hosts []stri
 	// again by the next import.
 	labelled, err := e.labelAdopted(ctx, namespace, name, tgt)
 	if err != nil {
-		return Record{}, rep, err
+		return record.Record{}, rep, err
 	}
 	rep.Labelled = labelled
 
 	rec := e.adoptedRecord(namespace, name, tgt, best, &rep)
 	s, err := e.store().Create(ctx, rec)
 	if err != nil {
-		return Record{}, rep, err
+		return record.Record{}, rep, err
 	}
 	// The adopted migration holds its source like any other, so that a
 	// later migration of the same VM stops before touching it.
@@ -554,14 +555,14 @@ func (e *Engine) labelAdopted(ctx context.Context, namespace, name string, tgt *
 }
 
 // adoptedRecord is the Completed record of an adopted VirtualMachine.
-func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c AdoptCandidate, rep *AdoptReport) Record {
+func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c AdoptCandidate, rep *AdoptReport) record.Record {
 	now := e.now()
 	vm := c.vm
-	rec := Record{
-		Version: RecordVersion,
-		Identity: Identity{Host: c.Host, VMID: vm.VMID, VMName: vm.Name, VMXPath: vm.VMXPath,
+	rec := record.Record{
+		Version: record.RecordVersion,
+		Identity: record.Identity{Host: c.Host, VMID: vm.VMID, VMName: vm.Name, VMXPath: vm.VMXPath,
 			Namespace: namespace, Name: name},
-		Phase:  PhaseCompleted,
+		Phase:  record.PhaseCompleted,
 		Source: sourceInventoryOf(vm),
 	}
 	for i, sd := range vm.Disks {
@@ -571,7 +572,7 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 			continue
 		}
 		dd := tgt.disks[j]
-		ev := DiskEvidence{Index: i, Device: sd.Device, SourcePath: sd.DataPath, SizeBytes: sd.CapacityBytes,
+		ev := record.DiskEvidence{Index: i, Device: sd.Device, SourcePath: sd.DataPath, SizeBytes: sd.CapacityBytes,
 			DataVolume: dd.claim, Imported: true}
 		if dd.dv != nil {
 			ev.DataVolumeUID, ev.DataVolumePhase, ev.Progress = string(dd.dv.UID), string(dd.dv.Status.Phase), string(dd.dv.Status.Progress)
@@ -588,7 +589,7 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 	if vm.PowerState != esxi.PoweredOff {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the source VM is %s: if the VirtualMachine runs too, two servers with the same MAC addresses may be on the network", vm.PowerState))
 	}
-	rec.VM = &VMEvidence{Name: name, UID: string(tgt.vm.UID), RunStrategy: runStrategyOf(tgt.vm)}
+	rec.VM = &record.VMEvidence{Name: name, UID: string(tgt.vm.UID), RunStrategy: runStrategyOf(tgt.vm)}
 	if tgt.vmi != nil {
 		rec.VM.VMIPhase = string(tgt.vmi.Status.Phase)
 	}
@@ -601,10 +602,10 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 	msg := "adopted: " + c.Matched()
 	rec.SetCondition(now, CondAdopted, true, "MatchedSource",
 		fmt.Sprintf("%s; VirtualMachine %s/%s was migrated by other means from VM %q (vmid %d) on host %s", msg, namespace, name, vm.Name, vm.VMID, c.Host))
-	rec.SetCondition(now, CondSourceDiscovered, true, "Adopted",
+	rec.SetCondition(now, record.CondSourceDiscovered, true, "Adopted",
 		fmt.Sprintf("VM %q (vmid %d, %d disk(s), %d NIC(s)) on host %s", vm.Name, vm.VMID, len(vm.Disks), len(vm.NICs), c.Host))
-	rec.SetCondition(now, CondDiskImported, true, "Adopted", fmt.Sprintf("%d disk(s) found on the VirtualMachine; checksums unknown", len(rec.Disks)))
-	rec.SetCondition(now, CondVMCreated, true, "Adopted", "VirtualMachine "+name+" existed before the migration was recorded")
-	rec.SetCondition(now, CondReady, true, "Adopted", msg)
+	rec.SetCondition(now, record.CondDiskImported, true, "Adopted", fmt.Sprintf("%d disk(s) found on the VirtualMachine; checksums unknown", len(rec.Disks)))
+	rec.SetCondition(now, record.CondVMCreated, true, "Adopted", "VirtualMachine "+name+" existed before the migration was recorded")
+	rec.SetCondition(now, record.CondReady, true, "Adopted", msg)
 	return rec
 }

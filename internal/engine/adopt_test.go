@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
@@ -82,7 +83,7 @@ func TestAdoptRecordsCompleted(t *testing.T) {
 	if got, want := rep.Match.Matched(), "matched by name, MACs (2/2), disk sizes (2/2)"; got != want {
 		t.Errorf("Matched() = %q, want %q", got, want)
 	}
-	if rec.Phase != engine.PhaseCompleted || rec.Identity.VMID != vmid || rec.Identity.VMName != "Web-01" || rec.Identity.Host != hostName {
+	if rec.Phase != record.PhaseCompleted || rec.Identity.VMID != vmid || rec.Identity.VMName != "Web-01" || rec.Identity.Host != hostName {
 		t.Errorf("record phase %s identity %+v, want Completed, vmid %d, Web-01 on %s", rec.Phase, rec.Identity, vmid, hostName)
 	}
 	if c, ok := rec.Condition(engine.CondAdopted); !ok || !strings.HasPrefix(c.Message, "adopted: matched by name, MACs (2/2), disk sizes (2/2)") {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 )
 
@@ -27,15 +28,15 @@ import (
 
 // chainPlan lists the files of a disk's chain, top first, each link's
 // descriptor before its extents; nil when the disk runs on no snapshot.
-func chainPlan(ch *esxi.DiskChain) []ChainFileEvidence {
+func chainPlan(ch *esxi.DiskChain) []record.ChainFileEvidence {
 	if ch == nil {
 		return nil
 	}
-	var out []ChainFileEvidence
+	var out []record.ChainFileEvidence
 	for k, l := range ch.Links {
-		out = append(out, ChainFileEvidence{Link: k, Kind: ChainFileDescriptor, Format: l.CreateType, SourcePath: l.DescriptorPath, CID: l.CID, ParentCID: l.ParentCID})
+		out = append(out, record.ChainFileEvidence{Link: k, Kind: record.ChainFileDescriptor, Format: l.CreateType, SourcePath: l.DescriptorPath, CID: l.CID, ParentCID: l.ParentCID})
 		for e, p := range l.ExtentPaths {
-			out = append(out, ChainFileEvidence{Link: k, Extent: e, Kind: ChainFileExtent, Format: l.CreateType, SourcePath: p})
+			out = append(out, record.ChainFileEvidence{Link: k, Extent: e, Kind: record.ChainFileExtent, Format: l.CreateType, SourcePath: p})
 		}
 	}
 	return out
@@ -43,7 +44,7 @@ func chainPlan(ch *esxi.DiskChain) []ChainFileEvidence {
 
 // sameChain reports whether two plans name the same files in the same
 // places.
-func sameChain(a, b []ChainFileEvidence) bool {
+func sameChain(a, b []record.ChainFileEvidence) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -56,8 +57,8 @@ func sameChain(a, b []ChainFileEvidence) bool {
 }
 
 // chainLocalPath is where a chain file of disk i is copied.
-func (s Spec) chainLocalPath(i int, f ChainFileEvidence) string {
-	if f.Kind == ChainFileDescriptor {
+func (s Spec) chainLocalPath(i int, f record.ChainFileEvidence) string {
+	if f.Kind == record.ChainFileDescriptor {
 		return filepath.Join(s.stagingDir(), fmt.Sprintf("disk-%d-link-%d.source.vmdk", i, f.Link))
 	}
 	return filepath.Join(s.stagingDir(), chainExtentName(i, f.Link, f.Extent))

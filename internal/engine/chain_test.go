@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -141,8 +142,8 @@ func TestChainMigratesCold(t *testing.T) {
 			t.Errorf("%s of link %d: format %q, want %q", f.SourcePath, f.Link, f.Format, formats[f.Link])
 		}
 		l := ch.Links[f.Link]
-		if (f.Kind == engine.ChainFileDescriptor && (f.SourcePath != l.Descriptor || f.CID != fmt.Sprintf("%08x", l.CID))) ||
-			(f.Kind == engine.ChainFileExtent && f.SourcePath != l.Extent) {
+		if (f.Kind == record.ChainFileDescriptor && (f.SourcePath != l.Descriptor || f.CID != fmt.Sprintf("%08x", l.CID))) ||
+			(f.Kind == record.ChainFileExtent && f.SourcePath != l.Extent) {
 			t.Errorf("evidence %+v, link files %+v", f, l)
 		}
 	}
@@ -196,7 +197,7 @@ func TestChainBrokenIsRefused(t *testing.T) {
 			}
 			rec, err := en.Run(e.ctx(30*time.Second), spec)
 			var se *engine.StopError
-			if !errors.As(err, &se) || se.Phase != engine.PhaseValidated || se.Reason != "PreflightFailed" || !strings.Contains(se.Message, tc.want) {
+			if !errors.As(err, &se) || se.Phase != record.PhaseValidated || se.Reason != "PreflightFailed" || !strings.Contains(se.Message, tc.want) {
 				t.Fatalf("apply = %v, want a stop at Validated saying %q", err, tc.want)
 			}
 			if rec.PowerOff != nil {
@@ -217,11 +218,11 @@ func TestChainCopyResumes(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stop := func(ev engine.Event) {
-		if ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing && ev.BytesDone >= 4<<20 {
+		if ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing && ev.BytesDone >= 4<<20 {
 			cancel()
 		}
 	}
-	rec := e.runInterrupted(ctx, spec, engine.PhasePreparing, stop)
+	rec := e.runInterrupted(ctx, spec, record.PhasePreparing, stop)
 	// The base's flat file is the big one: its copy stopped part way.
 	base := ch.Links[2].Extent
 	var verified int64

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
@@ -56,7 +57,7 @@ func TestOneSourceOneMigration(t *testing.T) {
 		t.Fatalf("neither migration completed: %v; %v", errs[0], errs[1])
 	}
 	var se *engine.StopError
-	if !errors.As(errs[loser], &se) || se.Phase != engine.PhaseValidated || se.State != engine.PhaseManualInterventionRequired ||
+	if !errors.As(errs[loser], &se) || se.Phase != record.PhaseValidated || se.State != record.PhaseManualInterventionRequired ||
 		!strings.Contains(se.Error(), e.ns+"/"+specs[winner].Name) {
 		t.Fatalf("second migration = %v, want a stop at Validated naming %s/%s", errs[loser], e.ns, specs[winner].Name)
 	}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -29,7 +30,7 @@ func TestValidationSaysConsoleNotLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := e.mustComplete(e.engine(), e.spec("nolog1", "nolog1"))
-	var note *engine.CheckResult
+	var note *record.CheckResult
 	for i, c := range rec.Validation {
 		if c.ID == engine.CheckConsoleLog {
 			note = &rec.Validation[i]
@@ -46,7 +47,7 @@ func TestValidationSaysConsoleNotLogged(t *testing.T) {
 	if !warned {
 		t.Error("no event says the console is not logged")
 	}
-	if c, ok := rec.Condition(engine.CondGuestReady); !ok || !c.Status {
+	if c, ok := rec.Condition(record.CondGuestReady); !ok || !c.Status {
 		t.Errorf("GuestReady = %+v, want True: the checks passed", c)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestslot"
 )
@@ -67,7 +68,7 @@ echo '{ "message": "Converting Debian GNU/Linux 12 (bookworm) to run on KVM", "t
 	rec, err := e.engine().Run(ctx, spec)
 	e.onEvent.Store(nil)
 	var se *engine.StopError
-	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != engine.PhaseConverting {
+	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != record.PhaseConverting {
 		t.Fatalf("first Run = %v, want an interruption in Converting", err)
 	}
 	if rec.Conversion != nil || rec.Disks[0].ConvertedSHA256 != "" {
@@ -78,7 +79,7 @@ echo '{ "message": "Converting Debian GNU/Linux 12 (bookworm) to run on KVM", "t
 	}
 
 	rec, err = e.engine().Run(e.ctx(2*time.Minute), spec)
-	if err != nil || rec.Phase != engine.PhaseCompleted {
+	if err != nil || rec.Phase != record.PhaseCompleted {
 		t.Fatalf("second Run = %v in %s", err, rec.Phase)
 	}
 	if b, _ := os.ReadFile(runs); strings.TrimSpace(string(b)) != "2" {
@@ -110,7 +111,7 @@ echo '{ "message": "Converting Debian GNU/Linux 12 (bookworm) to run on KVM", "t
 		t.Errorf("the source disk changed: %s, %v (copied %s)", sum, err, sourceSHA)
 	}
 	// Completed: applying again converts nothing.
-	if rec, err = e.engine().Run(e.ctx(time.Minute), spec); err != nil || rec.Phase != engine.PhaseCompleted {
+	if rec, err = e.engine().Run(e.ctx(time.Minute), spec); err != nil || rec.Phase != record.PhaseCompleted {
 		t.Errorf("third Run = %v in %s", err, rec.Phase)
 	}
 	if b, _ := os.ReadFile(runs); strings.TrimSpace(string(b)) != "2" {
@@ -192,19 +193,19 @@ echo '{ "message": "Converting 12.4 to run on KVM", "timestamp": "", "type": "me
 	spec := e.spec("hangs01", "hangs01")
 	spec.Conversion = engine.ConversionVirtV2V
 	rec, err := e.engine(func(d *engine.Deps) { d.ConversionStallTimeout = 2 * time.Second }).Run(e.ctx(2*time.Minute), spec)
-	if err != nil || rec.Phase != engine.PhaseCompleted {
+	if err != nil || rec.Phase != record.PhaseCompleted {
 		t.Fatalf("Run = %v in %s", err, rec.Phase)
 	}
 	if b, _ := os.ReadFile(runs); strings.TrimSpace(string(b)) != "2" {
 		t.Errorf("virt-v2v-in-place ran %q times, want 2", b)
 	}
-	var stalled []engine.ErrorEntry
+	var stalled []record.ErrorEntry
 	for _, x := range rec.Errors {
 		if x.Reason == "ConversionStalled" {
 			stalled = append(stalled, x)
 		}
 	}
-	if len(stalled) != 1 || stalled[0].Phase != engine.PhaseConverting || stalled[0].Class != engine.ClassTransient ||
+	if len(stalled) != 1 || stalled[0].Phase != record.PhaseConverting || stalled[0].Class != record.ClassTransient ||
 		!strings.Contains(stalled[0].Message, "printed nothing and wanted less than") {
 		t.Errorf("error history %+v: want one transient ConversionStalled in Converting", rec.Errors)
 	}

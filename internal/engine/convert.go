@@ -57,7 +57,7 @@ func (r *run) converted() error {
 	rec := r.rec()
 	now := r.now()
 	stamp(&rec.Timestamps.Converted, now)
-	rec.SetCondition(now, CondDiskConverted, true, "Converted", fmt.Sprintf("%d %s image(s) ready", len(rec.Disks), r.spec.TargetFormat))
+	rec.SetCondition(now, record.CondDiskConverted, true, "Converted", fmt.Sprintf("%d %s image(s) ready", len(rec.Disks), r.spec.TargetFormat))
 	return nil
 }
 
@@ -100,7 +100,7 @@ func (r *run) prepareImage(ctx context.Context, i int) error {
 		if d.ArtifactSHA256 != "" && art != staged && r.artifactIntact(ctx, d, art) {
 			return nil
 		}
-		return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the staged copy of disk %d (%s) is %s", i, staged, st.State)}
+		return &backTo{phase: record.PhasePreparing, reason: fmt.Sprintf("the staged copy of disk %d (%s) is %s", i, staged, st.State)}
 	}
 	format := convert.Format(r.spec.TargetFormat)
 	if art == staged {
@@ -147,7 +147,7 @@ func (r *run) prepareImage(ctx context.Context, i int) error {
 // artifactIntact reports whether a converted artifact still matches its
 // recorded checksum (its sidecar, verified by Convert's skip path, is not
 // usable without the source: check the size and format instead).
-func (r *run) artifactIntact(ctx context.Context, d *DiskEvidence, art string) bool {
+func (r *run) artifactIntact(ctx context.Context, d *record.DiskEvidence, art string) bool {
 	fi, err := os.Stat(art)
 	if err != nil || fi.Size() != d.ArtifactBytes {
 		return false
@@ -278,7 +278,7 @@ func (r *run) planFlatten(i int) (*flattenPlan, error) {
 	}
 	back := func(why string) error {
 		d.Acquired = false
-		return &backTo{phase: PhasePreparing, reason: fmt.Sprintf("the copied snapshot chain of disk %d: %s", i, why)}
+		return &backTo{phase: record.PhasePreparing, reason: fmt.Sprintf("the copied snapshot chain of disk %d: %s", i, why)}
 	}
 	chain, err := r.verifiedChain(i, back)
 	if err != nil {
@@ -326,7 +326,7 @@ func (r *run) verifiedChain(i int, back func(why string) error) ([]convert.Chain
 			links[f.Link] = l
 			order = append(order, f.Link)
 		}
-		if f.Kind == ChainFileDescriptor {
+		if f.Kind == record.ChainFileDescriptor {
 			b, err := os.ReadFile(local)
 			if err != nil {
 				return nil, back(fmt.Sprintf("%s: %v", local, err))
@@ -440,10 +440,10 @@ func (l localFile) ReadRange(_ context.Context, _ string, offset, length int64, 
 }
 
 // chainSummary describes a disk's recorded chain for messages.
-func chainSummary(files []ChainFileEvidence) string {
+func chainSummary(files []record.ChainFileEvidence) string {
 	var formats []string
 	for _, f := range files {
-		if f.Kind == ChainFileDescriptor {
+		if f.Kind == record.ChainFileDescriptor {
 			formats = append(formats, f.Format)
 		}
 	}
@@ -583,7 +583,7 @@ const (
 
 // conversionEvidenceOf turns virt-v2v's evidence into the record's,
 // bounding what the tool printed.
-func conversionEvidenceOf(ev convert.V2VEvidence, now time.Time) *ConversionEvidence {
+func conversionEvidenceOf(ev convert.V2VEvidence, now time.Time) *record.ConversionEvidence {
 	bound := func(in []string) []string {
 		var out []string
 		for _, m := range in {
@@ -595,9 +595,9 @@ func conversionEvidenceOf(ev convert.V2VEvidence, now time.Time) *ConversionEvid
 		return out
 	}
 	o := ev.OS
-	return &ConversionEvidence{
+	return &record.ConversionEvidence{
 		Tool: ev.Tool, Version: record.TruncateMessage(ev.Version, 64), Accelerator: ev.Accel.Name,
-		OS: GuestOS{Type: o.Type, Distro: o.Distro, Version: o.Version, OSInfo: o.OSInfo, Arch: o.Arch,
+		OS: record.GuestOS{Type: o.Type, Distro: o.Distro, Version: o.Version, OSInfo: o.OSInfo, Arch: o.Arch,
 			ProductName: record.TruncateMessage(o.ProductName, 200), Firmware: o.Firmware},
 		Converted: record.TruncateMessage(ev.Converted, maxConversionMessageBytes),
 		Drivers:   bound(ev.Drivers), Warnings: bound(ev.Warnings),

@@ -8,6 +8,7 @@ import (
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -59,10 +60,10 @@ func (r *run) stepCreateVM(ctx context.Context) error {
 		vm = applied
 	}
 	rec := r.rec()
-	rec.VM = &VMEvidence{Name: vm.Name, UID: string(vm.UID), RunStrategy: runStrategyOf(vm)}
+	rec.VM = &record.VMEvidence{Name: vm.Name, UID: string(vm.UID), RunStrategy: runStrategyOf(vm)}
 	now := r.now()
 	stamp(&rec.Timestamps.VMCreated, now)
-	rec.SetCondition(now, CondVMCreated, true, "Created", "VirtualMachine "+vm.Name+" exists and matches the migration")
+	rec.SetCondition(now, record.CondVMCreated, true, "Created", "VirtualMachine "+vm.Name+" exists and matches the migration")
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -83,7 +84,7 @@ func TestImporterRestartsStop(t *testing.T) {
 	spec.ImporterRestarts = 2
 	_, err := e.engine().Run(e.ctx(60*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Phase != engine.PhaseImporting || se.Reason != "ImporterRestarts" {
+	if se.State != record.PhaseManualInterventionRequired || se.Phase != record.PhaseImporting || se.Reason != "ImporterRestarts" {
 		t.Fatalf("stop = %#v", se)
 	}
 	for _, want := range []string{
@@ -117,7 +118,7 @@ func TestDataVolumeStallStops(t *testing.T) {
 	spec.DataVolumeStallTimeout = 2 * time.Second
 	_, err := e.engine().Run(e.ctx(60*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Phase != engine.PhaseImporting || se.Reason != "DataVolumeStalled" {
+	if se.State != record.PhaseManualInterventionRequired || se.Phase != record.PhaseImporting || se.Reason != "DataVolumeStalled" {
 		t.Fatalf("stop = %#v", se)
 	}
 	for _, want := range []string{"DataVolume " + e.ns + "/st1-disk-0 is ImportInProgress", "importer restarts 0", "unchanged for "} {

@@ -13,6 +13,7 @@ import (
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube/cdi"
 )
 
@@ -64,7 +65,7 @@ func TestRenderDataVolumeBindingAndCA(t *testing.T) {
 	spec := Spec{Name: "vm", Namespace: "ns", StorageClass: "sc",
 		Transport: Transport{Kind: TransportHTTP, StagingDir: "/s", StagingURL: "https://s", StagingCAPEM: "PEM"}}.WithDefaults()
 	r := &run{e: &Engine{}, spec: spec, s: &coord.Stored{}}
-	dv := r.renderDataVolume(DiskEvidence{DataVolume: "vm-disk-0", SizeBytes: 1 << 20, ArtifactURL: "https://s/x"})
+	dv := r.renderDataVolume(record.DiskEvidence{DataVolume: "vm-disk-0", SizeBytes: 1 << 20, ArtifactURL: "https://s/x"})
 	if _, ok := dv.Annotations[cdi.AnnImmediateBinding]; !ok {
 		t.Errorf("annotations %v lack %s", dv.Annotations, cdi.AnnImmediateBinding)
 	}
@@ -72,7 +73,7 @@ func TestRenderDataVolumeBindingAndCA(t *testing.T) {
 		t.Errorf("certConfigMap %q", dv.Spec.Source.HTTP.CertConfigMap)
 	}
 	r.spec.Transport.StagingCAPEM = ""
-	if dv := r.renderDataVolume(DiskEvidence{DataVolume: "vm-disk-0", SizeBytes: 1 << 20}); dv.Spec.Source.HTTP.CertConfigMap != "" {
+	if dv := r.renderDataVolume(record.DiskEvidence{DataVolume: "vm-disk-0", SizeBytes: 1 << 20}); dv.Spec.Source.HTTP.CertConfigMap != "" {
 		t.Errorf("certConfigMap %q without a CA", dv.Spec.Source.HTTP.CertConfigMap)
 	}
 }

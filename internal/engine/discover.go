@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 )
 
@@ -18,7 +19,7 @@ func (r *run) stepDiscover(ctx context.Context) error {
 	now := r.now()
 	rec := r.rec()
 	stamp(&rec.Timestamps.Discovered, now)
-	rec.SetCondition(now, CondSourceDiscovered, true, "Found",
+	rec.SetCondition(now, record.CondSourceDiscovered, true, "Found",
 		fmt.Sprintf("VM %q (vmid %d, %d disk(s), %d NIC(s)) on host %s", vm.Name, vm.VMID, len(vm.Disks), len(vm.NICs), r.spec.Host))
 	return nil
 }
@@ -33,19 +34,19 @@ func (r *run) recordInventory(vm *esxi.VM) {
 }
 
 // sourceInventoryOf is the inventory snapshot of a source VM.
-func sourceInventoryOf(vm *esxi.VM) *SourceInventory {
-	inv := &SourceInventory{
+func sourceInventoryOf(vm *esxi.VM) *record.SourceInventory {
+	inv := &record.SourceInventory{
 		VMID: vm.VMID, Name: vm.Name, VMXPath: vm.VMXPath, GuestOS: vm.GuestOS, HardwareVersion: vm.HardwareVersion,
 		Firmware: string(vm.Firmware), SecureBoot: vm.SecureBoot, CPUs: vm.CPUs, CoresPerSocket: vm.CoresPerSocket,
 		VTPM: vm.VTPM, MemoryMiB: vm.MemoryMiB,
 		PowerState: string(vm.PowerState), ToolsRunning: vm.ToolsRunning,
 	}
 	for _, d := range vm.Disks {
-		inv.Disks = append(inv.Disks, SourceDisk{Device: d.Device, Bus: d.Bus, DescriptorPath: d.DescriptorPath,
+		inv.Disks = append(inv.Disks, record.SourceDisk{Device: d.Device, Bus: d.Bus, DescriptorPath: d.DescriptorPath,
 			DataPath: d.DataPath, CapacityBytes: d.CapacityBytes, Thin: d.Thin})
 	}
 	for _, n := range vm.NICs {
-		inv.NICs = append(inv.NICs, SourceNIC{Device: n.Device, Network: n.NetworkName, MAC: n.MAC, Adapter: n.AdapterType})
+		inv.NICs = append(inv.NICs, record.SourceNIC{Device: n.Device, Network: n.NetworkName, MAC: n.MAC, Adapter: n.AdapterType})
 	}
 	return inv
 }

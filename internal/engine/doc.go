@@ -19,7 +19,8 @@
 //
 //	Pending      run.go (stepPending)
 //	Discovering  discover.go
-//	Validated    validate.go; the claim of the source in claim.go
+//	Validated    validate.go; the claim of the source in claim.go (which
+//	             calls coord/claim.go)
 //	Preparing    prepare_power.go: the cold step and the power-off guard;
 //	             prepare_copy.go: the copy of every disk and its checksums;
 //	             prepare_warm.go: the warm step, its precopy and cutover
@@ -32,15 +33,15 @@
 //	Completed    complete.go
 //
 // The other public verbs each have a file: Preview (preview.go), Observe
-// (observe.go), Forget (forget.go), Adopt (adopt.go). What several
+// and Load (observe.go), Forget (forget.go), Adopt (adopt.go). What several
 // checkpoints share is named for what it is: spec.go, errors.go,
-// fields.go, paths.go, render.go, source.go, store.go, chain.go (snapshot
+// fields.go, paths.go, render.go, source.go, chain.go (snapshot
 // chains), pipeline.go (uploads while other disks are copied or
 // flattened).
 //
 // The record itself, with every kind of evidence in it and its JSON, is
-// the leaf package record (record/record.go); record_names.go gives its
-// types their engine names.
+// the leaf package record (record/record.go), whose types the engine and
+// its callers use by their own names (record.Record, record.PhaseImporting).
 //
 // The record lives in the destination cluster, in the ConfigMap
 // "vmmigration-<name>" of the destination namespace (JSON under the key

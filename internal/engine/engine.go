@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -124,7 +125,7 @@ type Event struct {
 	Kind      EventKind
 	Namespace string
 	Name      string
-	Phase     Phase
+	Phase     record.Phase
 	// Disk is the disk index of a progress event, -1 otherwise (and for
 	// the snapshot chain files of a warm precopy round, which span disks).
 	Disk int

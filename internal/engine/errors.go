@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -15,16 +16,16 @@ import (
 // StateInterrupted is StopError.State when a Run ended before a stop state
 // was reached: its context was cancelled or timed out, or it lost its
 // lease. The record stays in the checkpoint it was working on.
-const StateInterrupted Phase = "Interrupted"
+const StateInterrupted record.Phase = "Interrupted"
 
 // StopError is the error Run returns whenever a migration is not
 // Completed. Its message says what happened and what to do next.
 type StopError struct {
 	// Phase is the checkpoint the migration stopped in.
-	Phase Phase
+	Phase record.Phase
 	// State is PhaseManualInterventionRequired, PhaseFailed or
 	// StateInterrupted.
-	State Phase
+	State record.Phase
 	// Reason is a short CamelCase cause, e.g. "SourceVMNotFound".
 	Reason string
 	// Message says what happened; Action what to do next.
@@ -40,9 +41,9 @@ type StopError struct {
 func (e *StopError) Error() string {
 	var b strings.Builder
 	switch e.State {
-	case PhaseManualInterventionRequired:
+	case record.PhaseManualInterventionRequired:
 		fmt.Fprintf(&b, "migration needs manual intervention in phase %s: %s", e.Phase, e.Message)
-	case PhaseFailed:
+	case record.PhaseFailed:
 		fmt.Fprintf(&b, "migration failed in phase %s: %s", e.Phase, e.Message)
 	default:
 		fmt.Fprintf(&b, "migration interrupted in phase %s: %s", e.Phase, e.Message)
@@ -128,7 +129,7 @@ func actionOf(err error) string {
 // backTo sends the migration back to an earlier checkpoint because what
 // that checkpoint made is gone.
 type backTo struct {
-	phase  Phase
+	phase  record.Phase
 	reason string
 }
 

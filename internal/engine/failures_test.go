@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
@@ -42,18 +43,18 @@ func TestRetryableDataVolumeFailureRecovers(t *testing.T) {
 	e.host.AddVM(t, smallVM("r1", esxisim.PoweredOff))
 	e.sim.FailNextDataVolumes(1, "", "")
 	rec := e.mustComplete(e.engine(), e.spec("r1", "r1"))
-	var hist []engine.ErrorEntry
+	var hist []record.ErrorEntry
 	for _, h := range rec.Errors {
-		if h.Phase == engine.PhaseImporting {
+		if h.Phase == record.PhaseImporting {
 			hist = append(hist, h)
 		}
 	}
-	if len(hist) != 1 || hist[0].Class != engine.ClassTransient || hist[0].Attempt != 1 ||
+	if len(hist) != 1 || hist[0].Class != record.ClassTransient || hist[0].Attempt != 1 ||
 		!strings.Contains(hist[0].Message, "failed (Evicted: The node was low on resource") ||
 		!strings.Contains(hist[0].Message, "deleted it so that the next attempt recreates it") {
 		t.Errorf("history = %+v", rec.Errors)
 	}
-	if rec.PowerOff == nil || rec.PowerOff.Action != engine.PowerActionAlreadyOff {
+	if rec.PowerOff == nil || rec.PowerOff.Action != record.PowerActionAlreadyOff {
 		t.Errorf("powerOff = %+v", rec.PowerOff)
 	}
 	if n := len(e.commands("power.")) - len(e.commands("power.getstate")); n != 0 {
@@ -75,12 +76,12 @@ func TestRetryableHostdRecovers(t *testing.T) {
 	spec := e.spec("h1", "h1")
 	spec.Retry.Attempts = 6
 	rec := e.mustComplete(e.engine(), spec)
-	if rec.Phase != engine.PhaseCompleted {
+	if rec.Phase != record.PhaseCompleted {
 		t.Fatal(rec.Phase)
 	}
 	transient := 0
 	for _, h := range rec.Errors {
-		if h.Class == engine.ClassTransient {
+		if h.Class == record.ClassTransient {
 			transient++
 		}
 	}
@@ -100,7 +101,7 @@ func TestRetryableExhaustedFails(t *testing.T) {
 	spec.Retry.Attempts = 2
 	rec, err := e.engine().Run(e.ctx(60*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseFailed || se.Phase != engine.PhaseImporting || se.Reason != "RetriesExhausted" {
+	if se.State != record.PhaseFailed || se.Phase != record.PhaseImporting || se.Reason != "RetriesExhausted" {
 		t.Fatalf("stop = %#v", se)
 	}
 	msg := err.Error()
@@ -115,14 +116,14 @@ func TestRetryableExhaustedFails(t *testing.T) {
 			t.Errorf("error text lacks %q:\n%s", want, msg)
 		}
 	}
-	if rec.Phase != engine.PhaseFailed || rec.RetryPhase != engine.PhaseImporting || rec.Attempts != 2 {
+	if rec.Phase != record.PhaseFailed || rec.RetryPhase != record.PhaseImporting || rec.Attempts != 2 {
 		t.Errorf("record = %s/%s attempts %d", rec.Phase, rec.RetryPhase, rec.Attempts)
 	}
 
 	// Failed is terminal: the same error, nothing done.
 	mark := len(e.host.CommandLog())
 	_, err2 := e.engine().Run(e.ctx(10*time.Second), spec)
-	if se2 := stopErr(t, err2); se2.State != engine.PhaseFailed || err2.Error() != err.Error() {
+	if se2 := stopErr(t, err2); se2.State != record.PhaseFailed || err2.Error() != err.Error() {
 		t.Errorf("second Run = %v", err2)
 	}
 	if n := len(e.host.CommandLog()) - mark; n != 0 {
@@ -145,7 +146,7 @@ func TestRetryableExhaustedFails(t *testing.T) {
 	}
 	found := false
 	for _, h := range rec.Errors {
-		if h.Class == engine.ClassReentered && strings.Contains(h.Message, "reset by annotation") {
+		if h.Class == record.ClassReentered && strings.Contains(h.Message, "reset by annotation") {
 			found = true
 		}
 	}
@@ -166,21 +167,21 @@ func TestManualPowerOffClearedByHuman(t *testing.T) {
 	spec.PowerOffPolicy = "manual"
 	rec, err := e.engine().Run(e.ctx(30*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Phase != engine.PhaseValidated || se.Reason != "PreflightFailed" {
+	if se.State != record.PhaseManualInterventionRequired || se.Phase != record.PhaseValidated || se.Reason != "PreflightFailed" {
 		t.Fatalf("stop = %#v", se)
 	}
 	want := `migration needs manual intervention in phase Validated: pre-flight checks failed: power_off_policy: VM "m1" is poweredOn and power_off_policy is "manual": shut it down yourself before applying, or choose "graceful". Fix what the checks report, then run apply again`
 	if err.Error() != want {
 		t.Errorf("error:\n got %s\nwant %s", err, want)
 	}
-	if rec.Phase != engine.PhaseManualInterventionRequired || rec.PowerOff != nil {
+	if rec.Phase != record.PhaseManualInterventionRequired || rec.PowerOff != nil {
 		t.Errorf("record = %s %+v", rec.Phase, rec.PowerOff)
 	}
 	if err := e.host.SetPowerState(id, esxisim.PoweredOff); err != nil {
 		t.Fatal(err)
 	}
 	rec = e.mustComplete(e.engine(), spec)
-	if rec.PowerOff == nil || rec.PowerOff.Action != engine.PowerActionUser {
+	if rec.PowerOff == nil || rec.PowerOff.Action != record.PowerActionUser {
 		t.Errorf("powerOff = %+v", rec.PowerOff)
 	}
 	if n := len(e.commands("power.off")) + len(e.commands("power.shutdown")); n != 0 {
@@ -203,7 +204,7 @@ func TestSourcePoweredOnAgainNeedsHuman(t *testing.T) {
 	en := e.engine()
 	ctx, cancel := contextWithCancel(ctxRun)
 	hook := func(ev engine.Event) {
-		if ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing {
+		if ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing {
 			cancel()
 		}
 	}
@@ -218,7 +219,7 @@ func TestSourcePoweredOnAgainNeedsHuman(t *testing.T) {
 	}
 	_, err = e.engine().Run(e.ctx(30*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "SourcePoweredOnAgain" {
+	if se.State != record.PhaseManualInterventionRequired || se.Reason != "SourcePoweredOnAgain" {
 		t.Fatalf("second Run = %v", err)
 	}
 	if !strings.Contains(err.Error(), "someone turned it back on") || !strings.Contains(err.Error(), "power it off yourself") {
@@ -253,7 +254,7 @@ func TestSourceNotFoundFails(t *testing.T) {
 	if se.Field != engine.FieldSourceVMName {
 		t.Errorf("stop concerns %q, want %q", se.Field, engine.FieldSourceVMName)
 	}
-	if se.State != engine.PhaseFailed || se.Reason != "SourceVMNotFound" || rec.Phase != engine.PhaseFailed {
+	if se.State != record.PhaseFailed || se.Reason != "SourceVMNotFound" || rec.Phase != record.PhaseFailed {
 		t.Errorf("stop = %#v, phase %s", se, rec.Phase)
 	}
 }
@@ -273,7 +274,7 @@ func TestDestinationVMNotOurs(t *testing.T) {
 	}
 	_, err := e.engine().Run(e.ctx(30*time.Second), e.spec("n1", "n1"))
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Phase != engine.PhaseValidated {
+	if se.State != record.PhaseManualInterventionRequired || se.Phase != record.PhaseValidated {
 		t.Fatalf("stop = %#v", se)
 	}
 	if !strings.Contains(err.Error(), `destination_name_free: Namespace "`+e.ns+`" already has`) || !strings.Contains(err.Error(), "never overwrites") {
@@ -337,7 +338,7 @@ func TestStaleLeaseIsWaitedOut(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run after a stale lease: %v", err)
 	}
-	if rec.Phase != engine.PhaseCompleted {
+	if rec.Phase != record.PhaseCompleted {
 		t.Errorf("phase %s, want Completed", rec.Phase)
 	}
 	if waited := time.Since(start); waited < time.Second {
@@ -354,7 +355,7 @@ func TestSchedulingFailures(t *testing.T) {
 	spec := e.spec("k1", "k1")
 	_, err := e.engine().Run(e.ctx(30*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Phase != engine.PhaseStarting || se.Reason != "NoKVM" {
+	if se.State != record.PhaseManualInterventionRequired || se.Phase != record.PhaseStarting || se.Reason != "NoKVM" {
 		t.Fatalf("stop = %v", err)
 	}
 	e.sim.SetSchedulingFailure(kubesim.InsufficientMemory)
@@ -370,7 +371,7 @@ func TestSchedulingFailures(t *testing.T) {
 	})
 	_, err = e.engine().Run(e.ctx(30*time.Second), spec)
 	se = stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "RetriesExhausted" ||
+	if se.State != record.PhaseManualInterventionRequired || se.Reason != "RetriesExhausted" ||
 		!strings.Contains(err.Error(), "Insufficient memory") || !strings.Contains(se.Action, "make room for the VM") {
 		t.Fatalf("stop = %v", err)
 	}

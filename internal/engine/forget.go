@@ -11,6 +11,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -72,7 +73,7 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 	}
 	defer l.Release()
 	s, err := e.store().Load(ctx, namespace, name)
-	var rec *Record
+	var rec *record.Record
 	switch {
 	case errors.Is(err, coord.ErrNoRecord):
 	case err != nil:
@@ -84,7 +85,7 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 
 	if policy == ForgetRollback {
 		if reason := e.rollbackRefusal(ctx, namespace, name, rec); reason != "" {
-			return res, &StopError{Phase: phaseOf(rec), State: PhaseManualInterventionRequired, Reason: "RollbackRefused",
+			return res, &StopError{Phase: phaseOf(rec), State: record.PhaseManualInterventionRequired, Reason: "RollbackRefused",
 				Message: "cannot roll back: " + reason,
 				Action:  "the destination VM has run, so powering the source on could put two copies of the same server on the network. Use delete_policy keep or delete_destination, and power the source on yourself if you really want it back"}
 		}
@@ -134,7 +135,7 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 // deleteDestination deletes the migration's VirtualMachine and
 // DataVolumes, leaving alone any of those names that are not its own, and
 // says what it did.
-func (e *Engine) deleteDestination(ctx context.Context, namespace, name string, rec *Record) ([]string, error) {
+func (e *Engine) deleteDestination(ctx context.Context, namespace, name string, rec *record.Record) ([]string, error) {
 	kc := e.deps.Kube
 	var actions []string
 	vm, err := kc.GetVirtualMachine(ctx, namespace, name)
@@ -172,7 +173,7 @@ func (e *Engine) deleteDestination(ctx context.Context, namespace, name string, 
 	return actions, nil
 }
 
-func phaseOf(rec *Record) Phase {
+func phaseOf(rec *record.Record) record.Phase {
 	if rec == nil {
 		return ""
 	}
@@ -180,7 +181,7 @@ func phaseOf(rec *Record) Phase {
 }
 
 // rollbackRefusal says why a rollback is unsafe, or "".
-func (e *Engine) rollbackRefusal(ctx context.Context, namespace, name string, rec *Record) string {
+func (e *Engine) rollbackRefusal(ctx context.Context, namespace, name string, rec *record.Record) string {
 	if rec != nil && rec.Timestamps.VMStarted != nil {
 		return fmt.Sprintf("the destination VM %s/%s started at %s", namespace, name, rec.Timestamps.VMStarted.Format(time.RFC3339))
 	}
@@ -205,13 +206,13 @@ func (e *Engine) rollbackRefusal(ctx context.Context, namespace, name string, re
 
 // powerSourceBackOn powers the source on again if this migration powered
 // it off.
-func (e *Engine) powerSourceBackOn(ctx context.Context, rec *Record) (string, error) {
+func (e *Engine) powerSourceBackOn(ctx context.Context, rec *record.Record) (string, error) {
 	po := rec.PowerOff
 	label := fmt.Sprintf("source VM %q (vmid %d) on host %s", rec.Identity.VMName, rec.Identity.VMID, rec.Identity.Host)
 	switch {
 	case po == nil || (!po.Done && po.DecidedAt.IsZero()):
 		return label + " was never powered off by this migration: left as it is", nil
-	case po.Action == PowerActionAlreadyOff:
+	case po.Action == record.PowerActionAlreadyOff:
 		return label + " was already off before the migration: left off", nil
 	}
 	c, err := e.deps.ESXi.Client(rec.Identity.Host)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
@@ -26,7 +27,7 @@ func TestObserveAndForgetKeep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if obs.Phase != engine.PhaseCompleted || !obs.VM.Exists || !obs.VM.Ours || obs.VM.UID != rec.VM.UID ||
+	if obs.Phase != record.PhaseCompleted || !obs.VM.Exists || !obs.VM.Ours || obs.VM.UID != rec.VM.UID ||
 		obs.VM.RunStrategy != "Always" || obs.VM.VMIPhase != "Running" || obs.VM.PrintableStatus == "" {
 		t.Errorf("VM observation = %+v", obs.VM)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -33,8 +34,8 @@ func TestFullPathBIOS(t *testing.T) {
 	if rec.Identity.VMID == 0 || rec.Identity.VMXPath != files.VMXPath || rec.Identity.VMName != "web01" {
 		t.Errorf("identity = %+v", rec.Identity)
 	}
-	for _, c := range []string{engine.CondSourceDiscovered, engine.CondValidated, engine.CondSourcePoweredOff, engine.CondDiskAcquired,
-		engine.CondDiskConverted, engine.CondDiskImported, engine.CondVMCreated, engine.CondVMStarted, engine.CondGuestReady, engine.CondReady} {
+	for _, c := range []string{record.CondSourceDiscovered, record.CondValidated, record.CondSourcePoweredOff, record.CondDiskAcquired,
+		record.CondDiskConverted, record.CondDiskImported, record.CondVMCreated, record.CondVMStarted, record.CondGuestReady, record.CondReady} {
 		if !condTrue(rec, c) {
 			t.Errorf("condition %s is not True: %+v", c, rec.Conditions)
 		}
@@ -47,7 +48,7 @@ func TestFullPathBIOS(t *testing.T) {
 			t.Errorf("timestamp %s not set", name)
 		}
 	}
-	if rec.PowerOff == nil || rec.PowerOff.Action != engine.PowerActionGraceful || !rec.PowerOff.Done || rec.PowerOff.Policy != "graceful" {
+	if rec.PowerOff == nil || rec.PowerOff.Action != record.PowerActionGraceful || !rec.PowerOff.Done || rec.PowerOff.Policy != "graceful" {
 		t.Errorf("powerOff = %+v", rec.PowerOff)
 	}
 	want := files.Disks[0].SHA256()
@@ -140,7 +141,7 @@ func TestFullPathBIOS(t *testing.T) {
 
 	// The record is stored and loads back.
 	loaded, err := en.Load(t.Context(), e.ns, "web01")
-	if err != nil || loaded.Phase != engine.PhaseCompleted || loaded.Disks[0].SourceSHA256 != want {
+	if err != nil || loaded.Phase != record.PhaseCompleted || loaded.Disks[0].SourceSHA256 != want {
 		t.Errorf("Load = %+v, %v", loaded.Phase, err)
 	}
 	var cm corev1.ConfigMap
@@ -170,7 +171,7 @@ func TestFullPathBIOS(t *testing.T) {
 	// Running again is a no-op: nothing is sent to the host, nothing changes.
 	before := len(e.host.CommandLog())
 	again, err := e.engine().Run(e.ctx(30*time.Second), spec)
-	if err != nil || again.Phase != engine.PhaseCompleted {
+	if err != nil || again.Phase != record.PhaseCompleted {
 		t.Fatalf("second Run = %s, %v", again.Phase, err)
 	}
 	if n := len(e.host.CommandLog()) - before; n != 0 {
@@ -198,7 +199,7 @@ func TestFullPathEFISecureBootTwoDisks(t *testing.T) {
 	spec.Validation = engine.Validation{GuestAgent: true, Timeout: 10 * time.Second}
 	rec := e.mustComplete(e.engine(), spec)
 
-	if rec.PowerOff == nil || rec.PowerOff.Action != engine.PowerActionHard {
+	if rec.PowerOff == nil || rec.PowerOff.Action != record.PowerActionHard {
 		t.Errorf("powerOff = %+v", rec.PowerOff)
 	}
 	if n := len(e.commands("power.off")); n != 1 {

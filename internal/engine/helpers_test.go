@@ -23,6 +23,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -213,7 +214,7 @@ func (e *env) eventsOf(kind engine.EventKind) []engine.Event {
 // mustComplete runs spec and fails unless it completes.
 // runInterrupted runs spec with onEvent watching its events until ctx
 // ends, and checks that the run stopped interrupted in phase.
-func (e *env) runInterrupted(ctx context.Context, spec engine.Spec, phase engine.Phase, onEvent func(engine.Event)) engine.Record {
+func (e *env) runInterrupted(ctx context.Context, spec engine.Spec, phase record.Phase, onEvent func(engine.Event)) record.Record {
 	e.t.Helper()
 	e.onEvent.Store(&onEvent)
 	rec, err := e.engine().Run(ctx, spec)
@@ -225,19 +226,19 @@ func (e *env) runInterrupted(ctx context.Context, spec engine.Spec, phase engine
 	return rec
 }
 
-func (e *env) mustComplete(en *engine.Engine, spec engine.Spec) engine.Record {
+func (e *env) mustComplete(en *engine.Engine, spec engine.Spec) record.Record {
 	e.t.Helper()
 	rec, err := en.Run(e.ctx(60*time.Second), spec)
 	if err != nil {
 		e.t.Fatalf("Run: %v\nsim: %v", err, e.sim.LastError())
 	}
-	if rec.Phase != engine.PhaseCompleted {
+	if rec.Phase != record.PhaseCompleted {
 		e.t.Fatalf("phase = %s, want Completed", rec.Phase)
 	}
 	return rec
 }
 
-func condTrue(rec engine.Record, t string) bool {
+func condTrue(rec record.Record, t string) bool {
 	c, ok := rec.Condition(t)
 	return ok && c.Status
 }

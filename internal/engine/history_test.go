@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -30,7 +30,7 @@ func TestUploadErrorBodyStaysOutOfRecord(t *testing.T) {
 	spec.Transport.UploadProxyURL, spec.Transport.UploadProxyCAPEM = proxy.URL, ""
 	_, err := e.engine().Run(e.ctx(60*time.Second), spec)
 	se := stopErr(t, err)
-	if se.Phase != engine.PhaseImporting || !strings.Contains(se.Message, "proxy trouble") {
+	if se.Phase != record.PhaseImporting || !strings.Contains(se.Message, "proxy trouble") {
 		t.Fatalf("stop = %v", err)
 	}
 	cm := &corev1.ConfigMap{}
@@ -48,7 +48,7 @@ func TestUploadErrorBodyStaysOutOfRecord(t *testing.T) {
 		t.Fatal("no error history")
 	}
 	for _, h := range rec.Errors {
-		if len(h.Message) > engine.MaxErrorMessageBytes {
+		if len(h.Message) > record.MaxErrorMessageBytes {
 			t.Errorf("history entry of %d bytes", len(h.Message))
 		}
 	}

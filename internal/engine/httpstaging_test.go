@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -49,7 +50,7 @@ func TestHTTPStagingIsPrivate(t *testing.T) {
 	spec.Transport = engine.Transport{Kind: engine.TransportHTTP, StagingDir: staging, StagingURL: srv.URL}
 	var leftAtCreate []string
 	hook := func(ev engine.Event) {
-		if ev.Kind == engine.EventPhase && ev.Phase == engine.PhaseCreatingVM {
+		if ev.Kind == engine.EventPhase && ev.Phase == record.PhaseCreatingVM {
 			_ = filepath.Walk(staging, func(p string, fi os.FileInfo, err error) error {
 				if err == nil && !fi.IsDir() {
 					leftAtCreate = append(leftAtCreate, p)

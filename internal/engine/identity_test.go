@@ -10,6 +10,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
@@ -71,7 +72,7 @@ func TestFirmwareIdentitySurvivesEveryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.editRecord("id1", func(r *engine.Record) { r.Phase = engine.PhaseCreatingVM })
+	e.editRecord("id1", func(r *record.Record) { r.Phase = record.PhaseCreatingVM })
 	e.mustComplete(e.engine(), spec)
 	vm := check("after a second run through CreatingVM")
 	if bus := vm.Spec.Template.Spec.Domain.Devices.Disks[0].Disk.Bus; bus != wantBus {

@@ -12,6 +12,7 @@ import (
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -36,7 +37,7 @@ func (r *run) stepImport(ctx context.Context) error {
 	}
 	now := r.now()
 	stamp(&rec.Timestamps.Imported, now)
-	rec.SetCondition(now, CondDiskImported, true, "Succeeded", fmt.Sprintf("%d DataVolume(s) Succeeded", len(rec.Disks)))
+	rec.SetCondition(now, record.CondDiskImported, true, "Succeeded", fmt.Sprintf("%d DataVolume(s) Succeeded", len(rec.Disks)))
 	return nil
 }
 
@@ -162,7 +163,7 @@ func (r *run) createDataVolume(ctx context.Context, i int) (*cdiv1beta1.DataVolu
 		// from the record; the image is removed once imported.
 		d.ArtifactURL = r.spec.imageURL(i, r.rec().StagingToken)
 		if _, err := os.Stat(r.spec.imagePath(i, r.rec().StagingToken)); err != nil {
-			return nil, false, &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i, r.rec().StagingToken))}
+			return nil, false, &backTo{phase: record.PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, r.spec.imagePath(i, r.rec().StagingToken))}
 		}
 	}
 	dv, created, err := kube.EnsureOwned(ctx, kc, r.renderDataVolume(*d), kc.CreateDataVolume, kube.LabelOwner(r.spec.Name))
@@ -292,7 +293,7 @@ func (r *run) upload(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
 	art := r.spec.imagePath(i, r.rec().StagingToken)
 	if _, err := os.Stat(art); err != nil {
-		return &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
+		return &backTo{phase: record.PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
 	}
 	send, err := r.uploadImage(ctx, i, art)
 	if err != nil {
@@ -332,7 +333,7 @@ func (r *run) upload(ctx context.Context, i int) error {
 // uploadProgress reports an upload of disk i as progress events, at most
 // about once a second and at its end, with label leading their messages and
 // in phase ("": the record's).
-func (r *run) uploadProgress(ctx context.Context, i int, size int64, phase Phase, label string) func(sent int64) {
+func (r *run) uploadProgress(ctx context.Context, i int, size int64, phase record.Phase, label string) func(sent int64) {
 	var last time.Time
 	return func(sent int64) {
 		if time.Since(last) < time.Second && sent < size {
@@ -363,7 +364,7 @@ const qcow2MinSaving = 8
 func (r *run) uploadImage(ctx context.Context, i int, art string) (convert.Artifact, error) {
 	fi, err := os.Stat(art)
 	if err != nil {
-		return convert.Artifact{}, &backTo{phase: PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
+		return convert.Artifact{}, &backTo{phase: record.PhaseConverting, reason: fmt.Sprintf("the image of disk %d (%s) is gone", i, art)}
 	}
 	asIs := convert.Artifact{Path: art, Format: convert.Format(r.spec.TargetFormat), SizeBytes: fi.Size()}
 	if d := r.rec().Disks[i]; art == r.spec.artifactPath(i, r.rec().StagingToken) && d.ArtifactFormat != "" {

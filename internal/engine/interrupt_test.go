@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
@@ -31,7 +32,7 @@ func TestInterruptDuringCopy(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stop := func(ev engine.Event) {
-		if ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing && ev.BytesDone >= 4<<20 {
+		if ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing && ev.BytesDone >= 4<<20 {
 			cancel()
 		}
 	}
@@ -39,17 +40,17 @@ func TestInterruptDuringCopy(t *testing.T) {
 	rec, err := e.engine().Run(ctx, spec)
 	e.onEvent.Store(nil)
 	var se *engine.StopError
-	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != engine.PhasePreparing {
+	if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != record.PhasePreparing {
 		t.Fatalf("first Run = %v (%#v), want an interruption in Preparing", err, se)
 	}
 	if want := "run apply again to continue from Preparing"; se.Action != want {
 		t.Errorf("action = %q, want %q", se.Action, want)
 	}
-	if rec.Phase != engine.PhasePreparing || rec.PowerOff == nil || !rec.PowerOff.Done {
+	if rec.Phase != record.PhasePreparing || rec.PowerOff == nil || !rec.PowerOff.Done {
 		t.Fatalf("record after interruption: phase %s, powerOff %+v", rec.Phase, rec.PowerOff)
 	}
 	last := rec.Errors[len(rec.Errors)-1]
-	if last.Class != engine.ClassInterrupted || last.Phase != engine.PhasePreparing {
+	if last.Class != record.ClassInterrupted || last.Phase != record.PhasePreparing {
 		t.Errorf("last history entry = %+v", last)
 	}
 	st, err := transfer.Inspect(transfer.Disk{Path: rec.Disks[0].SourcePath, SizeBytes: rec.Disks[0].SizeBytes}, rec.Disks[0].StagedPath, spec.CopyChunkSize)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
 
 // A record stored at any checkpoint, cold or warm, resumes on a new
@@ -30,7 +31,7 @@ func TestEveryCheckpointResumesFromItsRecord(t *testing.T) {
 				if mode == engine.ModeWarm {
 					spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 1
 				}
-				var seen []engine.Phase
+				var seen []record.Phase
 				ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 				defer cancel()
 				stopAt := func(d *engine.Deps) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -103,10 +104,10 @@ func TestLostRepliesAreReobserved(t *testing.T) {
 	}
 	// Each lost reply was seen through at once, not retried as a failure.
 	for _, h := range rec.Errors {
-		if h.Class != engine.ClassTransient || h.Phase != engine.PhasePreparing {
+		if h.Class != record.ClassTransient || h.Phase != record.PhasePreparing {
 			t.Errorf("history: %+v", h)
 		}
-		if h.Reason == "RecordConflict" || h.Class == engine.ClassInterrupted {
+		if h.Reason == "RecordConflict" || h.Class == record.ClassInterrupted {
 			t.Errorf("history: %+v", h)
 		}
 	}
@@ -126,7 +127,7 @@ func TestLostShutdownReplyNotResent(t *testing.T) {
 	if cmds := e.commands("vmsvc/power.shutdown"); len(cmds) != 1 {
 		t.Errorf("power.shutdown sent %d times: %q", len(cmds), cmds)
 	}
-	if rec.PowerOff == nil || !rec.PowerOff.Done || rec.PowerOff.Action != engine.PowerActionGraceful {
+	if rec.PowerOff == nil || !rec.PowerOff.Done || rec.PowerOff.Action != record.PowerActionGraceful {
 		t.Errorf("powerOff = %+v", rec.PowerOff)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -20,12 +21,12 @@ import (
 // import).
 type Observation struct {
 	// Record is the stored record; nil when there is none.
-	Record *Record
+	Record *record.Record
 	// Settings is the caller's settings saved with the record (see
 	// SaveSettings); "" when none were saved.
 	Settings string
 	// Phase is Record.Phase, or "" without a record.
-	Phase Phase
+	Phase record.Phase
 	// VM is the destination VirtualMachine.
 	VM VMObservation
 	// DataVolumes are the destination disks, by deterministic name.
@@ -108,10 +109,10 @@ type SourceObservation struct {
 
 // Load reads the record of migration namespace/name. A missing record is
 // an error for which IsNotFound is true.
-func (e *Engine) Load(ctx context.Context, namespace, name string) (Record, error) {
+func (e *Engine) Load(ctx context.Context, namespace, name string) (record.Record, error) {
 	s, err := e.store().Load(ctx, namespace, name)
 	if err != nil {
-		return Record{}, err
+		return record.Record{}, err
 	}
 	return s.Record, nil
 }
@@ -263,7 +264,7 @@ func volumeMode(m *corev1.PersistentVolumeMode) string {
 
 // dataVolumeNames lists the DataVolume names of a migration: those the
 // record plans, plus any labelled as the migration's.
-func (e *Engine) dataVolumeNames(ctx context.Context, namespace, name string, rec *Record) ([]string, error) {
+func (e *Engine) dataVolumeNames(ctx context.Context, namespace, name string, rec *record.Record) ([]string, error) {
 	var names []string
 	if rec != nil {
 		for _, d := range rec.Disks {
@@ -283,7 +284,7 @@ func (e *Engine) dataVolumeNames(ctx context.Context, namespace, name string, re
 	return names, nil
 }
 
-func (e *Engine) observeSourcePower(ctx context.Context, id Identity) SourceObservation {
+func (e *Engine) observeSourcePower(ctx context.Context, id record.Identity) SourceObservation {
 	var so SourceObservation
 	if id.VMID == 0 {
 		so.Error = "the source was never discovered"

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -52,7 +53,7 @@ func migrationFolder(root, namespace, name string) string {
 // spec derives. Empty fields are fine (they are filled in as the disks
 // progress); any other difference is refused with a message that names the
 // field, what it holds, and what it should hold.
-func checkRecordPaths(spec Spec, rec *Record) error {
+func checkRecordPaths(spec Spec, rec *record.Record) error {
 	var bad []string
 	token := rec.StagingToken
 	if token != "" && !validStagingToken(token) {

@@ -12,18 +12,19 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
 // editRecord changes a migration's stored record as someone with write
 // access to ConfigMaps could.
-func (e *env) editRecord(name string, edit func(*engine.Record)) {
+func (e *env) editRecord(name string, edit func(*record.Record)) {
 	e.t.Helper()
 	cm := &corev1.ConfigMap{}
 	if err := e.admin.Get(e.t.Context(), client.ObjectKey{Namespace: e.ns, Name: coord.RecordName(name)}, cm); err != nil {
 		e.t.Fatal(err)
 	}
-	var rec engine.Record
+	var rec record.Record
 	if err := json.Unmarshal([]byte(cm.Data[coord.RecordKey]), &rec); err != nil {
 		e.t.Fatal(err)
 	}
@@ -56,15 +57,15 @@ func TestRecordPathsAreNotTrusted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.editRecord("p1", func(r *engine.Record) {
+	e.editRecord("p1", func(r *record.Record) {
 		r.Disks[0].StagedPath, r.Disks[0].ArtifactPath = canaries[0], canaries[1]
 		// Send it back to Importing, which would upload the artifact.
-		r.Phase = engine.PhaseImporting
+		r.Phase = record.PhaseImporting
 		r.Disks[0].Imported = false
 	})
 	_, err := en.Run(e.ctx(30e9), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "RecordPathMismatch" ||
+	if se.State != record.PhaseManualInterventionRequired || se.Reason != "RecordPathMismatch" ||
 		!strings.Contains(se.Message, "disks[0].stagedPath is \""+canaries[0]+"\"") ||
 		!strings.Contains(se.Message, "disks[0].artifactPath is \""+canaries[1]+"\"") ||
 		!strings.Contains(se.Message, filepath.Join(spec.WorkDir, e.ns, "p1", "disk-0.raw")) ||

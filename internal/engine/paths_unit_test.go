@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"slices"
 	"strings"
 	"testing"
@@ -29,18 +30,18 @@ func TestStagingFoldersOnlyUnderRoots(t *testing.T) {
 
 func TestCheckRecordPaths(t *testing.T) {
 	spec := Spec{Namespace: "ns1", Name: "web", WorkDir: "/work", TargetFormat: "qcow2", Transport: Transport{Kind: TransportCDIUpload}}
-	ok := &Record{Disks: []DiskEvidence{{Index: 0, StagedPath: "/work/ns1/web/disk-0.raw", ArtifactPath: "/work/ns1/web/disk-0.qcow2"}, {Index: 1}}}
+	ok := &record.Record{Disks: []record.DiskEvidence{{Index: 0, StagedPath: "/work/ns1/web/disk-0.raw", ArtifactPath: "/work/ns1/web/disk-0.qcow2"}, {Index: 1}}}
 	if err := checkRecordPaths(spec, ok); err != nil {
 		t.Errorf("derived paths refused: %v", err)
 	}
-	for _, bad := range []DiskEvidence{
+	for _, bad := range []record.DiskEvidence{
 		{Index: 0, StagedPath: "/etc/passwd"},
 		{Index: 0, ArtifactPath: "/work/ns1/web/../../../etc/shadow"},
 		{Index: 3},
 	} {
-		if err := checkRecordPaths(spec, &Record{Disks: []DiskEvidence{bad}}); err == nil {
+		if err := checkRecordPaths(spec, &record.Record{Disks: []record.DiskEvidence{bad}}); err == nil {
 			t.Errorf("%+v accepted", bad)
-		} else if c, r := classify(err); c.String() != ClassNeedsHuman || r != "RecordPathMismatch" {
+		} else if c, r := classify(err); c.String() != record.ClassNeedsHuman || r != "RecordPathMismatch" {
 			t.Errorf("%+v: class %v reason %s", bad, c, r)
 		}
 	}
@@ -53,12 +54,12 @@ func TestStagingTokenFromRecordValidated(t *testing.T) {
 	if err != nil || !validStagingToken(tok) {
 		t.Fatalf("token %q, %v", tok, err)
 	}
-	good := &Record{StagingToken: tok, Disks: []DiskEvidence{{Index: 0, ArtifactPath: "/srv/stage/ns1/web/" + tok + "/disk-0.raw"}}}
+	good := &record.Record{StagingToken: tok, Disks: []record.DiskEvidence{{Index: 0, ArtifactPath: "/srv/stage/ns1/web/" + tok + "/disk-0.raw"}}}
 	if err := checkRecordPaths(spec, good); err != nil {
 		t.Errorf("derived path refused: %v", err)
 	}
 	for _, bad := range []string{"../../../../etc", strings.Repeat("A", 32), tok[:31], tok + "/x"} {
-		if err := checkRecordPaths(spec, &Record{StagingToken: bad}); err == nil || !strings.Contains(err.Error(), "stagingToken") {
+		if err := checkRecordPaths(spec, &record.Record{StagingToken: bad}); err == nil || !strings.Contains(err.Error(), "stagingToken") {
 			t.Errorf("token %q: %v", bad, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -30,7 +31,7 @@ func twoDiskVM(e *env, name string) *esxisim.VMFiles {
 
 // checkDataVolumesHoldSources checks that every disk's copy is its source
 // disk and that its DataVolume received exactly that.
-func (e *env) checkDataVolumesHoldSources(rec engine.Record, files *esxisim.VMFiles) {
+func (e *env) checkDataVolumesHoldSources(rec record.Record, files *esxisim.VMFiles) {
 	e.t.Helper()
 	for i, d := range rec.Disks {
 		if d.SourceSHA256 != files.Disks[i].SHA256() {
@@ -55,7 +56,7 @@ func TestDiskUploadsWhileTheNextCopies(t *testing.T) {
 		switch {
 		case strings.HasPrefix(ev.Message, "disk 0: sending its image while the other disks are prepared"):
 			sentEarly.Store(true)
-		case sentEarly.Load() && ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing && ev.Disk == 1 &&
+		case sentEarly.Load() && ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing && ev.Disk == 1 &&
 			strings.Contains(ev.Message, "copied"):
 			copiedAfter.Add(1)
 		}
@@ -99,7 +100,7 @@ func TestEarlyUploadSurvivesInterruption(t *testing.T) {
 			}
 		}()
 	}
-	rec := e.runInterrupted(ctx, spec, engine.PhasePreparing, stop)
+	rec := e.runInterrupted(ctx, spec, record.PhasePreparing, stop)
 	if !rec.Disks[0].Uploaded || rec.Disks[0].DataVolumeUID == "" || rec.Disks[1].Acquired {
 		t.Fatalf("after the interruption: disk 0 uploaded %v (DataVolume %q), disk 1 acquired %v",
 			rec.Disks[0].Uploaded, rec.Disks[0].DataVolumeUID, rec.Disks[1].Acquired)
@@ -199,7 +200,7 @@ func pauseLastCopy(stop func()) (hook func(engine.Event), streamed, reached *ato
 			}
 		case strings.HasPrefix(ev.Message, "disk 1: its image reached DataVolume"):
 			reached.Store(true)
-		case ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing && ev.Disk == 1 && strings.HasPrefix(ev.Message, "disk 1: copied"):
+		case ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing && ev.Disk == 1 && strings.HasPrefix(ev.Message, "disk 1: copied"):
 			if streamed.Load() {
 				copiedAfter.Add(1)
 			}
@@ -264,7 +265,7 @@ func lastDiskUploadSurvivesInterruption(t *testing.T, python string) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	hook, streamed, _, _ := pauseLastCopy(cancel)
-	rec := e.runInterrupted(ctx, spec, engine.PhasePreparing, hook)
+	rec := e.runInterrupted(ctx, spec, record.PhasePreparing, hook)
 	if !streamed.Load() {
 		t.Fatal("disk 1 was never sent as it copied")
 	}

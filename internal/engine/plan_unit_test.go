@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -16,14 +17,14 @@ import (
 // state, and the act it leads to. A recorded decision is never re-made.
 func TestDecidePowerOff(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	done := &PowerOff{Policy: PolicyGraceful, Action: PowerActionGraceful, Done: true}
-	doneSeen := &PowerOff{Policy: PolicyGraceful, Action: PowerActionGraceful, Done: true, SeenOnAgain: true}
-	graceful := &PowerOff{Policy: PolicyGraceful, Action: PowerActionGraceful}
-	hardAfter := &PowerOff{Policy: PolicyGracefulThenHard, Action: PowerActionHard, HardAfterGraceful: true}
-	hard := &PowerOff{Policy: PolicyHard, Action: PowerActionHard}
+	done := &record.PowerOff{Policy: PolicyGraceful, Action: record.PowerActionGraceful, Done: true}
+	doneSeen := &record.PowerOff{Policy: PolicyGraceful, Action: record.PowerActionGraceful, Done: true, SeenOnAgain: true}
+	graceful := &record.PowerOff{Policy: PolicyGraceful, Action: record.PowerActionGraceful}
+	hardAfter := &record.PowerOff{Policy: PolicyGracefulThenHard, Action: record.PowerActionHard, HardAfterGraceful: true}
+	hard := &record.PowerOff{Policy: PolicyHard, Action: record.PowerActionHard}
 	for _, tc := range []struct {
 		name      string
-		prior     *PowerOff
+		prior     *record.PowerOff
 		state     esxi.PowerState
 		policy    string
 		askedUser bool
@@ -35,12 +36,12 @@ func TestDecidePowerOff(t *testing.T) {
 		{"done, seen on, off again", doneSeen, esxi.PoweredOff, PolicyGraceful, false, powerRecopy, ""},
 		{"done, suspended now", done, esxi.Suspended, PolicyGraceful, false, powerOnAgain, ""},
 		{"suspended", nil, esxi.Suspended, PolicyHard, false, powerSuspended, ""},
-		{"already off", nil, esxi.PoweredOff, PolicyGraceful, false, powerObservedOff, PowerActionAlreadyOff},
-		{"off after asking the user", nil, esxi.PoweredOff, PolicyManual, true, powerObservedOff, PowerActionUser},
+		{"already off", nil, esxi.PoweredOff, PolicyGraceful, false, powerObservedOff, record.PowerActionAlreadyOff},
+		{"off after asking the user", nil, esxi.PoweredOff, PolicyManual, true, powerObservedOff, record.PowerActionUser},
 		{"manual and on", nil, esxi.PoweredOn, PolicyManual, false, powerAskUser, ""},
-		{"hard and on", nil, esxi.PoweredOn, PolicyHard, false, powerHard, PowerActionHard},
-		{"graceful and on", nil, esxi.PoweredOn, PolicyGraceful, false, powerGraceful, PowerActionGraceful},
-		{"graceful_then_hard and on", nil, esxi.PoweredOn, PolicyGracefulThenHard, false, powerGraceful, PowerActionGraceful},
+		{"hard and on", nil, esxi.PoweredOn, PolicyHard, false, powerHard, record.PowerActionHard},
+		{"graceful and on", nil, esxi.PoweredOn, PolicyGraceful, false, powerGraceful, record.PowerActionGraceful},
+		{"graceful_then_hard and on", nil, esxi.PoweredOn, PolicyGracefulThenHard, false, powerGraceful, record.PowerActionGraceful},
 		{"decided graceful, still on: carried out, not re-decided", graceful, esxi.PoweredOn, PolicyHard, false, powerGraceful, ""},
 		{"decided graceful, off now", graceful, esxi.PoweredOff, PolicyGraceful, false, powerObservedOff, ""},
 		{"graceful timed out, hard recorded", hardAfter, esxi.PoweredOn, PolicyGracefulThenHard, false, powerHard, ""},
@@ -212,7 +213,7 @@ func TestDowntime(t *testing.T) {
 		{"never powered off", nil, &started, 0},
 		{"clock went backwards", &started, &off, 0},
 	} {
-		r := Record{Timestamps: Timestamps{SourcePoweredOff: tc.off, VMStarted: tc.start}}
+		r := record.Record{Timestamps: record.Timestamps{SourcePoweredOff: tc.off, VMStarted: tc.start}}
 		if got := r.Downtime(); got != tc.want {
 			t.Errorf("%s: Downtime = %s, want %s", tc.name, got, tc.want)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
@@ -127,7 +128,7 @@ func (r *run) newDiskCopy(ctx context.Context, c *esxi.Client) *diskCopy {
 			cp.watch.progress(p)
 			// From the copy's goroutines: the phase is given, not read
 			// from the record the main goroutine saves.
-			r.report(ctx, Event{Kind: EventProgress, Phase: PhasePreparing, Disk: cp.byDest[p.Dest], Transfer: Transfer{Kind: TransferCopy}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+			r.report(ctx, Event{Kind: EventProgress, Phase: record.PhasePreparing, Disk: cp.byDest[p.Dest], Transfer: Transfer{Kind: TransferCopy}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
 				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", cp.byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
 		},
 	}
@@ -217,7 +218,7 @@ func (r *run) recordCopies(ctx context.Context, cp *diskCopy, results []transfer
 	}
 	now := r.now()
 	stamp(&rec.Timestamps.Acquired, now)
-	rec.SetCondition(now, CondDiskAcquired, true, "Copied", fmt.Sprintf("%d disk(s) copied and checksummed", len(rec.Disks)))
+	rec.SetCondition(now, record.CondDiskAcquired, true, "Copied", fmt.Sprintf("%d disk(s) copied and checksummed", len(rec.Disks)))
 	return nil
 }
 
@@ -303,7 +304,7 @@ func (r *run) copyChainDescriptors(ctx context.Context, c *esxi.Client, i int) e
 	d := &r.rec().Disks[i]
 	for k := range d.Chain {
 		f := &d.Chain[k]
-		if f.Kind == ChainFileExtent {
+		if f.Kind == record.ChainFileExtent {
 			continue
 		}
 		text, err := c.ReadDescriptor(ctx, f.SourcePath)
@@ -332,7 +333,7 @@ func (r *run) chainExtentJobs(ctx context.Context, c *esxi.Client, i int) ([]tra
 	d := &r.rec().Disks[i]
 	var extents []string
 	for _, f := range d.Chain {
-		if f.Kind == ChainFileExtent {
+		if f.Kind == record.ChainFileExtent {
 			extents = append(extents, f.SourcePath)
 		}
 	}
@@ -344,7 +345,7 @@ func (r *run) chainExtentJobs(ctx context.Context, c *esxi.Client, i int) ([]tra
 	var refs []chainRef
 	for k := range d.Chain {
 		f := &d.Chain[k]
-		if f.Kind != ChainFileExtent {
+		if f.Kind != record.ChainFileExtent {
 			continue
 		}
 		n := sizes[f.SourcePath]
@@ -369,7 +370,7 @@ func (r *run) removeChainCopies(i int) error {
 	d := r.rec().Disks[i]
 	for _, f := range d.Chain {
 		p := r.spec.chainLocalPath(i, f)
-		if f.Kind == ChainFileExtent {
+		if f.Kind == record.ChainFileExtent {
 			errs = append(errs, transfer.Remove(p))
 			continue
 		}
@@ -626,11 +627,11 @@ func (r *run) startLastUpload(ctx context.Context, i int, watch *copyWatch) *las
 		ProxyURL: r.spec.Transport.UploadProxyURL, CAPEM: r.spec.Transport.UploadProxyCAPEM, Insecure: r.spec.Transport.Insecure,
 		ServerName: r.spec.Transport.UploadProxyServerName,
 		// From the upload's goroutine: the phase is given.
-		Progress: r.uploadProgress(ctx, i, size, PhasePreparing, fmt.Sprintf("disk %d, sent as it copies", i)),
+		Progress: r.uploadProgress(ctx, i, size, record.PhasePreparing, fmt.Sprintf("disk %d, sent as it copies", i)),
 		// Also from the upload's goroutine: read once done is.
 		Route: func(route string) {
 			lu.route = route
-			r.report(ctx, Event{Kind: EventInfo, Phase: PhasePreparing, Message: fmt.Sprintf("disk %d: uploading through %s", i, route)})
+			r.report(ctx, Event{Kind: EventInfo, Phase: record.PhasePreparing, Message: fmt.Sprintf("disk %d: uploading through %s", i, route)})
 		},
 	}
 	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: sending its image to DataVolume %s as its copy is verified", i, d.DataVolume)})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -73,14 +74,14 @@ const (
 // decision that must be recorded before acting on it.
 type powerDecision struct {
 	act    powerAct
-	decide *PowerOff
+	decide *record.PowerOff
 }
 
 // decidePowerOff is the power-off guard as a pure function of the
 // recorded decision, the observed power state and the policy. The one
 // irreversible act of a migration is decided once: a recorded decision is
 // carried out, never re-made.
-func decidePowerOff(prior *PowerOff, state esxi.PowerState, policy string, askedUser bool, now time.Time) powerDecision {
+func decidePowerOff(prior *record.PowerOff, state esxi.PowerState, policy string, askedUser bool, now time.Time) powerDecision {
 	if prior != nil && prior.Done {
 		switch {
 		case state != esxi.PoweredOff:
@@ -95,24 +96,24 @@ func decidePowerOff(prior *PowerOff, state esxi.PowerState, policy string, asked
 	}
 	if prior == nil {
 		if state == esxi.PoweredOff {
-			action := PowerActionAlreadyOff
+			action := record.PowerActionAlreadyOff
 			if askedUser {
-				action = PowerActionUser
+				action = record.PowerActionUser
 			}
-			return powerDecision{act: powerObservedOff, decide: &PowerOff{Policy: policy, Action: action, DecidedAt: now}}
+			return powerDecision{act: powerObservedOff, decide: &record.PowerOff{Policy: policy, Action: action, DecidedAt: now}}
 		}
 		switch policy {
 		case PolicyManual:
 			return powerDecision{act: powerAskUser}
 		case PolicyHard:
-			return powerDecision{act: powerHard, decide: &PowerOff{Policy: policy, Action: PowerActionHard, DecidedAt: now}}
+			return powerDecision{act: powerHard, decide: &record.PowerOff{Policy: policy, Action: record.PowerActionHard, DecidedAt: now}}
 		}
-		return powerDecision{act: powerGraceful, decide: &PowerOff{Policy: policy, Action: PowerActionGraceful, DecidedAt: now}}
+		return powerDecision{act: powerGraceful, decide: &record.PowerOff{Policy: policy, Action: record.PowerActionGraceful, DecidedAt: now}}
 	}
 	switch {
 	case state == esxi.PoweredOff:
 		return powerDecision{act: powerObservedOff}
-	case prior.Action == PowerActionHard || prior.HardAfterGraceful:
+	case prior.Action == record.PowerActionHard || prior.HardAfterGraceful:
 		return powerDecision{act: powerHard}
 	}
 	return powerDecision{act: powerGraceful}
@@ -250,7 +251,7 @@ func (r *run) powerCommand(ctx context.Context, c *esxi.Client, act powerAct, vm
 		return onField(FieldPowerOffPolicy, needsHuman("ShutdownFailed", fmt.Sprintf("source VM %s: %s (%v)", label, why, err),
 			fmt.Sprintf("shut %q down yourself (or choose power_off_policy %s), then run apply again", vm.Name, PolicyGracefulThenHard), nil))
 	}
-	po.HardAfterGraceful, po.Action = true, PowerActionHard
+	po.HardAfterGraceful, po.Action = true, record.PowerActionHard
 	po.Note = strings.TrimSpace(po.Note + " " + why + "; powered off hard as graceful_then_hard allows.")
 	if err := r.save(ctx); err != nil {
 		return err
@@ -301,6 +302,6 @@ func (r *run) powerOffDone(ctx context.Context, now time.Time) error {
 	t := now
 	po.DoneAt = &t
 	stamp(&rec.Timestamps.SourcePoweredOff, now)
-	rec.SetCondition(now, CondSourcePoweredOff, true, po.Action, "the source VM is powered off ("+po.Action+")")
+	rec.SetCondition(now, record.CondSourcePoweredOff, true, po.Action, "the source VM is powered off ("+po.Action+")")
 	return r.save(ctx)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -130,7 +131,7 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 	rec := r.rec()
 	if rec.Warm == nil {
 		stop := r.spec.PrecopyStopBytes
-		rec.Warm = &WarmEvidence{Rounds: r.spec.PrecopyRounds, StopBytes: &stop}
+		rec.Warm = &record.WarmEvidence{Rounds: r.spec.PrecopyRounds, StopBytes: &stop}
 		if err := r.save(ctx); err != nil {
 			return nil, err
 		}
@@ -196,7 +197,7 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 // warmSnapshot is round k's snapshot of the running source: its intent
 // recorded before it is taken, then taken and its id recorded. off is
 // true, with no snapshot, when the source does not run.
-func (r *run) warmSnapshot(ctx context.Context, c *esxi.Client, vm *esxi.VM, k int) (s *WarmSnapshot, off bool, err error) {
+func (r *run) warmSnapshot(ctx context.Context, c *esxi.Client, vm *esxi.VM, k int) (s *record.WarmSnapshot, off bool, err error) {
 	w := r.rec().Warm
 	s = w.Snapshot(k)
 	if s == nil {
@@ -210,7 +211,7 @@ func (r *run) warmSnapshot(ctx context.Context, c *esxi.Client, vm *esxi.VM, k i
 			return nil, false, needsHuman("TooManySnapshots", fmt.Sprintf("source VM %q has %d snapshots; one more would pass ESXi's limit of %d", vm.Name, n, MaxSnapshotsPerVM),
 				"remove snapshots you no longer need in the host client, or use mode cold, then run apply again", nil)
 		}
-		w.Snapshots = append(w.Snapshots, WarmSnapshot{Round: k, Name: r.spec.warmSnapshotName(k), IntendedAt: r.now()})
+		w.Snapshots = append(w.Snapshots, record.WarmSnapshot{Round: k, Name: r.spec.warmSnapshotName(k), IntendedAt: r.now()})
 		s = &w.Snapshots[len(w.Snapshots)-1]
 		// Record the intent before acting on it.
 		if err := r.save(ctx); err != nil {
@@ -239,7 +240,7 @@ func (r *run) warmSnapshot(ctx context.Context, c *esxi.Client, vm *esxi.VM, k i
 // renames that give the copied files their links in a chain of k
 // snapshots; vm is the source as observed for round k, whose first disks
 // (as many as the record has) are renamed.
-func warmStopAfter(w *WarmEvidence, k int, bytes int64, vm *esxi.VM, disks int) *WarmStop {
+func warmStopAfter(w *record.WarmEvidence, k int, bytes int64, vm *esxi.VM, disks int) *record.WarmStop {
 	if w.Stopped != nil {
 		return w.Stopped
 	}
@@ -247,7 +248,7 @@ func warmStopAfter(w *WarmEvidence, k int, bytes int64, vm *esxi.VM, disks int) 
 	if limit <= 0 || k < 2 || k >= w.Rounds || bytes > limit {
 		return nil
 	}
-	st := &WarmStop{Round: k, Bytes: bytes, Limit: limit,
+	st := &record.WarmStop{Round: k, Bytes: bytes, Limit: limit,
 		Reason: fmt.Sprintf("precopy ends after round %d of %d: it copied %d bytes, at most precopy_stop_bytes (%d), so the guest writes little and another round would shorten the cutover little",
 			k, w.Rounds, bytes, limit)}
 	shift := w.Rounds - k
@@ -256,7 +257,7 @@ func warmStopAfter(w *WarmEvidence, k int, bytes int64, vm *esxi.VM, disks int) 
 			continue
 		}
 		for l := 1; l < len(d.Chain.Links); l++ {
-			st.Renames = append(st.Renames, WarmRename{Disk: i, From: l + shift, To: l})
+			st.Renames = append(st.Renames, record.WarmRename{Disk: i, From: l + shift, To: l})
 		}
 	}
 	return st
@@ -290,7 +291,7 @@ func (r *run) warmRenames(ctx context.Context) error {
 // moveChainLink renames the local copies of one link (its extents with
 // their journals, and its descriptors) to another link's names. Files
 // that are missing are skipped.
-func moveChainLink(dir string, m WarmRename) error {
+func moveChainLink(dir string, m record.WarmRename) error {
 	from := fmt.Sprintf("disk-%d-link-%d", m.Disk, m.From)
 	to := fmt.Sprintf("disk-%d-link-%d", m.Disk, m.To)
 	names, err := filepath.Glob(filepath.Join(dir, from+"-extent-*"))
@@ -337,7 +338,7 @@ func (r *run) copyFrozenLinks(ctx context.Context, c *esxi.Client, vm *esxi.VM, 
 			}
 			f.Link += shift
 			local := r.spec.chainLocalPath(i, f)
-			if f.Kind == ChainFileDescriptor {
+			if f.Kind == record.ChainFileDescriptor {
 				r.rec().Warm.Freeze(i, f.SourcePath, f.CID)
 				text, err := c.ReadDescriptor(ctx, f.SourcePath)
 				if err != nil {
@@ -401,7 +402,7 @@ func (r *run) pendingExtents(ctx context.Context, c *esxi.Client) (int, int64, e
 	var paths []string
 	for _, d := range rec.Disks {
 		for _, f := range d.Chain {
-			if f.Kind == ChainFileExtent {
+			if f.Kind == record.ChainFileExtent {
 				paths = append(paths, f.SourcePath)
 			}
 		}
@@ -416,7 +417,7 @@ func (r *run) pendingExtents(ctx context.Context, c *esxi.Client) (int, int64, e
 	files, bytes := 0, int64(0)
 	for i, d := range rec.Disks {
 		for _, f := range d.Chain {
-			if f.Kind != ChainFileExtent {
+			if f.Kind != record.ChainFileExtent {
 				continue
 			}
 			disk := transfer.Disk{Path: f.SourcePath, SizeBytes: sizes[f.SourcePath]}
@@ -506,7 +507,7 @@ func (r *run) stepPrepareWarm(ctx context.Context) error {
 // took, oldest first: by recorded id, or for an intent whose id was never
 // seen, by its name if the host has it. save is called after each
 // removal.
-func removeWarmSnapshots(ctx context.Context, c *esxi.Client, rec *Record, save func() error) error {
+func removeWarmSnapshots(ctx context.Context, c *esxi.Client, rec *record.Record, save func() error) error {
 	w := rec.Warm
 	if w == nil {
 		return nil
@@ -547,7 +548,7 @@ func removeWarmSnapshots(ctx context.Context, c *esxi.Client, rec *Record, save 
 // the source as it was) a failure is an error; otherwise it is reported
 // with what to remove by hand, so that an unreachable host does not keep
 // the resource from being destroyed.
-func (e *Engine) forgetWarmSnapshots(ctx context.Context, rec *Record, strict bool) ([]string, error) {
+func (e *Engine) forgetWarmSnapshots(ctx context.Context, rec *record.Record, strict bool) ([]string, error) {
 	if rec == nil || rec.Warm == nil || len(rec.Warm.Snapshots) == 0 {
 		return nil, nil
 	}
@@ -642,7 +643,7 @@ func (r *run) recheckFrozen(vm *esxi.VM) error {
 				continue
 			}
 			for _, f := range d.Chain {
-				if f.Link == k && f.Kind == ChainFileExtent {
+				if f.Link == k && f.Kind == record.ChainFileExtent {
 					errs = append(errs, transfer.Remove(r.spec.chainLocalPath(i, f)))
 				}
 			}

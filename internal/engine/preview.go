@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
@@ -20,14 +21,14 @@ type Preview struct {
 	// Record is the migration's record when one exists for the same source
 	// (an earlier apply started it, or it was imported) and the preview was
 	// asked to resume from it; the checks ran then and are not repeated.
-	Record *Record
+	Record *record.Record
 	// VM is the source VM as observed (nil when resuming from a record).
 	VM *esxi.VM
 	// Checks are the pre-flight checks' outcomes.
 	Checks preflight.Result
 	// Disks is the per-disk plan: what is copied from where into which
 	// DataVolume. Checksums and UIDs are filled only by the migration.
-	Disks []DiskEvidence
+	Disks []record.DiskEvidence
 }
 
 // PreviewOptions tune how fresh a preview's observations must be.
@@ -73,7 +74,7 @@ func (e *Engine) Preview(ctx context.Context, spec Spec, opts PreviewOptions) (P
 			return Preview{}, err
 		}
 	}
-	vm, err := e.findSource(ctx, spec, Identity{}, opts.InventoryMaxAge)
+	vm, err := e.findSource(ctx, spec, record.Identity{}, opts.InventoryMaxAge)
 	if err != nil {
 		return Preview{}, err
 	}
@@ -83,7 +84,7 @@ func (e *Engine) Preview(ctx context.Context, spec Spec, opts PreviewOptions) (P
 // judge runs the pre-flight checks on an observed source VM and plans its
 // disks, keeping the evidence of disks in prev that are unchanged; warm is
 // the record's warm evidence, if any.
-func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []DiskEvidence, warm *WarmEvidence) (Preview, error) {
+func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []record.DiskEvidence, warm *record.WarmEvidence) (Preview, error) {
 	res, err := preflight.Run(ctx, *vm, spec.destination(), e.deps.Kube)
 	if err != nil {
 		return Preview{}, transient("ClusterUnreachable",
@@ -144,10 +145,10 @@ func (s Spec) destination() preflight.Destination {
 // planDisks is the per-disk plan of a source VM: one entry per disk in
 // boot order, with its staging file and DataVolume. A disk of prev with
 // the same source path and size keeps its evidence (copied, imported).
-func planDisks(spec Spec, vm *esxi.VM, prev []DiskEvidence) []DiskEvidence {
-	disks := make([]DiskEvidence, len(vm.Disks))
+func planDisks(spec Spec, vm *esxi.VM, prev []record.DiskEvidence) []record.DiskEvidence {
+	disks := make([]record.DiskEvidence, len(vm.Disks))
 	for i, d := range vm.Disks {
-		ev := DiskEvidence{Index: i, Device: d.Device, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes,
+		ev := record.DiskEvidence{Index: i, Device: d.Device, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes,
 			StagedPath: spec.stagedPath(i), DataVolume: preflight.DiskName(spec.Name, i), Chain: chainPlan(d.Chain)}
 		if i < len(prev) && prev[i].SourcePath == d.DataPath && prev[i].SizeBytes == d.CapacityBytes && sameChain(prev[i].Chain, ev.Chain) {
 			ev = prev[i]
@@ -159,7 +160,7 @@ func planDisks(spec Spec, vm *esxi.VM, prev []DiskEvidence) []DiskEvidence {
 
 // sameSource reports whether a record's identity is the source spec names
 // (by vmid when the spec gives one, else by display name).
-func sameSource(id Identity, spec Spec) bool {
+func sameSource(id record.Identity, spec Spec) bool {
 	if id.Host != spec.Host {
 		return false
 	}
@@ -171,6 +172,6 @@ func sameSource(id Identity, spec Spec) bool {
 
 // isStopState reports the phases a migration waits in for a retry or a
 // human.
-func isStopState(p Phase) bool {
-	return p == PhaseRetryable || p == PhaseManualInterventionRequired || p == PhaseFailed
+func isStopState(p record.Phase) bool {
+	return p == record.PhaseRetryable || p == record.PhaseManualInterventionRequired || p == record.PhaseFailed
 }

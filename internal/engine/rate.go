@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"sync"
 	"time"
 )
@@ -26,7 +27,7 @@ const progressEventInterval = 30 * time.Second
 // Transfer), and its size, so that a transfer started again with another
 // size counts afresh.
 type rateKey struct {
-	phase    Phase
+	phase    record.Phase
 	disk     int
 	transfer Transfer
 	total    int64

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ func TestRateTrackerThroughputAndETA(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	var tr rateTracker
 	ev := func(disk int, at time.Duration, done int64) (Event, bool) {
-		e := Event{Kind: EventProgress, Phase: PhasePreparing, Disk: disk, Time: t0.Add(at), BytesDone: done, BytesTotal: 1000e6,
+		e := Event{Kind: EventProgress, Phase: record.PhasePreparing, Disk: disk, Time: t0.Add(at), BytesDone: done, BytesTotal: 1000e6,
 			Message: "disk 0: copied"}
 		due := tr.observe(&e)
 		return e, due
@@ -69,7 +70,7 @@ func TestRateTrackerKeyedByIdentity(t *testing.T) {
 	var tr rateTracker
 	observe := func(disk int, tf Transfer, at time.Duration, done int64, msg string) Event {
 		t.Helper()
-		e := Event{Kind: EventProgress, Phase: PhasePreparing, Disk: disk, Transfer: tf, Time: t0.Add(at),
+		e := Event{Kind: EventProgress, Phase: record.PhasePreparing, Disk: disk, Transfer: tf, Time: t0.Add(at),
 			BytesDone: done, BytesTotal: 1000e6, Message: msg}
 		tr.observe(&e)
 		return e

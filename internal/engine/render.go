@@ -11,6 +11,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube/cdi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -52,7 +53,7 @@ func roundUpMiB(n int64) int64 {
 }
 
 // renderDataVolume is the DataVolume for disk d.
-func (r *run) renderDataVolume(d DiskEvidence) *cdiv1beta1.DataVolume {
+func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 	s := r.spec
 	am := corev1.PersistentVolumeAccessMode(s.AccessMode)
 	vm := corev1.PersistentVolumeMode(s.VolumeMode)
@@ -114,7 +115,7 @@ func (r *run) isWindows() bool {
 // cpuTopology is the VM's CPU layout from numvcpus and
 // cpuid.coresPerSocket: VMware gives each vCPU its own socket unless
 // coresPerSocket says otherwise.
-func cpuTopology(src *SourceInventory) *kubevirtv1.CPU {
+func cpuTopology(src *record.SourceInventory) *kubevirtv1.CPU {
 	cpus := max(src.CPUs, 1)
 	cores := src.CoresPerSocket
 	if cores <= 0 || cpus%cores != 0 {
@@ -174,7 +175,7 @@ func (r *run) renderVM() (*kubevirtv1.VirtualMachine, error) {
 
 // renderDisks is one disk and one DataVolume volume per migrated disk, in
 // the source's order; the first boots.
-func renderDisks(s Spec, evidence []DiskEvidence) ([]kubevirtv1.Disk, []kubevirtv1.Volume) {
+func renderDisks(s Spec, evidence []record.DiskEvidence) ([]kubevirtv1.Disk, []kubevirtv1.Volume) {
 	var disks []kubevirtv1.Disk
 	var vols []kubevirtv1.Volume
 	for i, d := range evidence {
@@ -193,7 +194,7 @@ func renderDisks(s Spec, evidence []DiskEvidence) ([]kubevirtv1.Disk, []kubevirt
 // renderNetworks is one interface and network per source NIC, through the
 // network map, keeping each NIC's MAC address. pod says whether one NIC
 // is on the pod network (KubeVirt allows at most one).
-func renderNetworks(s Spec, src *SourceInventory) (ifaces []kubevirtv1.Interface, nets []kubevirtv1.Network, pod bool, err error) {
+func renderNetworks(s Spec, src *record.SourceInventory) (ifaces []kubevirtv1.Interface, nets []kubevirtv1.Network, pod bool, err error) {
 	for i, n := range src.NICs {
 		target, ok := s.NetworkMap[n.Network]
 		if !ok {
@@ -225,7 +226,7 @@ func renderNetworks(s Spec, src *SourceInventory) (ifaces []kubevirtv1.Interface
 
 // renderDomain is the guest's hardware: CPU, memory, machine, clock,
 // firmware and the features Windows and Secure Boot need.
-func (r *run) renderDomain(src *SourceInventory, disks []kubevirtv1.Disk, ifaces []kubevirtv1.Interface, pod bool) kubevirtv1.DomainSpec {
+func (r *run) renderDomain(src *record.SourceInventory, disks []kubevirtv1.Disk, ifaces []kubevirtv1.Interface, pod bool) kubevirtv1.DomainSpec {
 	t, f := true, false
 	mem := resource.NewQuantity(int64(src.MemoryMiB)<<20, resource.BinarySI)
 	domain := kubevirtv1.DomainSpec{

@@ -4,17 +4,18 @@ import (
 	"testing"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // renderFor renders the VM of a migration of src with spec's devices.
-func renderFor(t *testing.T, spec Spec, src SourceInventory, conv *ConversionEvidence) *kubevirtv1.VirtualMachine {
+func renderFor(t *testing.T, spec Spec, src record.SourceInventory, conv *record.ConversionEvidence) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	spec = spec.WithDefaults()
 	r := &run{e: &Engine{}, spec: spec, s: &coord.Stored{}}
 	r.s.Record.Source = &src
 	r.s.Record.Conversion = conv
-	r.s.Record.Disks = []DiskEvidence{{Index: 0, DataVolume: "vm-disk-0"}, {Index: 1, DataVolume: "vm-disk-1"}}
+	r.s.Record.Disks = []record.DiskEvidence{{Index: 0, DataVolume: "vm-disk-0"}, {Index: 1, DataVolume: "vm-disk-1"}}
 	vm, err := r.renderVM()
 	if err != nil {
 		t.Fatal(err)
@@ -26,8 +27,8 @@ func renderFor(t *testing.T, spec Spec, src SourceInventory, conv *ConversionEvi
 // its TPM, EFI with Secure Boot (and the SMM it needs) and the CPU layout
 // of its .vmx, on q35, with virtio devices once converted.
 func TestRenderWindowsGuest(t *testing.T) {
-	src := SourceInventory{Name: "win", GuestOS: "windows2019srvNext-64", Firmware: "efi", SecureBoot: true, VTPM: true,
-		CPUs: 4, CoresPerSocket: 2, MemoryMiB: 4096, NICs: []SourceNIC{{Device: "ethernet0", Network: "VM Network", MAC: "00:50:56:AA:BB:CC", Adapter: "vmxnet3"}}}
+	src := record.SourceInventory{Name: "win", GuestOS: "windows2019srvNext-64", Firmware: "efi", SecureBoot: true, VTPM: true,
+		CPUs: 4, CoresPerSocket: 2, MemoryMiB: 4096, NICs: []record.SourceNIC{{Device: "ethernet0", Network: "VM Network", MAC: "00:50:56:AA:BB:CC", Adapter: "vmxnet3"}}}
 	spec := Spec{Name: "win", Namespace: "ns", NetworkMap: map[string]string{"VM Network": "pod"}, Timezone: "Europe/Berlin"}
 	dom := renderFor(t, spec, src, nil).Spec.Template.Spec.Domain
 	hv := dom.Features.Hyperv
@@ -55,11 +56,11 @@ func TestRenderWindowsGuest(t *testing.T) {
 	// What virt-v2v inspected wins over the .vmx: a guest the .vmx calls
 	// "other" that is Windows is rendered as Windows, and the reverse.
 	src.GuestOS = "other-64"
-	if vm := renderFor(t, spec, src, &ConversionEvidence{OS: GuestOS{Type: "windows"}}); vm.Spec.Template.Spec.Domain.Features.Hyperv == nil {
+	if vm := renderFor(t, spec, src, &record.ConversionEvidence{OS: record.GuestOS{Type: "windows"}}); vm.Spec.Template.Spec.Domain.Features.Hyperv == nil {
 		t.Error("an inspected Windows guest got no Hyper-V features")
 	}
 	src.GuestOS = "windows9-64"
-	if vm := renderFor(t, spec, src, &ConversionEvidence{OS: GuestOS{Type: "linux"}}); vm.Spec.Template.Spec.Domain.Clock.UTC == nil {
+	if vm := renderFor(t, spec, src, &record.ConversionEvidence{OS: record.GuestOS{Type: "linux"}}); vm.Spec.Template.Spec.Domain.Clock.UTC == nil {
 		t.Error("an inspected Linux guest got a local-time clock")
 	}
 }
@@ -68,8 +69,8 @@ func TestRenderWindowsGuest(t *testing.T) {
 // otherwise; a Linux guest's clock is UTC; no coresPerSocket means one
 // core per socket, as on VMware.
 func TestRenderUnconvertedGuest(t *testing.T) {
-	src := SourceInventory{Name: "l", GuestOS: "debian12-64", Firmware: "bios", CPUs: 3, MemoryMiB: 1024,
-		NICs: []SourceNIC{{Device: "ethernet0", Network: "n", MAC: "00:50:56:00:00:01", Adapter: "e1000"}}}
+	src := record.SourceInventory{Name: "l", GuestOS: "debian12-64", Firmware: "bios", CPUs: 3, MemoryMiB: 1024,
+		NICs: []record.SourceNIC{{Device: "ethernet0", Network: "n", MAC: "00:50:56:00:00:01", Adapter: "e1000"}}}
 	spec := Spec{Name: "l", Namespace: "ns", NetworkMap: map[string]string{"n": "pod"}, Conversion: ConversionNone}
 	dom := renderFor(t, spec, src, nil).Spec.Template.Spec.Domain
 	if dom.Devices.Disks[0].Disk.Bus != "sata" || dom.Devices.Interfaces[0].Model != "e1000e" {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -33,7 +34,7 @@ func TestReportFillsAndMeasures(t *testing.T) {
 	var got []Event
 	e := &Engine{deps: Deps{Clock: clock, Kube: kube.New(kube.Config{ConfigPath: "/nonexistent/kubeconfig"}),
 		Progress: func(ev Event) { got = append(got, ev) }}}
-	s := &coord.Stored{Record: Record{Phase: PhasePreparing}, ConfigMap: &corev1.ConfigMap{}}
+	s := &coord.Stored{Record: record.Record{Phase: record.PhasePreparing}, ConfigMap: &corev1.ConfigMap{}}
 	r := &run{e: e, spec: Spec{Namespace: "ns", Name: "web"}}
 	r.setStored(s)
 	ctx := t.Context()
@@ -48,7 +49,7 @@ func TestReportFillsAndMeasures(t *testing.T) {
 		t.Fatalf("%d events, want 3", len(got))
 	}
 	info := got[0]
-	if info.Namespace != "ns" || info.Name != "web" || info.Phase != PhasePreparing || info.Disk != -1 || info.Time.IsZero() ||
+	if info.Namespace != "ns" || info.Name != "web" || info.Phase != record.PhasePreparing || info.Disk != -1 || info.Time.IsZero() ||
 		info.Reason != "PoweringOff" || info.Message != "powering off source VM x" {
 		t.Errorf("info event = %+v", info)
 	}

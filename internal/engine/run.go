@@ -21,39 +21,39 @@ import (
 // records evidence, and returns nil only once the checkpoint's goal has
 // been observed.
 type checkpoint struct {
-	phase Phase
+	phase record.Phase
 	run   func(r *run, ctx context.Context) error
 }
 
 // coldItinerary is a cold migration: the source is powered off before its
 // disks are copied.
 var coldItinerary = []checkpoint{
-	{PhasePending, (*run).stepPending},
-	{PhaseDiscovering, (*run).stepDiscover},
-	{PhaseValidated, (*run).stepValidate},
-	{PhasePreparing, (*run).stepPrepareCold},
-	{PhaseConverting, (*run).stepConvert},
-	{PhaseImporting, (*run).stepImport},
-	{PhaseCreatingVM, (*run).stepCreateVM},
-	{PhaseStarting, (*run).stepStart},
-	{PhaseValidating, (*run).stepValidateGuest},
-	{PhaseCompleted, (*run).stepComplete},
+	{record.PhasePending, (*run).stepPending},
+	{record.PhaseDiscovering, (*run).stepDiscover},
+	{record.PhaseValidated, (*run).stepValidate},
+	{record.PhasePreparing, (*run).stepPrepareCold},
+	{record.PhaseConverting, (*run).stepConvert},
+	{record.PhaseImporting, (*run).stepImport},
+	{record.PhaseCreatingVM, (*run).stepCreateVM},
+	{record.PhaseStarting, (*run).stepStart},
+	{record.PhaseValidating, (*run).stepValidateGuest},
+	{record.PhaseCompleted, (*run).stepComplete},
 }
 
 // warmItinerary is a warm migration: the same checkpoints, but Preparing
 // copies while the source runs and powers it off only for the last delta,
 // and Completed also removes the migration's snapshots.
 var warmItinerary = []checkpoint{
-	{PhasePending, (*run).stepPending},
-	{PhaseDiscovering, (*run).stepDiscover},
-	{PhaseValidated, (*run).stepValidate},
-	{PhasePreparing, (*run).stepPrepareWarm},
-	{PhaseConverting, (*run).stepConvert},
-	{PhaseImporting, (*run).stepImport},
-	{PhaseCreatingVM, (*run).stepCreateVM},
-	{PhaseStarting, (*run).stepStart},
-	{PhaseValidating, (*run).stepValidateGuest},
-	{PhaseCompleted, (*run).stepCompleteWarm},
+	{record.PhasePending, (*run).stepPending},
+	{record.PhaseDiscovering, (*run).stepDiscover},
+	{record.PhaseValidated, (*run).stepValidate},
+	{record.PhasePreparing, (*run).stepPrepareWarm},
+	{record.PhaseConverting, (*run).stepConvert},
+	{record.PhaseImporting, (*run).stepImport},
+	{record.PhaseCreatingVM, (*run).stepCreateVM},
+	{record.PhaseStarting, (*run).stepStart},
+	{record.PhaseValidating, (*run).stepValidateGuest},
+	{record.PhaseCompleted, (*run).stepCompleteWarm},
 }
 
 // itinerary is the route a migration takes: warm when it was asked for,
@@ -61,20 +61,20 @@ var warmItinerary = []checkpoint{
 // mid-flight, and a warm one's snapshots must be removed at the end).
 // Every itinerary passes the same phases in the same order, so a stored
 // record's phase means the same point on any of them.
-func itinerary(spec Spec, rec *Record) []checkpoint {
+func itinerary(spec Spec, rec *record.Record) []checkpoint {
 	if spec.warm() || (rec != nil && rec.Warm != nil) {
 		return warmItinerary
 	}
 	return coldItinerary
 }
 
-func checkpointIndex(route []checkpoint, p Phase) int {
+func checkpointIndex(route []checkpoint, p record.Phase) int {
 	return slices.IndexFunc(route, func(c checkpoint) bool { return c.phase == p })
 }
 
 // Phases returns the checkpoints in order.
-func Phases() []Phase {
-	out := make([]Phase, len(coldItinerary))
+func Phases() []record.Phase {
+	out := make([]record.Phase, len(coldItinerary))
 	for i, c := range coldItinerary {
 		out[i] = c.phase
 	}
@@ -126,11 +126,11 @@ func (r *run) poller() func(context.Context) error {
 func (r *run) setStored(s *coord.Stored) {
 	r.s = s
 	if s.ConfigMap != nil {
-		r.progressTo = &coord.Stored{Record: Record{Identity: s.Record.Identity}, ConfigMap: s.ConfigMap.DeepCopy()}
+		r.progressTo = &coord.Stored{Record: record.Record{Identity: s.Record.Identity}, ConfigMap: s.ConfigMap.DeepCopy()}
 	}
 }
 
-func (r *run) rec() *Record { return &r.s.Record }
+func (r *run) rec() *record.Record { return &r.s.Record }
 
 func (r *run) now() time.Time { return r.e.now() }
 
@@ -179,15 +179,15 @@ func (r *run) report(ctx context.Context, ev Event) {
 // *coord.LeaseHeldError when another run holds the migration). Run is idempotent
 // and re-entrant: call it again after any interruption and it continues
 // from what it observes.
-func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
+func (e *Engine) Run(ctx context.Context, spec Spec) (record.Record, error) {
 	spec = spec.WithDefaults()
 	if err := spec.Validate(); err != nil {
-		return Record{}, &StopError{Phase: PhasePending, State: PhaseFailed, Reason: "InvalidSpec",
+		return record.Record{}, &StopError{Phase: record.PhasePending, State: record.PhaseFailed, Reason: "InvalidSpec",
 			Message: err.Error(), Action: "fix the configuration and run apply again", Err: err}
 	}
 	l, runCtx, err := e.acquireLeaseWaiting(ctx, spec.Namespace, spec.Name)
 	if err != nil {
-		return Record{}, err
+		return record.Record{}, err
 	}
 	defer l.Release()
 	r := &run{e: e, spec: spec}
@@ -198,7 +198,7 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 		if errors.As(err, &se) {
 			return r.recordOrEmpty(), err
 		}
-		return r.recordOrEmpty(), &StopError{Phase: PhasePending, State: StateInterrupted, Reason: "RecordUnavailable",
+		return r.recordOrEmpty(), &StopError{Phase: record.PhasePending, State: StateInterrupted, Reason: "RecordUnavailable",
 			Message: "cannot read or create the migration record " + spec.Namespace + "/" + coord.RecordName(spec.Name) + ": " + err.Error(),
 			Action:  "check access to the destination cluster, then run apply again", Err: err}
 	}
@@ -213,9 +213,9 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Record, error) {
 	return r.loop(runCtx)
 }
 
-func (r *run) recordOrEmpty() Record {
+func (r *run) recordOrEmpty() record.Record {
 	if r.s == nil {
-		return Record{}
+		return record.Record{}
 	}
 	return r.s.Record
 }
@@ -227,11 +227,11 @@ func (r *run) open(ctx context.Context) error {
 	switch {
 	case errors.Is(err, coord.ErrNoRecord):
 		now := r.now()
-		rec := Record{
-			Version: RecordVersion,
-			Identity: Identity{Host: r.spec.Host, VMID: r.spec.VMID, VMName: r.spec.VMName,
+		rec := record.Record{
+			Version: record.RecordVersion,
+			Identity: record.Identity{Host: r.spec.Host, VMID: r.spec.VMID, VMName: r.spec.VMName,
 				Namespace: r.spec.Namespace, Name: r.spec.Name},
-			Phase: PhasePending,
+			Phase: record.PhasePending,
 		}
 		stamp(&rec.Timestamps.Created, now)
 		// The create may have been applied although its reply was lost:
@@ -246,7 +246,7 @@ func (r *run) open(ctx context.Context) error {
 	case err != nil:
 		var fe *fault.Error
 		if errors.As(err, &fe) {
-			return &StopError{Phase: PhasePending, State: PhaseManualInterventionRequired, Reason: fe.Reason, Message: fe.Message, Action: fe.Action, Err: err}
+			return &StopError{Phase: record.PhasePending, State: record.PhaseManualInterventionRequired, Reason: fe.Reason, Message: fe.Message, Action: fe.Action, Err: err}
 		}
 		return err
 	}
@@ -257,10 +257,10 @@ func (r *run) open(ctx context.Context) error {
 			// Nothing was discovered or touched yet (for example the first
 			// vm_name did not exist): the corrected source simply starts over.
 			now := r.now()
-			rec.AddError(ErrorEntry{Time: now, Phase: PhaseDiscovering, Class: ClassReentered,
+			rec.AddError(record.ErrorEntry{Time: now, Phase: record.PhaseDiscovering, Class: record.ClassReentered,
 				Attempt: rec.Attempts, Reason: "SourceChanged", Message: msg + "; nothing had been discovered yet, so the migration starts over with the new source"})
 			rec.Identity.Host, rec.Identity.VMName, rec.Identity.VMID, rec.Identity.VMXPath = r.spec.Host, r.spec.VMName, r.spec.VMID, ""
-			rec.Phase, rec.RetryPhase, rec.Attempts = PhaseDiscovering, "", 0
+			rec.Phase, rec.RetryPhase, rec.Attempts = record.PhaseDiscovering, "", 0
 			rec.Reason, rec.Message, rec.Action = "", "", ""
 			if err := r.save(ctx); err != nil {
 				return err
@@ -270,22 +270,22 @@ func (r *run) open(ctx context.Context) error {
 			if rec.RetryPhase != "" {
 				phase = rec.RetryPhase
 			}
-			return &StopError{Phase: phase, State: PhaseFailed, Reason: "IdentityChanged", Message: msg,
+			return &StopError{Phase: phase, State: record.PhaseFailed, Reason: "IdentityChanged", Message: msg,
 				Action: "the source of a migration cannot change once it has been read: restore the previous values, or start over by deleting the record (kubectl delete configmap -n " +
 					r.spec.Namespace + " " + coord.RecordName(r.spec.Name) + ") after dealing with what it created"}
 		}
 	}
 	now := r.now()
 	switch rec.Phase {
-	case PhaseFailed:
+	case record.PhaseFailed:
 		if s.ConfigMap.Annotations[coord.AnnotationReset] != "true" {
-			return r.stopError(rec.RetryPhase, PhaseFailed, rec.Reason, rec.Message, rec.Action, nil)
+			return r.stopError(rec.RetryPhase, record.PhaseFailed, rec.Reason, rec.Message, rec.Action, nil)
 		}
 		s.ClearResetAnnotation()
 		r.reenter(now, "reset by annotation "+coord.AnnotationReset+": re-entering "+string(rec.RetryPhase)+" with a fresh retry budget")
-	case PhaseManualInterventionRequired:
+	case record.PhaseManualInterventionRequired:
 		r.reenter(now, "run again after manual intervention ("+rec.Reason+"): re-observing and re-entering "+string(rec.RetryPhase))
-	case PhaseRetryable:
+	case record.PhaseRetryable:
 		rec.Phase, rec.RetryPhase = rec.RetryPhase, ""
 	default:
 		return nil
@@ -301,9 +301,9 @@ func (r *run) reenter(now time.Time, msg string) {
 	rec := r.rec()
 	phase := rec.RetryPhase
 	if phase == "" {
-		phase = PhasePending
+		phase = record.PhasePending
 	}
-	rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassReentered, Attempt: rec.Attempts, Reason: rec.Reason, Message: msg})
+	rec.AddError(record.ErrorEntry{Time: now, Phase: phase, Class: record.ClassReentered, Attempt: rec.Attempts, Reason: rec.Reason, Message: msg})
 	rec.Phase, rec.RetryPhase, rec.Attempts = phase, "", 0
 	rec.Reason, rec.Message, rec.Action = "", "", ""
 }
@@ -336,19 +336,19 @@ func (r *run) sourceLabel() string {
 }
 
 // loop runs the migration's itinerary from the record's phase.
-func (r *run) loop(ctx context.Context) (Record, error) {
+func (r *run) loop(ctx context.Context) (record.Record, error) {
 	for {
 		rec := r.rec()
 		route := itinerary(r.spec, rec)
 		idx := checkpointIndex(route, rec.Phase)
 		if idx < 0 {
-			return *rec, r.stopError(rec.Phase, PhaseFailed, "UnknownPhase",
+			return *rec, r.stopError(rec.Phase, record.PhaseFailed, "UnknownPhase",
 				fmt.Sprintf("the record is in phase %q, which this version of the provider does not know", rec.Phase),
 				"upgrade the provider, or forget this migration and start over", nil)
 		}
 		st := route[idx]
-		if st.phase == PhaseCompleted {
-			if c, ok := rec.Condition(CondReady); ok && c.Status {
+		if st.phase == record.PhaseCompleted {
+			if c, ok := rec.Condition(record.CondReady); ok && c.Status {
 				return *rec, nil
 			}
 		}
@@ -363,7 +363,7 @@ func (r *run) loop(ctx context.Context) (Record, error) {
 		if err == nil {
 			err = r.advance(ctx, route, idx)
 			if err == nil {
-				if st.phase == PhaseCompleted {
+				if st.phase == record.PhaseCompleted {
 					return *r.rec(), nil
 				}
 				continue
@@ -383,13 +383,13 @@ func (r *run) advance(ctx context.Context, route []checkpoint, idx int) error {
 	now := r.now()
 	rec.Attempts = 0
 	rec.Reason, rec.Message, rec.Action, rec.RetryPhase = "", "", "", ""
-	if st.phase == PhaseCompleted {
+	if st.phase == record.PhaseCompleted {
 		stamp(&rec.Timestamps.Completed, now)
-		rec.SetCondition(now, CondReady, true, "Completed", "the migration is complete")
+		rec.SetCondition(now, record.CondReady, true, "Completed", "the migration is complete")
 		if err := r.save(ctx); err != nil {
 			return err
 		}
-		r.report(ctx, Event{Kind: EventPhase, Phase: PhaseCompleted, Reason: "Completed", Message: "migration completed"})
+		r.report(ctx, Event{Kind: EventPhase, Phase: record.PhaseCompleted, Reason: "Completed", Message: "migration completed"})
 		return nil
 	}
 	next := route[idx+1].phase
@@ -398,7 +398,7 @@ func (r *run) advance(ctx context.Context, route []checkpoint, idx int) error {
 		rec.Phase = st.phase
 		return err
 	}
-	if next == PhaseConverting {
+	if next == record.PhaseConverting {
 		r.releaseSlot()
 	}
 	r.report(ctx, Event{Kind: EventPhase, Phase: next, Reason: "Phase" + string(next), Message: string(st.phase) + " done; entering " + string(next),
@@ -408,7 +408,7 @@ func (r *run) advance(ctx context.Context, route []checkpoint, idx int) error {
 
 // failed handles a step's error: retry within the budget, or stop. done
 // is false when the loop should run the phase again.
-func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) {
+func (r *run) failed(ctx context.Context, phase record.Phase, err error) (bool, error) {
 	if ctx.Err() != nil {
 		_, stop := r.interrupted(ctx, phase, err)
 		return true, stop
@@ -427,10 +427,10 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 				n++
 			}
 		}
-		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: n, Reason: "Reobserved",
+		rec.AddError(record.ErrorEntry{Time: now, Phase: phase, Class: record.ClassTransient, Attempt: n, Reason: "Reobserved",
 			Message: back.reason + "; going back to " + string(back.phase)})
 		if n >= r.spec.Retry.Attempts {
-			return true, r.stop(ctx, phase, PhaseFailed, "RetriesExhausted", fmt.Sprintf("%s went back to %s %d times; the last problem: %s", phase, back.phase, n, back.reason), "", err)
+			return true, r.stop(ctx, phase, record.PhaseFailed, "RetriesExhausted", fmt.Sprintf("%s went back to %s %d times; the last problem: %s", phase, back.phase, n, back.reason), "", err)
 		}
 		rec.Phase = back.phase
 		if serr := r.save(ctx); serr != nil {
@@ -446,16 +446,16 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		return true, stop
 	case fault.Transient:
 		rec.Attempts++
-		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
+		rec.AddError(record.ErrorEntry{Time: now, Phase: phase, Class: record.ClassTransient, Attempt: rec.Attempts, Reason: reason, Message: err.Error()})
 		if rec.Attempts >= r.spec.Retry.Attempts {
 			msg := fmt.Sprintf("%s did not succeed after %d attempts; the last error: %v", phase, rec.Attempts, err)
 			if exhaustedNeedsHuman(phase) {
-				return true, r.stop(ctx, phase, PhaseManualInterventionRequired, "RetriesExhausted", msg, exhaustedAction(phase, err), err)
+				return true, r.stop(ctx, phase, record.PhaseManualInterventionRequired, "RetriesExhausted", msg, exhaustedAction(phase, err), err)
 			}
-			return true, r.stop(ctx, phase, PhaseFailed, "RetriesExhausted", msg, "", err)
+			return true, r.stop(ctx, phase, record.PhaseFailed, "RetriesExhausted", msg, "", err)
 		}
 		backoff := retry.Policy{Attempts: r.spec.Retry.Attempts, Initial: r.spec.Retry.Initial, Max: r.spec.Retry.Max}.Backoff(rec.Attempts)
-		rec.Phase, rec.RetryPhase = PhaseRetryable, phase
+		rec.Phase, rec.RetryPhase = record.PhaseRetryable, phase
 		rec.Reason, rec.Message = reason, record.TruncateMessage(err.Error(), record.MaxStopMessageBytes)
 		if serr := r.save(ctx); serr != nil {
 			_, stop := r.interrupted(ctx, phase, serr)
@@ -474,33 +474,35 @@ func (r *run) failed(ctx context.Context, phase Phase, err error) (bool, error) 
 		}
 		return false, nil
 	case fault.NeedsHuman:
-		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
-		return true, r.stop(ctx, phase, PhaseManualInterventionRequired, reason, err.Error(), actionOf(err), err)
+		rec.AddError(record.ErrorEntry{Time: now, Phase: phase, Class: record.ClassNeedsHuman, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		return true, r.stop(ctx, phase, record.PhaseManualInterventionRequired, reason, err.Error(), actionOf(err), err)
 	default:
-		rec.AddError(ErrorEntry{Time: now, Phase: phase, Class: ClassPermanent, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
-		return true, r.stop(ctx, phase, PhaseFailed, reason, err.Error(), actionOf(err), err)
+		rec.AddError(record.ErrorEntry{Time: now, Phase: phase, Class: record.ClassPermanent, Attempt: rec.Attempts + 1, Reason: reason, Message: err.Error()})
+		return true, r.stop(ctx, phase, record.PhaseFailed, reason, err.Error(), actionOf(err), err)
 	}
 }
 
 // exhaustedNeedsHuman lists the checkpoints where a human can usually fix
 // what retries could not (capacity, an application that does not come up):
 // they stop in ManualInterventionRequired rather than Failed.
-func exhaustedNeedsHuman(p Phase) bool { return p == PhaseStarting || p == PhaseValidating }
+func exhaustedNeedsHuman(p record.Phase) bool {
+	return p == record.PhaseStarting || p == record.PhaseValidating
+}
 
-func exhaustedAction(p Phase, err error) string {
+func exhaustedAction(p record.Phase, err error) string {
 	if a := actionOf(err); a != "" {
 		return a
 	}
-	if p == PhaseStarting {
+	if p == record.PhaseStarting {
 		return "make room for the VM in the cluster (CPU, memory, nodes), then run apply again"
 	}
 	return "fix the cause, then run apply again"
 }
 
 // stop writes a stop state and returns its StopError.
-func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action string, err error) error {
+func (r *run) stop(ctx context.Context, phase, state record.Phase, reason, msg, action string, err error) error {
 	rec := r.rec()
-	if state == PhaseFailed {
+	if state == record.PhaseFailed {
 		msg += ". " + r.failCleanup(ctx)
 		reset := "then add the annotation " + coord.AnnotationReset + `="true"` + " to ConfigMap " + r.spec.Namespace + "/" + coord.RecordName(r.spec.Name) +
 			" and run apply again to retry " + string(phase) + ", or delete the resource to forget the migration"
@@ -510,7 +512,7 @@ func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action 
 			action += "; " + reset
 		}
 	}
-	if state == PhaseManualInterventionRequired && action == "" {
+	if state == record.PhaseManualInterventionRequired && action == "" {
 		action = "fix the cause, then run apply again to continue from " + string(phase)
 	}
 	rec.Phase, rec.RetryPhase = state, phase
@@ -524,23 +526,23 @@ func (r *run) stop(ctx context.Context, phase, state Phase, reason, msg, action 
 	return se
 }
 
-func (r *run) stopError(phase, state Phase, reason, msg, action string, err error) *StopError {
+func (r *run) stopError(phase, state record.Phase, reason, msg, action string, err error) *StopError {
 	return &StopError{Phase: phase, State: state, Reason: reason, Message: msg, Action: action, Field: FieldOf(err), Err: err}
 }
 
 // interrupted records an interruption (context cancelled or timed out,
 // lease lost, the record unwritable) and keeps the checkpoint.
-func (r *run) interrupted(ctx context.Context, phase Phase, err error) (Record, error) {
+func (r *run) interrupted(ctx context.Context, phase record.Phase, err error) (record.Record, error) {
 	rec := r.rec()
 	cause := err
 	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 		cause = c
 	}
 	msg := "the run was interrupted: " + cause.Error()
-	if rec.Phase == PhaseRetryable {
+	if rec.Phase == record.PhaseRetryable {
 		phase = rec.RetryPhase
 	}
-	rec.AddError(ErrorEntry{Time: r.now(), Phase: phase, Class: ClassInterrupted, Attempt: rec.Attempts, Reason: "Interrupted", Message: msg})
+	rec.AddError(record.ErrorEntry{Time: r.now(), Phase: phase, Class: record.ClassInterrupted, Attempt: rec.Attempts, Reason: "Interrupted", Message: msg})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = r.save(sctx)
@@ -587,7 +589,7 @@ func (r *run) failCleanup(ctx context.Context) string {
 		b.WriteString("; kept " + strings.Join(kept, "; "))
 	}
 	b.WriteString(". The source VM's disks were never modified")
-	if po := rec.PowerOff; po != nil && po.Done && po.Action != PowerActionAlreadyOff && po.DoneAt != nil {
+	if po := rec.PowerOff; po != nil && po.Done && po.Action != record.PowerActionAlreadyOff && po.DoneAt != nil {
 		fmt.Fprintf(&b, "; the source VM was powered off by this migration at %s and stays off: power it on again if you abandon the migration", po.DoneAt.Format(time.RFC3339))
 	}
 	return b.String()
@@ -595,8 +597,8 @@ func (r *run) failCleanup(ctx context.Context) string {
 
 // hostSlot holds a slot of the source host's limiter while the run is in
 // the host-reading phases.
-func (r *run) hostSlot(ctx context.Context, p Phase) error {
-	if p != PhaseDiscovering && p != PhaseValidated && p != PhasePreparing {
+func (r *run) hostSlot(ctx context.Context, p record.Phase) error {
+	if p != record.PhaseDiscovering && p != record.PhaseValidated && p != record.PhasePreparing {
 		r.releaseSlot()
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 )
 
@@ -150,7 +151,7 @@ func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
 // identity it reads that vmid and checks it is still the same .vmx; before
 // discovery it picks the VM the spec names from the host's inventory,
 // reusing one read at most maxAge old (zero: read the host now).
-func (e *Engine) findSource(ctx context.Context, spec Spec, id Identity, maxAge time.Duration) (*esxi.VM, error) {
+func (e *Engine) findSource(ctx context.Context, spec Spec, id record.Identity, maxAge time.Duration) (*esxi.VM, error) {
 	c, err := e.hostClient(spec.Host)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -15,7 +16,7 @@ import (
 
 // workDirNeed is how many bytes the disks may still write under work_dir
 // that the migration cannot do without (workDirNeeds' Required).
-func (s Spec) workDirNeed(disks []DiskEvidence) int64 {
+func (s Spec) workDirNeed(disks []record.DiskEvidence) int64 {
 	return s.workDirNeeds(disks, nil).Required
 }
 
@@ -40,7 +41,7 @@ func (s Spec) workDirNeed(disks []DiskEvidence) int64 {
 // the http staging folder are not counted: that folder is usually another
 // file system, served by another program. vm, when known, is the source
 // as observed; nil uses the record only.
-func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirNeed {
+func (s Spec) workDirNeeds(disks []record.DiskEvidence, vm *esxi.VM) preflight.WorkDirNeed {
 	chunk := s.CopyChunkSize
 	if chunk == 0 {
 		chunk = transfer.DefaultChunkSize
@@ -111,7 +112,7 @@ func (s Spec) workDirNeeds(disks []DiskEvidence, vm *esxi.VM) preflight.WorkDirN
 // link's extent bytes on the host (src's chain when it is the recorded
 // one, else the recorded copies' lengths, else the disk's capacity), less
 // what the local copies already hold.
-func (s Spec) chainCopyNeed(i int, d DiskEvidence, src *esxi.Disk) int64 {
+func (s Spec) chainCopyNeed(i int, d record.DiskEvidence, src *esxi.Disk) int64 {
 	hostLinks := map[string]int64{}
 	if src != nil && src.Chain != nil {
 		for _, l := range src.Chain.Links {
@@ -123,7 +124,7 @@ func (s Spec) chainCopyNeed(i int, d DiskEvidence, src *esxi.Disk) int64 {
 	known := map[int]bool{}
 	local := map[int]int64{}
 	for _, f := range d.Chain {
-		if f.Kind == ChainFileDescriptor {
+		if f.Kind == record.ChainFileDescriptor {
 			descriptor[f.Link] = f.SourcePath
 			continue
 		}
@@ -166,7 +167,7 @@ func (s Spec) localChainAllocated(i int) int64 {
 // diskAllocated is the most a qcow2 copy of disk d's raw image takes: the
 // staged copy's allocation once complete (it keeps the guest's holes),
 // else what the host says the disk occupies, else its capacity.
-func diskAllocated(d DiskEvidence, src *esxi.Disk, staged string, stagedDone bool) int64 {
+func diskAllocated(d record.DiskEvidence, src *esxi.Disk, staged string, stagedDone bool) int64 {
 	if stagedDone {
 		return min(allocated(staged), d.SizeBytes)
 	}
@@ -193,7 +194,7 @@ func allocated(path string) int64 {
 // spaceCheck is the work_dir_space pre-flight check for a migration's
 // disks, judged the same way by Preview and by the Validated and
 // Preparing checkpoints.
-func (s Spec) spaceCheck(disks []DiskEvidence, vm *esxi.VM) preflight.Check {
+func (s Spec) spaceCheck(disks []record.DiskEvidence, vm *esxi.VM) preflight.Check {
 	return preflight.WorkDirSpaceFor(s.WorkDir, s.workDirNeeds(disks, vm))
 }
 

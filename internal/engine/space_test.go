@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -57,7 +58,7 @@ func TestWorkDirSpaceBlocks(t *testing.T) {
 	}
 	_, err = en.Run(e.ctx(30*time.Second), spec)
 	se := stopErr(t, err)
-	if se.Phase != engine.PhaseValidated || se.Reason != "PreflightFailed" || !strings.Contains(se.Message, preflight.CheckWorkDirSpace) {
+	if se.Phase != record.PhaseValidated || se.Reason != "PreflightFailed" || !strings.Contains(se.Message, preflight.CheckWorkDirSpace) {
 		t.Errorf("apply = %v", err)
 	}
 	if n := powerChanges(e); len(n) != 0 {
@@ -77,7 +78,7 @@ func TestWorkDirFullWhileCopying(t *testing.T) {
 	filler := filepath.Join(spec.WorkDir, "filler")
 	filled := false
 	hook := func(ev engine.Event) {
-		if ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing && ev.BytesDone > 0 && !filled {
+		if ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing && ev.BytesDone > 0 && !filled {
 			filled = true
 			f, err := os.OpenFile(filler, os.O_WRONLY|os.O_CREATE, 0o600)
 			if err != nil {
@@ -93,13 +94,13 @@ func TestWorkDirFullWhileCopying(t *testing.T) {
 	_, err := en.Run(e.ctx(60*time.Second), spec)
 	se := stopErr(t, err)
 	staged := filepath.Join(spec.WorkDir, e.ns, "full2", "disk-0.raw")
-	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "WorkDirFull" || se.Phase != engine.PhasePreparing ||
+	if se.State != record.PhaseManualInterventionRequired || se.Reason != "WorkDirFull" || se.Phase != record.PhasePreparing ||
 		!strings.Contains(se.Message, "still need up to ") || !strings.Contains(se.Message, filepath.Dir(staged)) ||
 		!strings.Contains(se.Action, "free at least ") {
 		t.Fatalf("stop = %v", err)
 	}
 	rec, err := en.Load(t.Context(), e.ns, "full2")
-	if err != nil || rec.Phase != engine.PhaseManualInterventionRequired {
+	if err != nil || rec.Phase != record.PhaseManualInterventionRequired {
 		t.Fatalf("record %s, %v", rec.Phase, err)
 	}
 	st, err := transfer.Inspect(transfer.Disk{Path: rec.Disks[0].SourcePath, SizeBytes: size}, staged, spec.CopyChunkSize)
@@ -135,7 +136,7 @@ func TestWorkDirFullWhileConverting(t *testing.T) {
 	spec.WorkDir = smallFS(t, "20m")
 	filler := filepath.Join(spec.WorkDir, "filler")
 	hook := func(ev engine.Event) {
-		if ev.Kind == engine.EventPhase && ev.Phase == engine.PhaseConverting {
+		if ev.Kind == engine.EventPhase && ev.Phase == record.PhaseConverting {
 			f, err := os.OpenFile(filler, os.O_WRONLY|os.O_CREATE, 0o600)
 			if err != nil {
 				t.Error(err)
@@ -149,7 +150,7 @@ func TestWorkDirFullWhileConverting(t *testing.T) {
 	en := e.engine()
 	_, err := en.Run(e.ctx(60*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "WorkDirFull" || se.Phase != engine.PhaseConverting ||
+	if se.State != record.PhaseManualInterventionRequired || se.Reason != "WorkDirFull" || se.Phase != record.PhaseConverting ||
 		!strings.Contains(se.Message, "while converting disk 0") || !strings.Contains(se.Message, "still need up to ") {
 		t.Fatalf("stop = %v", err)
 	}

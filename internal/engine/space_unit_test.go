@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
@@ -30,9 +31,9 @@ func chainVM() *esxi.VM {
 		}}}}}
 }
 
-func diskOf(vm *esxi.VM) []DiskEvidence {
+func diskOf(vm *esxi.VM) []record.DiskEvidence {
 	d := vm.Disks[0]
-	return []DiskEvidence{{Index: 0, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes, Chain: chainPlan(d.Chain)}}
+	return []record.DiskEvidence{{Index: 0, SourcePath: d.DataPath, SizeBytes: d.CapacityBytes, Chain: chainPlan(d.Chain)}}
 }
 
 func TestWorkDirNeeds(t *testing.T) {
@@ -67,7 +68,7 @@ func TestWorkDirNeeds(t *testing.T) {
 			t.Fatal(err)
 		}
 		base := disks[0].Chain[3]
-		if base.Kind != ChainFileExtent || base.Link != 1 {
+		if base.Kind != record.ChainFileExtent || base.Link != 1 {
 			t.Fatalf("chain file %+v is not the base's extent", base)
 		}
 		if err := os.WriteFile(s.chainLocalPath(0, base), make([]byte, 2*mib), 0o600); err != nil {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -38,7 +39,7 @@ func (r *run) stepStart(ctx context.Context) error {
 	ns, name := r.spec.Namespace, r.spec.Name
 	vm, err := kc.GetVirtualMachine(ctx, ns, name)
 	if kube.IsNotFound(err) {
-		return &backTo{phase: PhaseCreatingVM, reason: "the VirtualMachine " + ns + "/" + name + " is gone"}
+		return &backTo{phase: record.PhaseCreatingVM, reason: "the VirtualMachine " + ns + "/" + name + " is gone"}
 	}
 	if err != nil {
 		return err
@@ -60,12 +61,12 @@ func (r *run) stepStart(ctx context.Context) error {
 		r.report(ctx, Event{Kind: EventInfo, Message: "set runStrategy " + r.spec.RunStrategy + " on VirtualMachine " + ns + "/" + name})
 	}
 	if rec.VM == nil {
-		rec.VM = &VMEvidence{Name: name}
+		rec.VM = &record.VMEvidence{Name: name}
 	}
 	rec.VM.UID, rec.VM.RunStrategy = string(vm.UID), r.spec.RunStrategy
 	now := r.now()
 	if !r.spec.startsVM() {
-		rec.SetCondition(now, CondVMStarted, false, "NotStarted", "runStrategy "+r.spec.RunStrategy+" leaves the VM stopped")
+		rec.SetCondition(now, record.CondVMStarted, false, "NotStarted", "runStrategy "+r.spec.RunStrategy+" leaves the VM stopped")
 		return nil
 	}
 	deadline := time.Now().Add(r.spec.StartTimeout)
@@ -88,7 +89,7 @@ func (r *run) stepStart(ctx context.Context) error {
 			case kubevirtv1.Running:
 				now := r.now()
 				stamp(&rec.Timestamps.VMStarted, now)
-				rec.SetCondition(now, CondVMStarted, true, "Running", "the VirtualMachineInstance is Running on node "+vmi.Status.NodeName)
+				rec.SetCondition(now, record.CondVMStarted, true, "Running", "the VirtualMachineInstance is Running on node "+vmi.Status.NodeName)
 				return nil
 			case kubevirtv1.Failed, kubevirtv1.Succeeded:
 				return transient("VMIStopped", fmt.Sprintf("the VirtualMachineInstance %s/%s is %s", ns, name, phase), nil)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
@@ -91,7 +92,7 @@ func TestUploadInterruptedIsSentAgain(t *testing.T) {
 		})
 	}
 	rec, err := e.engine(cut).Run(e.ctx(60*time.Second), spec)
-	if err == nil && rec.Phase == engine.PhaseCompleted && calls.Load() == 1 {
+	if err == nil && rec.Phase == record.PhaseCompleted && calls.Load() == 1 {
 		t.Fatalf("the first run completed although its upload was cut off")
 	}
 	rec = e.mustComplete(e.engine(cut), spec)
@@ -145,7 +146,7 @@ func TestUploadProxyCertificateNameStops(t *testing.T) {
 	spec.Transport.UploadProxyServerName = ""
 	_, err := e.engine().Run(e.ctx(60*time.Second), spec)
 	se := stopErr(t, err)
-	if se.State != engine.PhaseManualInterventionRequired || se.Reason != "UploadProxyCertificateName" || se.Field != engine.FieldUploadProxyName ||
+	if se.State != record.PhaseManualInterventionRequired || se.Reason != "UploadProxyCertificateName" || se.Field != engine.FieldUploadProxyName ||
 		!strings.Contains(se.Message, "does not name 127.0.0.1") || !strings.Contains(se.Message, e.sim.UploadProxyServerName()) ||
 		!strings.Contains(se.Action, "upload_proxy_server_name") {
 		t.Errorf("stop %s %s %q: %s; %s", se.State, se.Reason, se.Field, se.Message, se.Action)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"strings"
 )
 
@@ -23,7 +24,7 @@ func (r *run) stepValidate(ctx context.Context) error {
 	rec := r.rec()
 	rec.Preflight = nil
 	for _, c := range p.Checks.Checks {
-		rec.Preflight = append(rec.Preflight, CheckResult{ID: c.ID, Severity: string(c.Severity), Passed: c.Passed, Message: c.Message, Time: now})
+		rec.Preflight = append(rec.Preflight, record.CheckResult{ID: c.ID, Severity: string(c.Severity), Passed: c.Passed, Message: c.Message, Time: now})
 	}
 	var blockers []string
 	for _, c := range p.Blockers() {
@@ -31,7 +32,7 @@ func (r *run) stepValidate(ctx context.Context) error {
 	}
 	if len(blockers) > 0 {
 		msg := "pre-flight checks failed: " + strings.Join(blockers, " ")
-		rec.SetCondition(now, CondValidated, false, "ChecksFailed", msg)
+		rec.SetCondition(now, record.CondValidated, false, "ChecksFailed", msg)
 		return onField(FieldSource, needsHuman("PreflightFailed", msg, "fix what the checks report, then run apply again", nil))
 	}
 	// Claim the source before anything acts on it: of two migrations of
@@ -40,6 +41,6 @@ func (r *run) stepValidate(ctx context.Context) error {
 		return err
 	}
 	stamp(&rec.Timestamps.Validated, now)
-	rec.SetCondition(now, CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(p.Checks.Checks)))
+	rec.SetCondition(now, record.CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(p.Checks.Checks)))
 	return nil
 }

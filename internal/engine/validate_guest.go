@@ -23,12 +23,12 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 	rec := r.rec()
 	now := r.now()
 	if !r.spec.startsVM() {
-		rec.Validation = []CheckResult{{ID: "vmi_running", Passed: true, Time: now, Message: "skipped: runStrategy " + r.spec.RunStrategy + " leaves the VM stopped"}}
-		rec.SetCondition(now, CondGuestReady, false, "NotStarted", "the VM is not running, so the guest was not checked")
+		rec.Validation = []record.CheckResult{{ID: "vmi_running", Passed: true, Time: now, Message: "skipped: runStrategy " + r.spec.RunStrategy + " leaves the VM stopped"}}
+		rec.SetCondition(now, record.CondGuestReady, false, "NotStarted", "the VM is not running, so the guest was not checked")
 		return nil
 	}
 	deadline := time.Now().Add(r.spec.Validation.Timeout)
-	var results []CheckResult
+	var results []record.CheckResult
 	var lastConsole time.Time
 	// Where the cluster does not log the console, a guest that cannot
 	// boot is only found when the checks time out: say so in the evidence
@@ -72,7 +72,7 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 		results = append(results, *noConsole)
 	}
 	rec.Validation = results
-	rec.SetCondition(r.now(), CondGuestReady, true, "ChecksPassed", fmt.Sprintf("%d check(s) passed", n))
+	rec.SetCondition(r.now(), record.CondGuestReady, true, "ChecksPassed", fmt.Sprintf("%d check(s) passed", n))
 	return nil
 }
 
@@ -87,7 +87,7 @@ const CheckConsoleLog = "console_log"
 // spec.domain.devices.logSerialConsole=false leave its virt-launcher pod
 // without a guest-console-log container. Nil when it is logged, or when
 // that cannot be told now (the console is then read as usual).
-func (r *run) consoleNotLogged(ctx context.Context) *CheckResult {
+func (r *run) consoleNotLogged(ctx context.Context) *record.CheckResult {
 	_, err := r.e.deps.Kube.GuestConsoleTail(ctx, r.spec.Namespace, r.spec.Name, 1)
 	if !errors.Is(err, kube.ErrConsoleNotLogged) {
 		return nil
@@ -96,7 +96,7 @@ func (r *run) consoleNotLogged(ctx context.Context) *CheckResult {
 		"only when the checks time out after %s. To have boot failures found at once, set spec.domain.devices.logSerialConsole: true on the VM "+
 		"or remove disableSerialConsoleLog from the KubeVirt CR's spec.configuration.virtualMachineOptions", err, r.spec.Validation.Timeout)
 	r.report(ctx, Event{Kind: EventInfo, Message: "warning: " + msg})
-	return &CheckResult{ID: CheckConsoleLog, Severity: "warning", Passed: false, Message: record.TruncateMessage(msg, MaxErrorMessageBytes), Time: r.now()}
+	return &record.CheckResult{ID: CheckConsoleLog, Severity: "warning", Passed: false, Message: record.TruncateMessage(msg, record.MaxErrorMessageBytes), Time: r.now()}
 }
 
 // consoleReadInterval is how often Validating reads a guest's console while
@@ -134,12 +134,12 @@ func (r *run) guestConsole(ctx context.Context) (tail, bootFailed string) {
 
 // guestNotReady stops Validating: the checks did not pass in time, or the
 // console shows the guest cannot boot. The console's end is the evidence.
-func (r *run) guestNotReady(results []CheckResult, failed, tail, bootFailed string) error {
+func (r *run) guestNotReady(results []record.CheckResult, failed, tail, bootFailed string) error {
 	rec := r.rec()
 	now := r.now()
 	if tail != "" {
-		results = append(results, CheckResult{ID: "guest_console", Passed: bootFailed == "", Time: now,
-			Message: record.TruncateMessage(tail, MaxErrorMessageBytes)})
+		results = append(results, record.CheckResult{ID: "guest_console", Passed: bootFailed == "", Time: now,
+			Message: record.TruncateMessage(tail, record.MaxErrorMessageBytes)})
 	}
 	rec.Validation = results
 	msg := fmt.Sprintf("the VM runs but %s failed within %s", failed, r.spec.Validation.Timeout)
@@ -162,17 +162,17 @@ func (r *run) guestNotReady(results []CheckResult, failed, tail, bootFailed stri
 			msg += "; " + c.Message
 		}
 	}
-	rec.SetCondition(now, CondGuestReady, false, "ChecksFailed", record.TruncateMessage(msg, MaxErrorMessageBytes))
+	rec.SetCondition(now, record.CondGuestReady, false, "ChecksFailed", record.TruncateMessage(msg, record.MaxErrorMessageBytes))
 	return needsHuman("ValidationFailed", msg, action, nil)
 }
 
 // checkGuest runs every configured check once.
-func (r *run) checkGuest(ctx context.Context) []CheckResult {
+func (r *run) checkGuest(ctx context.Context) []record.CheckResult {
 	now := r.now()
 	v := r.spec.Validation
-	var out []CheckResult
+	var out []record.CheckResult
 	add := func(id string, ok bool, msg string) {
-		out = append(out, CheckResult{ID: id, Passed: ok, Message: msg, Time: now})
+		out = append(out, record.CheckResult{ID: id, Passed: ok, Message: msg, Time: now})
 	}
 	vmi, err := r.e.deps.Kube.GetVirtualMachineInstance(ctx, r.spec.Namespace, r.spec.Name)
 	if err != nil {

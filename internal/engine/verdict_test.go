@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -132,7 +133,7 @@ func TestPlanAndApplyVerdictsAgree(t *testing.T) {
 			}
 			if len(plan.Blockers()) > 0 {
 				var se *engine.StopError
-				if !errors.As(runErr, &se) || se.Phase != engine.PhaseValidated || se.Reason != "PreflightFailed" {
+				if !errors.As(runErr, &se) || se.Phase != record.PhaseValidated || se.Reason != "PreflightFailed" {
 					t.Fatalf("apply = %v, want a stop at Validated for the plan's blockers", runErr)
 				}
 				if rec.PowerOff != nil {
@@ -140,7 +141,7 @@ func TestPlanAndApplyVerdictsAgree(t *testing.T) {
 				}
 				return
 			}
-			if runErr != nil || rec.Phase != engine.PhaseCompleted {
+			if runErr != nil || rec.Phase != record.PhaseCompleted {
 				t.Fatalf("apply = %v in %s; the plan found no blocker", runErr, rec.Phase)
 			}
 		})

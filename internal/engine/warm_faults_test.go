@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
@@ -63,7 +64,7 @@ func TestWarmResumesAfterInterruptions(t *testing.T) {
 	spec := e.spec("resumewarm", "resumewarm")
 	spec.Mode = engine.ModeWarm
 
-	run := func(stopAt func(engine.Event) bool, write func()) (engine.Record, error) {
+	run := func(stopAt func(engine.Event) bool, write func()) (record.Record, error) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		hook := func(ev engine.Event) {
@@ -79,7 +80,7 @@ func TestWarmResumesAfterInterruptions(t *testing.T) {
 		defer e.onEvent.Store(nil)
 		return e.engine().Run(ctx, spec)
 	}
-	interrupted := func(err error, phase engine.Phase) {
+	interrupted := func(err error, phase record.Phase) {
 		t.Helper()
 		var se *engine.StopError
 		if !errors.As(err, &se) || se.State != engine.StateInterrupted || se.Phase != phase {
@@ -90,9 +91,9 @@ func TestWarmResumesAfterInterruptions(t *testing.T) {
 	_, err := run(func(ev engine.Event) bool {
 		return ev.Kind == engine.EventProgress && strings.HasPrefix(ev.Message, "precopy:") && ev.BytesDone >= 4<<20
 	}, func() { m.write(t, e.host, id, node, 1<<20, 16<<10, 7) })
-	interrupted(err, engine.PhasePreparing)
+	interrupted(err, record.PhasePreparing)
 	_, err = run(func(ev engine.Event) bool { return strings.HasPrefix(ev.Message, "cutover:") }, nil)
-	interrupted(err, engine.PhasePreparing)
+	interrupted(err, record.PhasePreparing)
 	e.host.SetCommandDelay(0)
 	rec := e.mustComplete(e.engine(), spec)
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
@@ -79,7 +80,7 @@ func addSat(a, b int64) int64 {
 // folder (none for a cold migration). A host that cannot tell its
 // datastores' free space makes it a warning: the space is then not
 // checked.
-func (e *Engine) warmSpaceCheck(ctx context.Context, s Spec, vm *esxi.VM, w *WarmEvidence) []preflight.Check {
+func (e *Engine) warmSpaceCheck(ctx context.Context, s Spec, vm *esxi.VM, w *record.WarmEvidence) []preflight.Check {
 	if !s.warm() {
 		return nil
 	}
@@ -142,7 +143,7 @@ func WarmDeltaFolder(vm *esxi.VM) string {
 // their files copied) and not removed, else, without a record, the
 // migration's snapshots in the VM's tree. A precopy that stopped early
 // takes no more.
-func (s Spec) warmRoundsLeft(vm *esxi.VM, w *WarmEvidence) (left, taken int) {
+func (s Spec) warmRoundsLeft(vm *esxi.VM, w *record.WarmEvidence) (left, taken int) {
 	rounds := s.PrecopyRounds
 	if w != nil {
 		rounds = w.Rounds

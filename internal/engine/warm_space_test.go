@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -120,7 +121,7 @@ func TestWarmDatastoreSpaceVerdict(t *testing.T) {
 			}
 			if c.fails {
 				var se *engine.StopError
-				if !errors.As(runErr, &se) || se.Phase != engine.PhaseValidated || se.Reason != "PreflightFailed" {
+				if !errors.As(runErr, &se) || se.Phase != record.PhaseValidated || se.Reason != "PreflightFailed" {
 					t.Fatalf("apply = %v, want a stop at Validated", runErr)
 				}
 				if rec.PowerOff != nil || rec.Warm != nil && len(rec.Warm.Snapshots) > 0 || len(e.host.SnapshotEvents()) != 0 {
@@ -128,7 +129,7 @@ func TestWarmDatastoreSpaceVerdict(t *testing.T) {
 				}
 				return
 			}
-			if runErr != nil || rec.Phase != engine.PhaseCompleted {
+			if runErr != nil || rec.Phase != record.PhaseCompleted {
 				t.Fatalf("apply = %v in %s", runErr, rec.Phase)
 			}
 		})

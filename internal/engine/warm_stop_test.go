@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
 
 // snapshotCreates counts the snapshots the host took for VM id.
@@ -78,7 +79,7 @@ func TestWarmPrecopyStopsEarlyWhenADeltaIsSmall(t *testing.T) {
 	if st.Round != 2 || st.Limit != engine.DefaultPrecopyStopBytes || st.Bytes != w.Snapshots[1].CopiedBytes || st.Bytes <= 0 || st.Bytes > st.Limit {
 		t.Errorf("stop %+v, round 2 copied %d", st, w.Snapshots[1].CopiedBytes)
 	}
-	if st.Renamed != len(st.Renames) || len(st.Renames) != 2 || st.Renames[0] != (engine.WarmRename{Disk: 0, From: 3, To: 1}) {
+	if st.Renamed != len(st.Renames) || len(st.Renames) != 2 || st.Renames[0] != (record.WarmRename{Disk: 0, From: 3, To: 1}) {
 		t.Errorf("renames %+v (%d done), want links 3,4 moved to 1,2", st.Renames, st.Renamed)
 	}
 	if len(rec.Disks[0].Chain) == 0 || w.CutoverBytes <= 0 || w.CutoverBytes > warmCapacity/8 {

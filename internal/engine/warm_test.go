@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
@@ -155,7 +156,7 @@ func TestWarmMigrationCopiesTheLastDeltaOffline(t *testing.T) {
 					}
 				}
 			})
-		case ev.Phase == engine.PhaseConverting:
+		case ev.Phase == record.PhaseConverting:
 			once("converting", func() {
 				mu.Lock()
 				offBytes = e.host.Stats().StdoutBytes

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 )
 
@@ -168,19 +169,19 @@ func TestWarmStopAfter(t *testing.T) {
 		{4, 2, 0, 0, false},    // 0: every round
 		{2, 2, 100, 10, false}, // the last round: nothing to stop
 	} {
-		w := &WarmEvidence{Rounds: tc.rounds, StopBytes: &tc.limit}
+		w := &record.WarmEvidence{Rounds: tc.rounds, StopBytes: &tc.limit}
 		st := warmStopAfter(w, tc.k, tc.bytes, vm, 2)
 		if (st != nil) != tc.stop {
 			t.Errorf("%+v: stop %+v", tc, st)
 		}
 	}
-	if st := warmStopAfter((&WarmEvidence{Rounds: 4}), 2, 10, vm, 2); st != nil {
+	if st := warmStopAfter((&record.WarmEvidence{Rounds: 4}), 2, 10, vm, 2); st != nil {
 		t.Errorf("a record without the limit (a precopy begun before it existed) stops: %+v", st)
 	}
 	limit := int64(100)
-	w := &WarmEvidence{Rounds: 5, StopBytes: &limit}
+	w := &record.WarmEvidence{Rounds: 5, StopBytes: &limit}
 	st := warmStopAfter(w, 2, 50, vm, 2)
-	want := []WarmRename{{Disk: 0, From: 4, To: 1}, {Disk: 0, From: 5, To: 2}, {Disk: 1, From: 4, To: 1}, {Disk: 1, From: 5, To: 2}, {Disk: 1, From: 6, To: 3}}
+	want := []record.WarmRename{{Disk: 0, From: 4, To: 1}, {Disk: 0, From: 5, To: 2}, {Disk: 1, From: 4, To: 1}, {Disk: 1, From: 5, To: 2}, {Disk: 1, From: 6, To: 3}}
 	if st == nil || st.Round != 2 || st.Bytes != 50 || st.Limit != 100 || !slices.Equal(st.Renames, want) {
 		t.Fatalf("stop %+v, want renames %+v", st, want)
 	}
@@ -194,7 +195,7 @@ func TestWarmStopAfter(t *testing.T) {
 // renamed: running the recorded moves again from the first not counted
 // done leaves every file under its final link, none lost or overwritten.
 func TestMoveChainLinkResumes(t *testing.T) {
-	moves := []WarmRename{{Disk: 0, From: 3, To: 1}, {Disk: 0, From: 4, To: 2}, {Disk: 0, From: 5, To: 3}}
+	moves := []record.WarmRename{{Disk: 0, From: 3, To: 1}, {Disk: 0, From: 4, To: 2}, {Disk: 0, From: 5, To: 3}}
 	content := func(link int) map[string]string {
 		return map[string]string{
 			fmt.Sprintf("disk-0-link-%d-extent-0", link):         fmt.Sprintf("data %d", link),
@@ -256,15 +257,15 @@ func TestWarmRoundsLeft(t *testing.T) {
 	tree := &esxi.VM{Snapshots: []esxi.Snapshot{{Name: "theirs", Children: []esxi.Snapshot{{Name: s.warmSnapshotName(1)}}}}}
 	for _, tc := range []struct {
 		name        string
-		w           *WarmEvidence
+		w           *record.WarmEvidence
 		left, taken int
 	}{
 		{"no record, own snapshot in the tree", nil, 3, 1},
-		{"record, nothing taken", &WarmEvidence{Rounds: 4}, 4, 0},
-		{"intent only", &WarmEvidence{Rounds: 4, Snapshots: []WarmSnapshot{{Round: 1}}}, 4, 0},
-		{"two taken", &WarmEvidence{Rounds: 4, Snapshots: []WarmSnapshot{{Round: 1, ID: 5, Copied: true}, {Round: 2, ID: 6}}}, 2, 2},
-		{"stopped after two", &WarmEvidence{Rounds: 4, Stopped: &WarmStop{Round: 2}, Snapshots: []WarmSnapshot{{Round: 1, ID: 5, Copied: true}, {Round: 2, ID: 6, Copied: true}}}, 0, 2},
-		{"removed", &WarmEvidence{Rounds: 4, Snapshots: []WarmSnapshot{{Round: 1, ID: 5, Copied: true, Removed: true}}}, 4, 0},
+		{"record, nothing taken", &record.WarmEvidence{Rounds: 4}, 4, 0},
+		{"intent only", &record.WarmEvidence{Rounds: 4, Snapshots: []record.WarmSnapshot{{Round: 1}}}, 4, 0},
+		{"two taken", &record.WarmEvidence{Rounds: 4, Snapshots: []record.WarmSnapshot{{Round: 1, ID: 5, Copied: true}, {Round: 2, ID: 6}}}, 2, 2},
+		{"stopped after two", &record.WarmEvidence{Rounds: 4, Stopped: &record.WarmStop{Round: 2}, Snapshots: []record.WarmSnapshot{{Round: 1, ID: 5, Copied: true}, {Round: 2, ID: 6, Copied: true}}}, 0, 2},
+		{"removed", &record.WarmEvidence{Rounds: 4, Snapshots: []record.WarmSnapshot{{Round: 1, ID: 5, Copied: true, Removed: true}}}, 4, 0},
 	} {
 		if left, taken := s.warmRoundsLeft(tree, tc.w); left != tc.left || taken != tc.taken {
 			t.Errorf("%s: left %d taken %d, want %d %d", tc.name, left, taken, tc.left, tc.taken)

@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
@@ -195,7 +195,7 @@ data "vmmigration_esxi_vm" "chained" {
 							return fmt.Errorf("%s recorded twice", f.SourcePath)
 						}
 						seen[f.SourcePath] = true
-						if f.Kind == engine.ChainFileDescriptor && f.CID != fmt.Sprintf("%08x", ch.Links[f.Link].CID) {
+						if f.Kind == record.ChainFileDescriptor && f.CID != fmt.Sprintf("%08x", ch.Links[f.Link].CID) {
 							return fmt.Errorf("descriptor %s: recorded CID %s, want %08x", f.SourcePath, f.CID, ch.Links[f.Link].CID)
 						}
 					}

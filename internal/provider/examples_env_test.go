@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -132,7 +132,7 @@ func tfOutputs(t *testing.T, w *acctest.Workdir) map[string]json.RawMessage {
 
 // records returns the migration records of the environment's namespace,
 // by destination name.
-func (e *migrationEnv) records(t *testing.T) map[string]engine.Record {
+func (e *migrationEnv) records(t *testing.T) map[string]record.Record {
 	t.Helper()
 	return e.cluster.Records(t, e.namespace)
 }
@@ -150,7 +150,7 @@ func (e *migrationEnv) addGuestVM(t *testing.T, name, mac string, diskBytes int6
 
 // completed fails the test unless every named migration's record is
 // Completed with the source's checksums.
-func (e *migrationEnv) completed(t *testing.T, recs map[string]engine.Record, files map[string]*esxisim.VMFiles) {
+func (e *migrationEnv) completed(t *testing.T, recs map[string]record.Record, files map[string]*esxisim.VMFiles) {
 	t.Helper()
 	for name, f := range files {
 		rec, ok := recs[name]
@@ -158,7 +158,7 @@ func (e *migrationEnv) completed(t *testing.T, recs map[string]engine.Record, fi
 			t.Errorf("%s: no migration record", name)
 			continue
 		}
-		if rec.Phase != engine.PhaseCompleted {
+		if rec.Phase != record.PhaseCompleted {
 			t.Errorf("%s: phase %s, want Completed", name, rec.Phase)
 			continue
 		}
@@ -187,7 +187,7 @@ type span struct {
 // to cover every dd read of its disks that the simulated host logged (the
 // copy runs inside that window too). Two sources, the provider's record and
 // the host's own log, so that neither alone decides the answer.
-func hostSpans(t *testing.T, recs map[string]engine.Record, log []esxisim.LoggedCommand, flats map[string]string) []span {
+func hostSpans(t *testing.T, recs map[string]record.Record, log []esxisim.LoggedCommand, flats map[string]string) []span {
 	t.Helper()
 	var out []span
 	for name, rec := range recs {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -46,7 +46,7 @@ func TestAccExampleSingle(t *testing.T) {
 	if err := json.Unmarshal(outs["vm"], &vm); err != nil {
 		t.Fatal(err)
 	}
-	if vm.ID != e.namespace+"/web-01" || vm.PowerOffAction != engine.PowerActionGraceful {
+	if vm.ID != e.namespace+"/web-01" || vm.PowerOffAction != record.PowerActionGraceful {
 		t.Errorf("output vm = %s: want id %s/web-01 and power_off_action graceful", outs["vm"], e.namespace)
 	}
 	if st, err := e.host.PowerState(vmid); err != nil || st != esxisim.PoweredOff {
@@ -55,7 +55,7 @@ func TestAccExampleSingle(t *testing.T) {
 	recs := e.records(t)
 	e.completed(t, recs, map[string]*esxisim.VMFiles{"web-01": files})
 	rec := recs["web-01"]
-	if c, ok := rec.Condition(engine.CondGuestReady); !ok || !c.Status {
+	if c, ok := rec.Condition(record.CondGuestReady); !ok || !c.Status {
 		t.Errorf("GuestReady condition %+v, want True (validation ran)", c)
 	}
 	if e.cluster.VM(t, e.namespace, "web-01").Labels["migrated-from"] != "esxi-a" {

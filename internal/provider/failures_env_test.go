@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -91,7 +91,7 @@ func (e *migrationEnv) record(t *testing.T, name string) acctest.Checkpoint {
 
 // expectStopped checks that the checkpoint record exists and is stopped in
 // state, with phase as the checkpoint it stopped in.
-func (e *migrationEnv) expectStopped(t *testing.T, name string, state, phase engine.Phase, reason string) engine.Record {
+func (e *migrationEnv) expectStopped(t *testing.T, name string, state, phase record.Phase, reason string) record.Record {
 	t.Helper()
 	rec := e.record(t, name).Record
 	if rec.Phase != state || rec.RetryPhase != phase || rec.Reason != reason {

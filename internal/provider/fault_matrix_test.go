@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -21,7 +22,7 @@ type faultCase struct {
 	// killAt SIGKILLs Terraform and the provider once the record reaches
 	// this phase (or, with killOnCommand, once the host ran a command
 	// containing it); "" lets the first apply run to its end.
-	killAt        engine.Phase
+	killAt        record.Phase
 	killOnCommand string
 	// inject arms a fault before the first apply; heal, if set, runs once
 	// the first apply has ended (or been killed).
@@ -45,14 +46,14 @@ type faultCase struct {
 func TestAccFaultMatrix(t *testing.T) {
 	acctest.PreCheck(t)
 	cases := []faultCase{
-		{name: "SIGKILL at Discovering", killAt: engine.PhaseDiscovering, slow: 150 * time.Millisecond},
-		{name: "SIGKILL at Validated", killAt: engine.PhaseValidated, slow: 150 * time.Millisecond},
+		{name: "SIGKILL at Discovering", killAt: record.PhaseDiscovering, slow: 150 * time.Millisecond},
+		{name: "SIGKILL at Validated", killAt: record.PhaseValidated, slow: 150 * time.Millisecond},
 		{name: "SIGKILL in the power-off window", killOnCommand: "power.shutdown"},
 		{name: "SIGKILL mid-copy", killOnCommand: "dd 'if=", slow: 300 * time.Millisecond},
-		{name: "SIGKILL at Converting", killAt: engine.PhaseConverting},
-		{name: "SIGKILL during the upload (Importing)", killAt: engine.PhaseImporting},
-		{name: "SIGKILL at CreatingVM", killAt: engine.PhaseCreatingVM},
-		{name: "SIGKILL at Starting", killAt: engine.PhaseStarting},
+		{name: "SIGKILL at Converting", killAt: record.PhaseConverting},
+		{name: "SIGKILL during the upload (Importing)", killAt: record.PhaseImporting},
+		{name: "SIGKILL at CreatingVM", killAt: record.PhaseCreatingVM},
+		{name: "SIGKILL at Starting", killAt: record.PhaseStarting},
 		{name: "connection dropped once mid-copy", inject: func(e *migrationEnv) { e.host.DropAfterBytes(3 * mib) }},
 		// Four reads in a row lose their answer after the host read the
 		// disk, then the link is healthy again.
@@ -146,7 +147,7 @@ func runFaultCase(t *testing.T, c faultCase) string {
 			return slices.Index(order, phase) >= slices.Index(order, c.killAt)
 		}
 		firstErr = killApplyWhen(t, cmd, exited, out, reached)
-		if rec := e.cluster.Record(t, e.namespace, "fm").Record; rec.Phase == engine.PhaseCompleted {
+		if rec := e.cluster.Record(t, e.namespace, "fm").Record; rec.Phase == record.PhaseCompleted {
 			t.Fatalf("the migration completed before the kill; the row proves nothing")
 		}
 		// The killed run's lease would expire after its 45 s; pass that
@@ -170,7 +171,7 @@ func runFaultCase(t *testing.T, c faultCase) string {
 
 	// Completed, with the source's bytes at the destination.
 	rec := e.cluster.Record(t, e.namespace, "fm").Record
-	if rec.Phase != engine.PhaseCompleted {
+	if rec.Phase != record.PhaseCompleted {
 		t.Errorf("phase %s, want Completed", rec.Phase)
 	}
 	got, ok := e.sim.ReceivedSHA256(e.namespace, "fm-disk-0")
@@ -211,8 +212,8 @@ func runFaultCase(t *testing.T, c faultCase) string {
 	return fmt.Sprintf("%-48s | %-9d | %-7s | %-9d | %d / %-5d | %-10d | %s", c.name, applies, shortPhase(rec.Phase), powerOffs, len(dvs), len(vms), reread/mib, sha)
 }
 
-func shortPhase(p engine.Phase) string {
-	if p == engine.PhaseCompleted {
+func shortPhase(p record.Phase) string {
+	if p == record.PhaseCompleted {
 		return "done"
 	}
 	return string(p)

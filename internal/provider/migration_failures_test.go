@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
@@ -37,14 +37,14 @@ func TestAccMigrationFailureRetryableRecovers(t *testing.T) {
 					`.*deleted it so that the next attempt recreates it`)),
 				func(*terraform.State) error {
 					rec := e.record(t, "r1").Record
-					var importing []engine.ErrorEntry
+					var importing []record.ErrorEntry
 					for _, h := range rec.Errors {
 						t.Logf("error entry: %s attempt %d (%s, reason %s): %s", h.Phase, h.Attempt, h.Class, h.Reason, h.Message)
-						if h.Phase == engine.PhaseImporting {
+						if h.Phase == record.PhaseImporting {
 							importing = append(importing, h)
 						}
 					}
-					if len(importing) != 1 || importing[0].Reason != "DataVolumeFailed" || importing[0].Class != engine.ClassTransient {
+					if len(importing) != 1 || importing[0].Reason != "DataVolumeFailed" || importing[0].Class != record.ClassTransient {
 						return fmt.Errorf("record errors %+v, want one transient DataVolumeFailed entry in Importing", rec.Errors)
 					}
 					// The evicted DataVolume was replaced, not duplicated.
@@ -87,7 +87,7 @@ func TestAccMigrationFailureRetriesExhaustedThenReset(t *testing.T) {
 				// by itself: same error, and the host is not contacted.
 				PreConfig: func() {
 					e.host.FailVimCmd(0, esxisim.VimLoginReset)
-					rec := e.expectStopped(t, "h1", engine.PhaseFailed, engine.PhaseDiscovering, "RetriesExhausted")
+					rec := e.expectStopped(t, "h1", record.PhaseFailed, record.PhaseDiscovering, "RetriesExhausted")
 					if rec.Attempts != 2 {
 						t.Errorf("record attempts %d, want 2", rec.Attempts)
 					}
@@ -103,7 +103,7 @@ func TestAccMigrationFailureRetriesExhaustedThenReset(t *testing.T) {
 					if n := len(e.host.Commands()) - hostCmds; n != 0 {
 						t.Errorf("applying a Failed migration sent %d commands to the host, want none", n)
 					}
-					e.expectStopped(t, "h1", engine.PhaseFailed, engine.PhaseDiscovering, "RetriesExhausted")
+					e.expectStopped(t, "h1", record.PhaseFailed, record.PhaseDiscovering, "RetriesExhausted")
 					e.resetFailed(t, "h1")
 				},
 				Config:           cfg,
@@ -158,7 +158,7 @@ func TestAccMigrationFailureImportExhaustedThenReset(t *testing.T) {
 			{
 				// Failed is terminal: the same message again, nothing done.
 				PreConfig: func() {
-					e.expectStopped(t, "x1", engine.PhaseFailed, engine.PhaseImporting, "RetriesExhausted")
+					e.expectStopped(t, "x1", record.PhaseFailed, record.PhaseImporting, "RetriesExhausted")
 				},
 				Config:           cfg,
 				ConfigPlanChecks: plansCreate(addr),

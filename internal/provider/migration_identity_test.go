@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
 
@@ -60,7 +60,7 @@ func TestAccMigrationKeepsFirmwareIdentity(t *testing.T) {
 	same("after a second apply")
 
 	run(0, "state", "rm", "vmmigration_migration.ident")
-	e.cluster.RewindRecord(t, e.namespace, "ident", engine.PhaseCreatingVM)
+	e.cluster.RewindRecord(t, e.namespace, "ident", record.PhaseCreatingVM)
 	run(0, "apply", "-auto-approve", "-input=false")
 	run(0, "plan", "-detailed-exitcode", "-input=false")
 	same("after an apply that resumed at CreatingVM")

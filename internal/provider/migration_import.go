@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
 )
 
@@ -83,7 +84,7 @@ func fillImported(m *migrationModel, obs engine.Observation) diag.Diagnostics {
 
 // importedStorage fills the destination's storage attributes from the
 // first disk's DataVolume, or the defaults where it says nothing.
-func importedStorage(d *destModel, rec *engine.Record, dvs []engine.DataVolumeObservation) {
+func importedStorage(d *destModel, rec *record.Record, dvs []engine.DataVolumeObservation) {
 	d.StorageClass = types.StringValue("")
 	d.AccessMode, d.VolumeMode = types.StringValue(engine.DefaultAccessMode), types.StringValue(engine.DefaultVolumeMode)
 	if len(rec.Disks) == 0 {
@@ -108,7 +109,7 @@ func importedStorage(d *destModel, rec *engine.Record, dvs []engine.DataVolumeOb
 // importedVM fills the destination's device, network and label attributes
 // from the VirtualMachine when it is the migration's, or the defaults of
 // the conversion.
-func importedVM(d *destModel, rec *engine.Record, vm engine.VMObservation, conv string) {
+func importedVM(d *destModel, rec *record.Record, vm engine.VMObservation, conv string) {
 	d.DiskBus, d.RunStrategy = types.StringValue(engine.DefaultDiskBus(conv)), types.StringValue(engine.DefaultRunStrategy)
 	d.NICModel, d.Timezone = types.StringValue(engine.DefaultNICModel(conv)), types.StringValue(engine.DefaultTimezone)
 	if !vm.Exists || !vm.Ours {
@@ -151,7 +152,7 @@ func setIfObserved(attr *types.String, observed string) {
 
 // importedRecordAttributes fills what the record itself says (format,
 // mode, power-off policy) and the defaults of what it does not keep.
-func importedRecordAttributes(m *migrationModel, rec *engine.Record) {
+func importedRecordAttributes(m *migrationModel, rec *record.Record) {
 	m.TargetFormat = types.StringValue(engine.DefaultTargetFormat)
 	if len(rec.Disks) > 0 && rec.Disks[0].ArtifactFormat != "" {
 		m.TargetFormat = types.StringValue(rec.Disks[0].ArtifactFormat)
@@ -177,7 +178,7 @@ func importedRecordAttributes(m *migrationModel, rec *engine.Record) {
 // sourceNICOf is the source NIC behind the VM's i-th network: the one
 // whose MAC address its interface carries, else the i-th (the provider
 // renders them in order; a VM made by another tool may not).
-func sourceNICOf(nics []engine.SourceNIC, n engine.NetworkObservation, i int) *engine.SourceNIC {
+func sourceNICOf(nics []record.SourceNIC, n engine.NetworkObservation, i int) *record.SourceNIC {
 	if n.MAC != "" {
 		for j := range nics {
 			if strings.EqualFold(nics[j].MAC, n.MAC) {

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
 
 type migrationModel struct {
@@ -229,7 +230,7 @@ func attributePath(field string) path.Path {
 }
 
 // fromRecord copies the record's evidence into the computed attributes.
-func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag.Diagnostics {
+func (m *migrationModel) fromRecord(ctx context.Context, rec record.Record) diag.Diagnostics {
 	m.ID = types.StringValue(rec.Identity.Namespace + "/" + rec.Identity.Name)
 	m.Phase = types.StringValue(string(rec.Phase))
 	m.SourceVMID = types.Int64Value(int64(rec.Identity.VMID))
@@ -278,7 +279,7 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec engine.Record) diag
 
 // diskEvidence is the disks attribute: each disk's evidence with its
 // snapshot chain's files.
-func diskEvidence(ctx context.Context, recDisks []engine.DiskEvidence) ([]diskEvidenceModel, diag.Diagnostics) {
+func diskEvidence(ctx context.Context, recDisks []record.DiskEvidence) ([]diskEvidenceModel, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	var disks []diskEvidenceModel
 	for _, d := range recDisks {
@@ -308,9 +309,9 @@ func diskEvidence(ctx context.Context, recDisks []engine.DiskEvidence) ([]diskEv
 }
 
 // conditionModels is the conditions attribute, oldest first.
-func conditionModels(cs []engine.Condition) []conditionModel {
+func conditionModels(cs []record.Condition) []conditionModel {
 	var conds []conditionModel
-	sorted := append([]engine.Condition(nil), cs...)
+	sorted := append([]record.Condition(nil), cs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time.Before(sorted[j].Time) })
 	for _, c := range sorted {
 		status := "False"
@@ -331,7 +332,7 @@ var ConversionEvidenceKeys = []string{"tool", "version", "accelerator", "os_type
 
 // conversionEvidenceMap is the conversion_evidence attribute of a record's
 // conversion.
-func conversionEvidenceMap(c *engine.ConversionEvidence) map[string]string {
+func conversionEvidenceMap(c *record.ConversionEvidence) map[string]string {
 	return map[string]string{
 		"tool": c.Tool, "version": c.Version, "accelerator": c.Accelerator,
 		"os_type": c.OS.Type, "os_distro": c.OS.Distro, "os_version": c.OS.Version, "osinfo": c.OS.OSInfo, "firmware": c.OS.Firmware,

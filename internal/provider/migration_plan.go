@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
 
 func (r *migrationResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
@@ -182,7 +183,7 @@ func sourceLabel(s engine.Spec) string {
 // where to which DataVolume is known, the checksums and UIDs are not.
 // Create writes the same values from the record, which Discovering fills
 // from the same inventory.
-func (m *migrationModel) planDisks(disks []engine.DiskEvidence) diag.Diagnostics {
+func (m *migrationModel) planDisks(disks []record.DiskEvidence) diag.Diagnostics {
 	var diags diag.Diagnostics
 	elems := []attr.Value{}
 	for _, d := range disks {

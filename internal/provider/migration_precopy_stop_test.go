@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
 
 // Changing precopy_stop_bytes replaces a migration, as precopy_rounds
@@ -69,15 +70,15 @@ func TestImportPrecopyStopBytes(t *testing.T) {
 	four := int64(4096)
 	for _, tc := range []struct {
 		name string
-		warm *engine.WarmEvidence
+		warm *record.WarmEvidence
 		want int64
 	}{
 		{"cold", nil, engine.DefaultPrecopyStopBytes},
-		{"warm", &engine.WarmEvidence{Rounds: 3, StopBytes: &four}, 4096},
-		{"warm before the attribute", &engine.WarmEvidence{Rounds: 3}, engine.DefaultPrecopyStopBytes},
+		{"warm", &record.WarmEvidence{Rounds: 3, StopBytes: &four}, 4096},
+		{"warm before the attribute", &record.WarmEvidence{Rounds: 3}, engine.DefaultPrecopyStopBytes},
 	} {
 		m := planModel("esxi-a", "web", 0, "apps", "web")
-		fillImported(m, engine.Observation{Record: &engine.Record{Warm: tc.warm}})
+		fillImported(m, engine.Observation{Record: &record.Record{Warm: tc.warm}})
 		if got := m.PrecopyStop; !got.Equal(types.Int64Value(tc.want)) {
 			t.Errorf("%s: precopy_stop_bytes %v, want %d", tc.name, got, tc.want)
 		}

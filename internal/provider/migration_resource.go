@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
 
 var (
@@ -192,7 +193,7 @@ func (r *migrationResource) Read(ctx context.Context, req resource.ReadRequest, 
 	if m.Destination.StorageClass.IsNull() {
 		resp.Diagnostics.Append(fillImported(&m, obs)...)
 	}
-	if vm := obs.VM; vm.Exists && vm.Ours && rec.Phase == engine.PhaseCompleted {
+	if vm := obs.VM; vm.Exists && vm.Ours && rec.Phase == record.PhaseCompleted {
 		m.Destination.RunStrategy = types.StringValue(vm.RunStrategy)
 		if m.Destination.Labels != nil {
 			observed := map[string]types.String{}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
 
 // byConversion defaults an unset attribute from the planned conversion
@@ -252,7 +253,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				Validators: []validator.String{stringvalidator.OneOf(engine.DeletePolicies...)},
 			},
 
-			"phase":       str("Current checkpoint: " + backticked(phaseNames(engine.Phases())) + "; or a stop state: " + backticked(phaseNames(engine.StopPhases)) + "."),
+			"phase":       str("Current checkpoint: " + backticked(phaseNames(engine.Phases())) + "; or a stop state: " + backticked(phaseNames(record.StopPhases)) + "."),
 			"source_vmid": schema.Int64Attribute{Computed: true, MarkdownDescription: "Vmid of the source VM when it was discovered."},
 			"vm_uid":      str("UID of the destination VirtualMachine."),
 			"downtime": str("How long the service was down: from the source powered off to the migrated VM started " +
@@ -260,8 +261,8 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			"guest_os": str("The guest operating system as virt-v2v inspected it, such as `debian 12.15 (debian12)`. Empty before the conversion ran, and with `conversion = \"none\"`."),
 			"conversion_evidence": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "What the guest conversion saw and did: " + backticked(ConversionEvidenceKeys) + ". Empty before it ran."},
-			"power_off_action": str("What powered the source off, recorded once: " + backticked(engine.PowerActions) + "."),
-			"timestamps":       schema.MapAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "RFC 3339 times of the checkpoints reached: " + backticked(engine.TimestampNames) + "."},
+			"power_off_action": str("What powered the source off, recorded once: " + backticked(record.PowerActions) + "."),
+			"timestamps":       schema.MapAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "RFC 3339 times of the checkpoints reached: " + backticked(record.TimestampNames) + "."},
 			"disks": schema.ListNestedAttribute{
 				Computed:            true,
 				MarkdownDescription: "Evidence per disk.",
@@ -295,7 +296,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			},
 			"conditions": schema.ListNestedAttribute{
 				Computed:            true,
-				MarkdownDescription: "Observed conditions: " + backticked(engine.ConditionTypes) + ".",
+				MarkdownDescription: "Observed conditions: " + backticked(record.ConditionTypes) + ".",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"type": str("Condition type."), "status": str("`True`, `False` or `Unknown`."),
 					"reason": str("Machine-readable reason."), "message": str("What was observed."),
@@ -314,7 +315,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 }
 
 // phaseNames spells phases for descriptions.
-func phaseNames(ps []engine.Phase) []string {
+func phaseNames(ps []record.Phase) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = string(p)

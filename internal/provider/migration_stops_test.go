@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
@@ -34,7 +35,7 @@ func TestAccMigrationFailureMissingKVM(t *testing.T) {
 			},
 			{
 				PreConfig: func() {
-					rec := e.expectStopped(t, "k1", engine.PhaseManualInterventionRequired, engine.PhaseStarting, "NoKVM")
+					rec := e.expectStopped(t, "k1", record.PhaseManualInterventionRequired, record.PhaseStarting, "NoKVM")
 					if rec.VM == nil || rec.VM.UID == "" {
 						t.Fatalf("no VM recorded before Starting: %+v", rec.VM)
 					}
@@ -97,7 +98,7 @@ func TestAccMigrationFailureSourceNotFound(t *testing.T) {
 			{
 				PreConfig: func() {
 					e.host.FailVimCmd(0, esxisim.VimLoginReset)
-					e.expectStopped(t, "absent", engine.PhaseFailed, engine.PhaseDiscovering, "RetriesExhausted")
+					e.expectStopped(t, "absent", record.PhaseFailed, record.PhaseDiscovering, "RetriesExhausted")
 					e.resetFailed(t, "absent")
 				},
 				Config:           absent,
@@ -111,8 +112,8 @@ func TestAccMigrationFailureSourceNotFound(t *testing.T) {
 			notInState(addr),
 			{
 				PreConfig: func() {
-					rec := e.expectStopped(t, "absent", engine.PhaseFailed, engine.PhaseDiscovering, "SourceVMNotFound")
-					if last := rec.Errors[len(rec.Errors)-1]; last.Class != engine.ClassPermanent || last.Reason != "SourceVMNotFound" {
+					rec := e.expectStopped(t, "absent", record.PhaseFailed, record.PhaseDiscovering, "SourceVMNotFound")
+					if last := rec.Errors[len(rec.Errors)-1]; last.Class != record.ClassPermanent || last.Reason != "SourceVMNotFound" {
 						t.Errorf("last error entry %+v, want a permanent SourceVMNotFound (no retries)", last)
 					}
 					if n := e.count("power.off") + e.count("power.shutdown") + e.count("power.on"); n != 0 {
@@ -130,7 +131,7 @@ func TestAccMigrationFailureSourceNotFound(t *testing.T) {
 					func(*terraform.State) error {
 						rec := e.record(t, "absent").Record
 						for _, h := range rec.Errors {
-							if h.Reason == "SourceChanged" && h.Class == engine.ClassReentered {
+							if h.Reason == "SourceChanged" && h.Class == record.ClassReentered {
 								return nil
 							}
 						}

@@ -14,6 +14,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
@@ -115,11 +116,11 @@ func TestAccRealGuestWithoutConversionDoesNotBoot(t *testing.T) {
 				`Dropping to a shell!"; the end of its console:`, `(initramfs)`, `set conversion = "virt-v2v" (which migrates it again, installing the virtio drivers)`),
 		}},
 	})
-	rec := e.expectStopped(t, "raw", engine.PhaseManualInterventionRequired, engine.PhaseValidating, "ValidationFailed")
+	rec := e.expectStopped(t, "raw", record.PhaseManualInterventionRequired, record.PhaseValidating, "ValidationFailed")
 	if !strings.Contains(rec.Message, "Dropping to a shell") {
 		t.Errorf("the stop message lacks the console: %q", rec.Message)
 	}
-	var console *engine.CheckResult
+	var console *record.CheckResult
 	for i, c := range rec.Validation {
 		if c.ID == "guest_console" {
 			console = &rec.Validation[i]
@@ -152,8 +153,8 @@ func TestAccRealGuestConsoleNotLogged(t *testing.T) {
 				`the cluster does not log the guest's serial console`, `no guest-console-log container`, `disableSerialConsoleLog`),
 		}},
 	})
-	rec := e.expectStopped(t, "nolog", engine.PhaseManualInterventionRequired, engine.PhaseValidating, "ValidationFailed")
-	var note *engine.CheckResult
+	rec := e.expectStopped(t, "nolog", record.PhaseManualInterventionRequired, record.PhaseValidating, "ValidationFailed")
+	var note *record.CheckResult
 	for i, c := range rec.Validation {
 		if c.ID == engine.CheckConsoleLog {
 			note = &rec.Validation[i]
@@ -181,7 +182,7 @@ func TestAccRealGuestConvertedBoots(t *testing.T) {
 		Steps: []resource.TestStep{{
 			Config: e.guestMigration(t, "conv", "debian-v2v", "", "-", ""),
 			Check: resource.ComposeAggregateTestCheckFunc(
-				resource.TestCheckResourceAttr(addr, "phase", string(engine.PhaseCompleted)),
+				resource.TestCheckResourceAttr(addr, "phase", string(record.PhaseCompleted)),
 				resource.TestCheckResourceAttr(addr, "conversion", engine.ConversionVirtV2V),
 				resource.TestCheckResourceAttr(addr, "destination.disk_bus", "virtio"),
 				resource.TestCheckResourceAttr(addr, "destination.nic_model", "virtio"),

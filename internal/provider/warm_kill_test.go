@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -24,10 +24,10 @@ type warmKillCase struct {
 	name string
 	// reached reports the kill point from the record's warm evidence (and
 	// the snapshots the host took).
-	reached func(e *migrationEnv, rec engine.Record) bool
+	reached func(e *migrationEnv, rec record.Record) bool
 	// writeWhen, if set, has the guest write while the first apply runs,
 	// once the record satisfies it (into the delta of a later round).
-	writeWhen func(rec engine.Record) bool
+	writeWhen func(rec record.Record) bool
 	// writeAfterKill has the guest write after the kill, the VM still
 	// running.
 	writeAfterKill bool
@@ -48,7 +48,7 @@ func TestAccMigrationWarmSurvivesSIGKILL(t *testing.T) {
 	cases := []warmKillCase{
 		{
 			name: "snapshot",
-			reached: func(e *migrationEnv, rec engine.Record) bool {
+			reached: func(e *migrationEnv, rec record.Record) bool {
 				w := rec.Warm
 				return w != nil && len(w.Snapshots) == 1 && w.Snapshots[0].ID == 0 && len(e.host.SnapshotEvents()) == 1
 			},
@@ -56,7 +56,7 @@ func TestAccMigrationWarmSurvivesSIGKILL(t *testing.T) {
 		},
 		{
 			name: "precopy",
-			reached: func(_ *migrationEnv, rec engine.Record) bool {
+			reached: func(_ *migrationEnv, rec record.Record) bool {
 				w := rec.Warm
 				return w != nil && len(w.Snapshots) > 0 && w.Snapshots[0].ID != 0 && !w.Snapshots[0].Copied
 			},
@@ -64,11 +64,11 @@ func TestAccMigrationWarmSurvivesSIGKILL(t *testing.T) {
 		},
 		{
 			name: "cutover",
-			writeWhen: func(rec engine.Record) bool {
+			writeWhen: func(rec record.Record) bool {
 				w := rec.Warm
 				return w != nil && len(w.Snapshots) > 1 && w.Snapshots[1].ID != 0
 			},
-			reached: func(_ *migrationEnv, rec engine.Record) bool {
+			reached: func(_ *migrationEnv, rec record.Record) bool {
 				return rec.Warm != nil && rec.Warm.CutoverStarted != nil
 			},
 		},
@@ -108,9 +108,9 @@ func runWarmKill(t *testing.T, c warmKillCase) {
   precopy_rounds   = 2
   power_off_policy = "graceful"
   shutdown_timeout = "10s"`))
-	record := func() (engine.Record, bool) {
+	readRecord := func() (record.Record, bool) {
 		if !e.cluster.HasRecord(t, e.namespace, name) {
-			return engine.Record{}, false
+			return record.Record{}, false
 		}
 		return e.cluster.Record(t, e.namespace, name).Record, true
 	}
@@ -123,22 +123,22 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 	go func() { exited <- cmd.Wait() }()
 	wrote := c.writeWhen == nil
 	killApplyWhen(t, cmd, exited, out, func() bool {
-		rec, ok := record()
+		rec, ok := readRecord()
 		if ok && !wrote && c.writeWhen(rec) {
 			// The guest changes a block of the base and a new one, into
 			// the delta that is copied at cutover.
 			write(1*mib+4096, 64<<10, 31)
 			write(20*mib, 128<<10, 32)
 			wrote = true
-			if r, _ := record(); r.PowerOff != nil {
+			if r, _ := readRecord(); r.PowerOff != nil {
 				t.Logf("the guest wrote after the power-off was decided (the host still took the writes)")
 			}
 		}
 		return ok && wrote && c.reached(e, rec)
 	})
 	killedAt := time.Since(start)
-	atKill, _ := record()
-	if atKill.Phase == engine.PhaseCompleted {
+	atKill, _ := readRecord()
+	if atKill.Phase == record.PhaseCompleted {
 		t.Fatalf("the migration completed before the kill; the test proves nothing")
 	}
 	if !c.reached(e, atKill) {
@@ -159,8 +159,8 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 	}
 	t.Logf("killed after %s in phase %s (warm %s); the second apply took %s", killedAt.Round(time.Millisecond), atKill.Phase, warmSummary(atKill.Warm), time.Since(again).Round(time.Millisecond))
 
-	rec, _ := record()
-	if rec.Phase != engine.PhaseCompleted {
+	rec, _ := readRecord()
+	if rec.Phase != record.PhaseCompleted {
 		t.Errorf("phase %s, want Completed", rec.Phase)
 	}
 	if rec.Warm == nil || len(rec.Warm.Snapshots) != 2 {
@@ -219,7 +219,7 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 	}
 }
 
-func warmSummary(w *engine.WarmEvidence) string {
+func warmSummary(w *record.WarmEvidence) string {
 	if w == nil {
 		return "none"
 	}

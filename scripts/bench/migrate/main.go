@@ -56,6 +56,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -966,7 +967,7 @@ func sshdConfig(f runFlags) (esxi.HostConfig, error) {
 }
 
 type result struct {
-	rec                                             engine.Record
+	rec                                             record.Record
 	copy, convert, importing, start, downtime, wall time.Duration
 	precopy                                         time.Duration
 	precopyBytes                                    int64
@@ -1050,7 +1051,7 @@ func measure(ctx context.Context, en *engine.Engine, cluster *child, hostCPU fun
 	if err != nil {
 		return result{}, fmt.Errorf("%s: %w", spec.Name, err)
 	}
-	if rec.Phase != engine.PhaseCompleted {
+	if rec.Phase != record.PhaseCompleted {
 		return result{}, fmt.Errorf("%s ended in %s", spec.Name, rec.Phase)
 	}
 	var sent int64
@@ -1087,13 +1088,13 @@ func measure(ctx context.Context, en *engine.Engine, cluster *child, hostCPU fun
 // diskCopySeconds is how long the copy of one disk took: from the source's
 // power-off (the copies of all the VM's disks start then, at once) to its
 // own last report.
-func diskCopySeconds(events []engine.Event, name string, disk int, rec engine.Record) float64 {
+func diskCopySeconds(events []engine.Event, name string, disk int, rec record.Record) float64 {
 	if rec.Timestamps.SourcePoweredOff == nil {
 		return 0
 	}
 	var end time.Time
 	for _, ev := range events {
-		if ev.Name == name && ev.Kind == engine.EventProgress && ev.Phase == engine.PhasePreparing &&
+		if ev.Name == name && ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing &&
 			ev.Disk == disk && ev.BytesDone == ev.BytesTotal {
 			end = ev.Time
 		}
