@@ -76,7 +76,7 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 		if !s.watched(vmi.Namespace) {
 			continue
 		}
-		if owner := metav1.GetControllerOf(vmi); owner != nil && owner.Kind == "VirtualMachine" && !vmUIDs[owner.UID] {
+		if owner := metav1.GetControllerOf(vmi); owner != nil && owner.Kind == "VirtualMachine" && !vmUIDs[owner.UID] && vmi.DeletionTimestamp == nil {
 			// The garbage collector's job: there is no controller-manager.
 			if err := s.cl.Delete(ctx, vmi, client.Preconditions{UID: &vmi.UID}); client.IgnoreNotFound(err) != nil {
 				errs = append(errs, err)
