@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the real kube-apiserver, etcd and CDI upload server used by the tests
-# into .testbin/ (ignored by git). A build is skipped when the binary is present and was built
-# from the same version, so a warm `make test` costs nothing here; a cold build
-# takes 6-8 minutes on 2 cores for the cluster and 10-14 more for the upload
-# server (measured at 13.6 min with the cluster building beside it).
+# Builds the real kube-apiserver, etcd, CDI upload server and KubeVirt admission
+# webhooks used by the tests into .testbin/ (ignored by git). A build is skipped
+# when the binary is present and was built from the same version, so a warm
+# `make test` costs nothing here; a cold build takes 6-8 minutes on 2 cores for
+# the cluster, 10-14 more for the upload server (measured at 13.6 min with the
+# cluster building beside it) and about 5 more for the admission webhooks.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +16,9 @@ kube_minor=37
 etcd_version=v3.6.16
 # CDI's upload server: the version required in tools/cdi-uploadserver/go.mod.
 cdi_version=v1.65.0
+# KubeVirt's admission webhooks: the version required in
+# tools/kubevirt-admission/go.mod.
+kubevirt_version=v1.7.0
 
 # build NAME VERSION LDFLAGS [PACKAGE]: go build PACKAGE (default: the module's
 # own main package) in tools/NAME into $out/NAME unless the stamp file says this
@@ -56,6 +60,7 @@ build kube-apiserver "$kube_version" "$kv"
 # in tools/cdi-uploadserver/go.sum, checked there instead (this build only).
 GONOSUMDB=github.com/gophercloud/utils,github.com/openshift,github.com/rhobs,github.com/kubernetes-csi/lib-volume-populator \
 	build cdi-uploadserver "$cdi_version" "" kubevirt.io/containerized-data-importer/cmd/cdi-uploadserver
+build kubevirt-admission "$kubevirt_version" ""
 
 if [[ -n $guest_pid ]]; then
 	if wait "$guest_pid"; then

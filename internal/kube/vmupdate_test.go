@@ -35,9 +35,14 @@ func TestApplyKeepsAdmissionFirmware(t *testing.T) {
 		return &kubevirtv1.VirtualMachine{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm", Labels: map[string]string{"mine": "yes"}},
 			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				Spec: kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{Firmware: fw, Devices: kubevirtv1.Devices{
-					Disks: []kubevirtv1.Disk{{Name: "d", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}}},
-				}}}}},
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: kubevirtv1.DomainSpec{Firmware: fw, Devices: kubevirtv1.Devices{
+						Disks: []kubevirtv1.Disk{{Name: "d", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: bus}}}},
+					}},
+					Volumes: []kubevirtv1.Volume{{Name: "d", VolumeSource: kubevirtv1.VolumeSource{
+						PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "d"}},
+					}}},
+				}}},
 		}
 	}
 	vm := render(false, "sata")

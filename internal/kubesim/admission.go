@@ -2,224 +2,286 @@ package kubesim
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
-	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
-
-// VMMutatorName is the MutatingWebhookConfiguration the sim registers for
-// VirtualMachines, after virt-operator's virt-api-mutator.
-const VMMutatorName = "kubesim-virt-api-mutator"
-
-// vmMutatorPath is where the sim serves the VirtualMachine mutator, as
-// virt-api serves it (pkg/virt-operator/resource/generate/components/webhooks.go).
-const vmMutatorPath = "/virtualmachines-mutate"
 
 // Firmware is a VirtualMachine's SMBIOS identity as admission set it.
 type Firmware struct {
-	UUID   string
-	Serial string
+	UUID   string `json:"uuid"`
+	Serial string `json:"serial"`
 }
 
-// startAdmission serves KubeVirt's VirtualMachine mutating webhook on
-// 127.0.0.1 and registers it with the API server, which calls it on every
-// VirtualMachine create and update; Start returns once the API server
-// applies it.
+// admission is the running KubeVirt admission server (tools/kubevirt-admission):
+// KubeVirt v1.7.0's own VirtualMachine and VirtualMachineInstance webhooks
+// (pkg/virt-api/webhooks), registered with the API server for the sim's
+// namespaces under names of the sim's own.
+type admission struct {
+	cmd      *exec.Cmd
+	port     int
+	done     chan struct{}
+	suffix   string
+	admitted string // the server's -admitted-log
+	log      string
+}
+
+// Names of KubeVirt's webhook configurations (virt-operator's
+// components.VirtAPIMutatingWebhookName and VirtAPIValidatingWebhookName);
+// each sim's carry a suffix of its own.
+const (
+	vmMutatorConfig   = "virt-api-mutator"
+	vmValidatorConfig = "virt-api-validator"
+)
+
+// startAdmission runs KubeVirt's admission webhooks (see admission) and
+// returns once the API server calls them: every VirtualMachine and
+// VirtualMachineInstance created or updated in the sim's namespaces then
+// passes KubeVirt's real validation and gets KubeVirt's real defaults.
 func (s *Sim) startAdmission(ctx context.Context) error {
+	bin, err := testcluster.ToolBinary("kubevirt-admission", testcluster.KubeVirtAdmissionVersion)
+	if err != nil {
+		return fmt.Errorf("kubesim: VirtualMachines are admitted by KubeVirt's own webhooks: %w", err)
+	}
+	dir := filepath.Join(s.dir, "admission")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("kubesim: %w", err)
+	}
 	pki, err := newServingPKI("virt-api", []string{"virt-api.kubevirt.svc", "localhost"})
 	if err != nil {
 		return fmt.Errorf("kubesim: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+vmMutatorPath, s.serveVMMutate)
-	s.admission, err = s.serveTLS(mux, func(srv *http.Server) {
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pki.cert}, MinVersion: tls.VersionTLS12}
-	})
+	files := map[string][]byte{"tls.crt": pki.certPEM, "tls.key": pki.keyPEM, "ca.crt": pki.caPEM}
+	kubeconfig, err := kubeconfigFor(s.opts.RESTConfig)
 	if err != nil {
+		return fmt.Errorf("kubesim: %w", err)
+	}
+	files["kubeconfig"] = kubeconfig
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return fmt.Errorf("kubesim: %w", err)
+		}
+	}
+	a := &admission{
+		done:     make(chan struct{}),
+		suffix:   "-kubesim-" + uuid.NewString()[:8],
+		admitted: filepath.Join(dir, "admitted.jsonl"),
+		log:      filepath.Join(dir, "log"),
+	}
+	if a.port, err = freePort(); err != nil {
 		return err
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", s.admission.port, vmMutatorPath)
-	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: VMMutatorName},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "virtualmachines-mutator.kubevirt.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: pki.caPEM},
-			AdmissionReviewVersions: []string{"v1", "v1beta1"},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			TimeoutSeconds:          ptr.To(int32(10)),
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{kubevirtv1.SchemeGroupVersion.Group}, APIVersions: []string{kubevirtv1.SchemeGroupVersion.Version},
-					Resources: []string{"virtualmachines"},
-				},
-			}},
-		}},
+	args := []string{
+		"-listen", fmt.Sprintf("127.0.0.1:%d", a.port),
+		"-kubeconfig", filepath.Join(dir, "kubeconfig"),
+		"-tls-cert", filepath.Join(dir, "tls.crt"), "-tls-key", filepath.Join(dir, "tls.key"),
+		"-ca-bundle", filepath.Join(dir, "ca.crt"),
+		"-admitted-log", a.admitted, "-name-suffix", a.suffix,
 	}
-	existing := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	switch err := s.cl.Get(ctx, client.ObjectKey{Name: VMMutatorName}, existing); {
-	case apierrors.IsNotFound(err):
-		err = s.cl.Create(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("kubesim: registering the VirtualMachine mutator: %w", err)
-		}
-	case err != nil:
-		return fmt.Errorf("kubesim: registering the VirtualMachine mutator: %w", err)
-	default:
-		existing.Webhooks = cfg.Webhooks
-		if err := s.cl.Update(ctx, existing); err != nil {
-			return fmt.Errorf("kubesim: registering the VirtualMachine mutator: %w", err)
-		}
+	if len(s.opts.Namespaces) > 0 {
+		args = append(args, "-namespaces", strings.Join(s.opts.Namespaces, ","))
 	}
-	// The API server picks webhook configurations up through an informer:
-	// a dry-run create shows when it calls this one.
+	if s.opts.DisableSerialConsoleLog {
+		args = append(args, "-disable-serial-console-log")
+	}
+	if err := a.start(bin, args); err != nil {
+		return err
+	}
+	s.admission = a
+	return s.awaitAdmission(ctx)
+}
+
+func (a *admission) start(bin string, args []string) error {
+	logf, err := os.Create(a.log)
+	if err != nil {
+		return fmt.Errorf("kubesim: %w", err)
+	}
+	defer logf.Close()
+	a.cmd = exec.Command(bin, args...)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		return fmt.Errorf("kubesim: starting KubeVirt's admission webhooks: %w", err)
+	}
+	go func() {
+		_ = a.cmd.Wait()
+		close(a.done)
+	}()
+	return nil
+}
+
+// awaitAdmission returns once the server has registered its webhooks and
+// a dry-run create in the sim's first namespace comes back with the
+// firmware identity KubeVirt's mutator gives: the API server picks webhook
+// configurations up through an informer. A sim whose namespace does not
+// exist yet has nothing to admit: registration is enough.
+func (s *Sim) awaitAdmission(ctx context.Context) error {
+	ns := metav1.NamespaceDefault
+	if len(s.opts.Namespaces) > 0 {
+		ns = s.opts.Namespaces[0]
+	}
+	var err error
 	for {
-		probe := &kubevirtv1.VirtualMachine{
-			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "kubesim-admission-probe"},
-			Spec: kubevirtv1.VirtualMachineSpec{
-				RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted),
-				Template:    &kubevirtv1.VirtualMachineInstanceTemplateSpec{},
-			},
-		}
-		err := s.cl.Create(ctx, probe, client.DryRunAll)
-		if err == nil && probe.Spec.Template.Spec.Domain.Firmware != nil && probe.Spec.Template.Spec.Domain.Firmware.UUID != "" {
-			return nil
+		if registered(s.admission.log) {
+			probe := admissionProbe(ns)
+			err = s.cl.Create(ctx, probe, client.DryRunAll)
+			fw := probe.Spec.Template.Spec.Domain.Firmware
+			if err == nil && fw != nil && fw.UUID != "" || isNamespaceNotFound(err) {
+				return nil
+			}
 		}
 		select {
+		case <-s.admission.done:
+			return fmt.Errorf("kubesim: KubeVirt's admission webhooks exited: %s", tail(s.admission.log))
 		case <-ctx.Done():
-			return fmt.Errorf("kubesim: the API server does not call the VirtualMachine mutator (last probe: %v): %w", err, ctx.Err())
+			return fmt.Errorf("kubesim: the API server does not call KubeVirt's admission webhooks (last probe: %v; server log: %s): %w",
+				err, tail(s.admission.log), ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-// unregisterAdmission deletes the webhook configuration, so that the API
-// server does not call a server that is gone.
-func (s *Sim) unregisterAdmission(ctx context.Context) error {
-	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: VMMutatorName}}
-	if err := s.cl.Delete(ctx, cfg); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("kubesim: unregistering the VirtualMachine mutator: %w", err)
-	}
-	return nil
+// registered reports whether the admission server's log says it serves.
+func registered(log string) bool {
+	b, _ := os.ReadFile(log)
+	return strings.Contains(string(b), "serving https://")
 }
 
-// AdmittedFirmware returns the firmware identity the mutator gave the
-// VirtualMachine namespace/name when it was created (the last create, if
-// it was created more than once); ok is false if it gave none.
+// isNamespaceNotFound reports whether err is the API server's refusal of an
+// object in a namespace that does not exist.
+func isNamespaceNotFound(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || !apierrors.IsNotFound(err) {
+		return false
+	}
+	d := st.Status().Details
+	return d != nil && d.Kind == "namespaces"
+}
+
+// admissionProbe is the smallest VirtualMachine KubeVirt admits.
+func admissionProbe(ns string) *kubevirtv1.VirtualMachine {
+	return &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubesim-admission-probe"},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted),
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+				Domain: kubevirtv1.DomainSpec{Resources: kubevirtv1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+				}},
+			}},
+		},
+	}
+}
+
+// stopAdmission stops the server and deletes its webhook configurations,
+// so that the API server does not call a server that is gone.
+func (s *Sim) stopAdmission(ctx context.Context) error {
+	a := s.admission
+	var errs []error
+	for _, obj := range []client.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: vmMutatorConfig + a.suffix}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: vmValidatorConfig + a.suffix}},
+	} {
+		if err := s.cl.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("kubesim: unregistering KubeVirt's admission webhooks: %w", err))
+		}
+	}
+	_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+		<-a.done
+	}
+	return errors.Join(errs...)
+}
+
+// AdmittedFirmware returns the firmware identity KubeVirt's mutator gave
+// the VirtualMachine namespace/name when it was created (the last create,
+// if it was created more than once); ok is false if it gave none.
 func (s *Sim) AdmittedFirmware(namespace, name string) (Firmware, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fw, ok := s.admitted[types.NamespacedName{Namespace: namespace, Name: name}]
+	if s.admission == nil {
+		return Firmware{}, false
+	}
+	b, err := os.ReadFile(s.admission.admitted)
+	if err != nil {
+		return Firmware{}, false
+	}
+	var fw Firmware
+	ok := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		var rec struct {
+			Namespace, Name string
+			Firmware
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Namespace == namespace && rec.Name == name {
+			fw, ok = rec.Firmware, true
+		}
+	}
 	return fw, ok
 }
 
-// serveVMMutate follows KubeVirt v1.7.0's VMsMutator.Mutate
-// (pkg/virt-api/webhooks/mutating-webhook/mutators/vm-mutator.go): on
-// create only, setFirmwareDefaultsIfEmpty gives the VM a random firmware
-// UUID and serial where its template has none; on update it leaves them
-// alone ("to avoid race conditions with the VM controller"), so an update
-// that drops them is not undone here (the VM controller then sets the
-// legacy UUID; see syncFirmwareUUID). The real mutator also applies
-// SetVirtualMachineDefaults (pkg/defaults) and instance types, which the
-// sim does not; and KubeVirt's validating admitter for VirtualMachines
-// (pkg/virt-api/webhooks/validating-webhook/admitters/vms-admitter.go)
-// does not refuse a changed firmware UUID, so neither does the sim.
-func (s *Sim) serveVMMutate(w http.ResponseWriter, r *http.Request) {
-	var review admissionv1.AdmissionReview
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	if err == nil {
-		err = json.Unmarshal(body, &review)
-	}
-	if err != nil || review.Request == nil {
-		http.Error(w, fmt.Sprintf("bad AdmissionReview: %v", errors.Join(err, errors.New("no request"))), http.StatusBadRequest)
-		return
-	}
-	req := review.Request
-	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	review.Request, review.Response = nil, resp
-	vm := &kubevirtv1.VirtualMachine{}
-	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
-		resp.Allowed = false
-		resp.Result = &metav1.Status{Code: http.StatusUnprocessableEntity, Message: err.Error()}
-		writeJSON(w, http.StatusOK, review)
-		return
-	}
-	if req.Operation != admissionv1.Create || vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
-		writeJSON(w, http.StatusOK, review)
-		return
-	}
-	fw := vm.Spec.Template.Spec.Domain.Firmware
-	var ops []map[string]any
-	set := Firmware{}
-	const path = "/spec/template/spec/domain/firmware"
-	if !hasDomain(req.Object.Raw) {
-		// Nothing to add the firmware to: replace /spec, as the real
-		// mutator always does.
-		set = Firmware{UUID: uuid.NewString(), Serial: uuid.NewString()}
-		vm.Spec.Template.Spec.Domain.Firmware = &kubevirtv1.Firmware{UUID: types.UID(set.UUID), Serial: set.Serial}
-		ops = append(ops, map[string]any{"op": "replace", "path": "/spec", "value": vm.Spec})
-	} else if fw == nil {
-		set = Firmware{UUID: uuid.NewString(), Serial: uuid.NewString()}
-		ops = append(ops, map[string]any{"op": "add", "path": path, "value": map[string]string{"uuid": set.UUID, "serial": set.Serial}})
-	} else {
-		set = Firmware{UUID: string(fw.UUID), Serial: fw.Serial}
-		if fw.UUID == "" {
-			set.UUID = uuid.NewString()
-			ops = append(ops, map[string]any{"op": "add", "path": path + "/uuid", "value": set.UUID})
+// kubeconfigFor is a kubeconfig with cfg's server and credentials.
+func kubeconfigFor(cfg *rest.Config) ([]byte, error) {
+	read := func(data []byte, file string) ([]byte, error) {
+		if len(data) > 0 || file == "" {
+			return data, nil
 		}
-		if fw.Serial == "" {
-			set.Serial = uuid.NewString()
-			ops = append(ops, map[string]any{"op": "add", "path": path + "/serial", "value": set.Serial})
-		}
+		return os.ReadFile(file)
 	}
-	if len(ops) > 0 {
-		p, err := json.Marshal(ops)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		resp.Patch, resp.PatchType = p, ptr.To(admissionv1.PatchTypeJSONPatch)
+	ca, err := read(cfg.CAData, cfg.CAFile)
+	if err != nil {
+		return nil, err
 	}
-	if req.DryRun == nil || !*req.DryRun {
-		s.mu.Lock()
-		s.admitted[types.NamespacedName{Namespace: req.Namespace, Name: req.Name}] = set
-		s.mu.Unlock()
+	cert, err := read(cfg.CertData, cfg.CertFile)
+	if err != nil {
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, review)
+	key, err := read(cfg.KeyData, cfg.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	const name = "kubesim"
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: ca, TLSServerName: cfg.ServerName}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key, Token: cfg.BearerToken}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	kc.CurrentContext = name
+	return clientcmd.Write(*kc)
 }
 
-// hasDomain reports whether the VirtualMachine in raw has
-// spec.template.spec.domain.
-func hasDomain(raw []byte) bool {
-	var obj struct {
-		Spec struct {
-			Template *struct {
-				Spec *struct {
-					Domain json.RawMessage `json:"domain"`
-				} `json:"spec"`
-			} `json:"template"`
-		} `json:"spec"`
+// tail returns the end of the file at path, for an error message.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
 	}
-	if json.Unmarshal(raw, &obj) != nil || obj.Spec.Template == nil || obj.Spec.Template.Spec == nil {
-		return false
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
 	}
-	d := obj.Spec.Template.Spec.Domain
-	return len(d) > 0 && string(d) != "null"
+	return strings.TrimSpace(string(b))
 }
 
 // syncFirmwareUUID follows KubeVirt v1.7.0's FirmwareController.Sync

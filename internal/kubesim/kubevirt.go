@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +54,7 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 	}
 	var errs []error
 	live := map[types.UID]bool{}
+	var deleting []*kubevirtv1.VirtualMachineInstance
 	vmUIDs := map[types.UID]bool{}
 	for i := range vms.Items {
 		vm := &vms.Items[i]
@@ -74,7 +76,7 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 		if !s.watched(vmi.Namespace) {
 			continue
 		}
-		if owner := metav1.GetControllerOf(vmi); owner != nil && owner.Kind == "VirtualMachine" && !vmUIDs[owner.UID] {
+		if owner := metav1.GetControllerOf(vmi); owner != nil && owner.Kind == "VirtualMachine" && !vmUIDs[owner.UID] && vmi.DeletionTimestamp == nil {
 			// The garbage collector's job: there is no controller-manager.
 			if err := s.cl.Delete(ctx, vmi, client.Preconditions{UID: &vmi.UID}); client.IgnoreNotFound(err) != nil {
 				errs = append(errs, err)
@@ -83,6 +85,7 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 			continue
 		}
 		if vmi.DeletionTimestamp != nil {
+			deleting = append(deleting, vmi)
 			continue
 		}
 		live[vmi.UID] = true
@@ -102,7 +105,36 @@ func (s *Sim) reconcileVirtualMachines(ctx context.Context) error {
 		// are stopped, and their virt-launcher pods deleted.
 		errs = append(errs, s.sweepGuests(ctx, live))
 	}
+	for _, vmi := range deleting {
+		errs = append(errs, s.finalizeVMI(ctx, vmi))
+	}
 	return errors.Join(errs...)
+}
+
+// finalizeVMI removes the finalizer KubeVirt's VMI mutator puts on every
+// VMI (foregroundDeleteVirtualMachine) from a deleted one once its guest
+// is stopped and its virt-launcher pod deleted, as the VMI controller does
+// (pkg/virt-controller/watch/vmi/lifecycle.go, v1.7.0: once all pods are
+// deleted); until then the VMI stays,
+// with its deletionTimestamp.
+func (s *Sim) finalizeVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) error {
+	if !slices.Contains(vmi.Finalizers, kubevirtv1.VirtualMachineInstanceFinalizer) {
+		return nil
+	}
+	s.mu.Lock()
+	_, running := s.boots[vmi.UID]
+	s.mu.Unlock()
+	if running {
+		return nil
+	}
+	orig := vmi.DeepCopy()
+	vmi.Finalizers = slices.DeleteFunc(vmi.Finalizers, func(f string) bool { return f == kubevirtv1.VirtualMachineInstanceFinalizer })
+	err := s.cl.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("VirtualMachineInstance %s/%s: removing its finalizer: %w", vmi.Namespace, vmi.Name, err)
+	}
+	s.forget(vmi.UID)
+	return nil
 }
 
 // runStrategy is the VM's effective run strategy (spec.running is the

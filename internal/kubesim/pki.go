@@ -19,6 +19,8 @@ import (
 type servingPKI struct {
 	caPEM []byte
 	cert  tls.Certificate
+	// certPEM and keyPEM are cert for a server in another process.
+	certPEM, keyPEM []byte
 }
 
 func newServingPKI(commonName string, dnsNames []string) (*servingPKI, error) {
@@ -30,7 +32,7 @@ func newServingPKI(commonName string, dnsNames []string) (*servingPKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &servingPKI{caPEM: ca.certPEM, cert: leaf.cert}, nil
+	return &servingPKI{caPEM: ca.certPEM, cert: leaf.cert, certPEM: leaf.certPEM, keyPEM: leaf.keyPEM}, nil
 }
 
 // certAuthority is a throwaway CA that issues certificates.

@@ -195,7 +195,7 @@ type Sim struct {
 	// kubelet forwards (portforward.go).
 	proxyPod  string
 	pfDrop    chan struct{} // closed by DropPortForwards
-	admission *tlsServer
+	admission *admission
 
 	bootSlots chan struct{}
 
@@ -209,7 +209,6 @@ type Sim struct {
 	faults   faults
 	lastErr  error
 	boots    map[types.UID]*bootedGuest
-	admitted map[types.NamespacedName]Firmware
 
 	stopOnce sync.Once
 	stopErr  error
@@ -231,7 +230,6 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 		imports:  map[types.UID]*transfer{},
 		received: map[string]Received{},
 		boots:    map[types.UID]*bootedGuest{},
-		admitted: map[types.NamespacedName]Firmware{},
 	}
 	s.bootSlots = make(chan struct{}, opts.MaxGuests)
 	cfg := rest.CopyConfig(opts.RESTConfig)
@@ -317,7 +315,7 @@ func (s *Sim) Stop() error {
 		}
 		if s.admission != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			errs = append(errs, s.unregisterAdmission(ctx))
+			errs = append(errs, s.stopAdmission(ctx))
 			cancel()
 		}
 		if s.kubelet != nil {
@@ -325,7 +323,7 @@ func (s *Sim) Stop() error {
 			errs = append(errs, s.removeUploadProxyPod(ctx), s.unregisterNode(ctx))
 			cancel()
 		}
-		for _, srv := range []*tlsServer{s.proxy, s.tokenAPI, s.kubelet, s.admission} {
+		for _, srv := range []*tlsServer{s.proxy, s.tokenAPI, s.kubelet} {
 			if srv != nil {
 				srv.close()
 			}

@@ -18,6 +18,9 @@ const (
 	// CDIUploadServerVersion is the CDI release whose cmd/cdi-uploadserver
 	// the simulated upload proxy hands uploads to.
 	CDIUploadServerVersion = "v1.65.0"
+	// KubeVirtAdmissionVersion is the KubeVirt release whose admission
+	// webhooks (pkg/virt-api/webhooks) tools/kubevirt-admission serves.
+	KubeVirtAdmissionVersion = "v1.7.0"
 )
 
 // EnvTestBin names the environment variable that, when set, is the folder
