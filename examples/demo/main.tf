@@ -89,6 +89,12 @@ resource "vmmigration_migration" "wave" {
   power_off_policy = "graceful_then_hard"
   shutdown_timeout = "30s"
   conversion       = local.conversion[each.key]
+  # The real guest's VMI runs once QEMU starts it, which on this machine
+  # waits for a free guest slot and, without KVM, for cores a busy machine
+  # shares: an hour for it rather than the default ten minutes. Validation
+  # still stops a guest that is stuck rather than slow, by the boot-failure
+  # lines on its serial console.
+  start_timeout = local.conversion[each.key] == "virt-v2v" ? "1h" : null
   transport = {
     upload_proxy_url            = var.upload_proxy_url
     upload_proxy_ca_certificate = var.upload_proxy_ca
