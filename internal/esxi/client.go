@@ -51,6 +51,9 @@ type Client struct {
 	// not that SSH was never enabled.
 	lastAlive    time.Time
 	rebootWindow time.Duration
+	// hostKey is the SHA256 fingerprint of the host key the last
+	// verified handshake saw.
+	hostKey string
 
 	// streams are the clients of StreamClients; parent is the client a
 	// stream client belongs to.
@@ -98,6 +101,14 @@ func (c *Client) Config() HostConfig {
 	cfg.Password = ""
 	cfg.PrivateKeyPEM = ""
 	return cfg
+}
+
+// HostKeyFingerprint is the SHA256 fingerprint ("SHA256:<base64>") of the
+// host key this client last verified in a handshake, "" before the first.
+func (c *Client) HostKeyFingerprint() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hostKey
 }
 
 // Close closes the connection. Further operations fail.
@@ -339,7 +350,11 @@ func (c *Client) handshake(ctx context.Context, algos []string, known ssh.HostKe
 		return nil, check.offered, &Error{Class: Transient, Kind: ErrConnection, Host: c.cfg.Name, Op: "SSH handshake", Msg: msg, Err: err}
 	}
 	_ = raw.SetDeadline(time.Time{})
-	c.logf("esxi %s: connected, host key %s %s", c.cfg.Name, check.offered.Type(), ssh.FingerprintSHA256(check.offered))
+	fp := ssh.FingerprintSHA256(check.offered)
+	c.logf("esxi %s: connected, host key %s %s", c.cfg.Name, check.offered.Type(), fp)
+	c.mu.Lock()
+	c.hostKey = fp
+	c.mu.Unlock()
 	return ssh.NewClient(sc, chans, reqs), check.offered, nil
 }
 

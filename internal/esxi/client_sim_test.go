@@ -324,12 +324,18 @@ func TestSimHostKey(t *testing.T) {
 
 	t.Run("pinned RSA fingerprint", func(t *testing.T) {
 		c := env.client(t)
+		if fp := c.HostKeyFingerprint(); fp != "" {
+			t.Errorf("host key %q seen before connecting", fp)
+		}
 		v, err := c.Version(ctxT(t))
 		if err != nil || v.Version == "" {
 			t.Fatalf("%+v %v", v, err)
 		}
 		if got := strings.Join(c.hostKeyAlgos, ","); got != "rsa-sha2-512,rsa-sha2-256" {
 			t.Errorf("learned algorithms %s", got)
+		}
+		if got, want := c.HostKeyFingerprint(), env.srv.Fingerprint(); got != want {
+			t.Errorf("host key seen %q, want %q", got, want)
 		}
 	})
 	t.Run("mismatch", func(t *testing.T) {

@@ -18,6 +18,9 @@
 //   - The journal is never trusted beyond what the staging file holds: on
 //     resume the last recorded chunk is re-hashed from the local file, and
 //     when that fails the recorded chunks are re-verified from the start.
+//   - The destination may also be a block device (a Block-mode claim),
+//     with its journal at Options.JournalPath: see target.go for how its
+//     unverified bytes are made to read as zeros without truncation.
 //   - A completed copy is recorded in the journal; calling Copy again returns
 //     the recorded [Result] without contacting the host.
 package transfer

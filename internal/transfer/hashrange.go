@@ -15,12 +15,12 @@ import (
 // The staging file of a thin disk is mostly holes, and reading them back
 // only had the kernel fill pages with zeros.
 func hashRange(h hash.Hash, f *os.File, off, n int64) error {
-	fi, err := f.Stat()
+	size, err := fileSize(f)
 	if err != nil {
 		return err
 	}
-	if fi.Size() < off+n {
-		return fmt.Errorf("the staging file is %d bytes, short of %d", fi.Size(), off+n)
+	if size < off+n {
+		return fmt.Errorf("the staging file is %d bytes, short of %d", size, off+n)
 	}
 	return sparsefile.Walk(f, off, off+n, func(off, n int64, data bool) error {
 		if !data {

@@ -60,8 +60,11 @@ func journalPath(dest string) string { return dest + JournalSuffix }
 // loadJournal reads dest's journal. A missing journal is (nil, nil); an
 // unreadable or malformed one is (nil, nil) too, because the only safe
 // reaction to either is to start over.
-func loadJournal(dest string) (*journal, error) {
-	b, err := os.ReadFile(journalPath(dest))
+func loadJournal(dest string) (*journal, error) { return loadJournalAt(journalPath(dest)) }
+
+// loadJournalAt is loadJournal of the journal at path.
+func loadJournalAt(path string) (*journal, error) {
+	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -128,13 +131,16 @@ func (j *journal) matches(d Disk, chunk int64) bool {
 // save writes the journal atomically: a temporary file beside it, fsync,
 // rename over the journal, fsync of the directory. A crash at any point
 // leaves either the old or the new journal, never a torn one.
-func (j *journal) save(dest string) error {
+func (j *journal) save(dest string) error { return j.saveAt(journalPath(dest)) }
+
+// saveAt is save to the journal at path.
+func (j *journal) saveAt(path string) error {
 	j.UpdatedAt = time.Now().UTC()
 	b, err := json.MarshalIndent(j, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode journal: %w", err)
 	}
-	return durable.WriteFile(journalPath(dest), append(b, '\n'))
+	return durable.WriteFile(path, append(b, '\n'))
 }
 
 // marshalHash returns the serialized state of a SHA-256 digest.

@@ -99,12 +99,13 @@ func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, buf []
 	first := true
 	err := c.retry(ctx, func() error {
 		if !first {
-			if err := punch(c.f, off, n); err != nil {
+			if err := c.clear(off, n); err != nil {
 				return &localError{fmt.Errorf("clear chunk %d of the staging file: %w", i, err)}
 			}
 		}
 		first = false
 		w := newChunkWriter(c.f, off, n, nil, buf, nil)
+		w.verifyZeros = c.verifyZeros.Load()
 		rerr := c.readChunk(ctx, src, off, n, w)
 		r, got, lerr := w.finish()
 		if lerr != nil {
@@ -170,7 +171,7 @@ func (c *copier) land(i int, rec chunkRecord) error {
 		c.j.Ahead = nil
 	}
 	c.j.SHA256State = marshalHash(c.whole)
-	if err := c.j.save(c.dest); err != nil {
+	if err := c.j.saveAt(c.jpath); err != nil {
 		return err
 	}
 	c.report(c.verifiedBytes(), c.j.VerifiedChunks, true)
@@ -210,8 +211,10 @@ func (c *copier) keepAhead(k int, fileSize int64) error {
 			delete(c.j.Ahead, i)
 		}
 	}
-	if err := c.f.Truncate(c.disk.SizeBytes); err != nil {
-		return fmt.Errorf("allocate staging file: %w", err)
+	if !c.block {
+		if err := c.f.Truncate(c.disk.SizeBytes); err != nil {
+			return fmt.Errorf("allocate staging file: %w", err)
+		}
 	}
 	for i := k; i < c.chunks; i++ {
 		if _, ok := c.j.Ahead[i]; ok {
@@ -221,7 +224,7 @@ func (c *copier) keepAhead(k int, fileSize int64) error {
 		if off >= fileSize {
 			break // beyond the old end: already a hole
 		}
-		if err := punch(c.f, off, min(c.opts.ChunkSize, c.disk.SizeBytes-off)); err != nil {
+		if err := c.clear(off, min(c.opts.ChunkSize, c.disk.SizeBytes-off)); err != nil {
 			return fmt.Errorf("clear chunk %d of the staging file: %w", i, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
@@ -103,6 +104,10 @@ type Options struct {
 	// each, since a host's sshd encrypts a connection on one core). When
 	// empty every stream reads through Copy's src.
 	Sources []RangeReader
+	// JournalPath is where the journal is kept; <dest>.journal if empty.
+	// A block-device destination needs one, on a file system that
+	// outlives the process (a device node has no place beside it).
+	JournalPath string
 }
 
 // Progress reports how far one disk's copy has come.
@@ -194,7 +199,14 @@ func Copy(ctx context.Context, src RangeReader, disk Disk, dest string, opts Opt
 	if dest == "" {
 		return Result{}, fmt.Errorf("copy %s: destination path is empty", disk.Path)
 	}
-	c := &copier{src: src, disk: disk, dest: dest, opts: opts, chunks: numChunks(disk.SizeBytes, opts.ChunkSize)}
+	jpath := opts.JournalPath
+	if jpath == "" {
+		jpath = journalPath(dest)
+	}
+	if filepath.Clean(jpath) == filepath.Clean(dest) {
+		return Result{}, fmt.Errorf("copy %s: the journal path is the destination %s", disk.Path, dest)
+	}
+	c := &copier{src: src, disk: disk, dest: dest, jpath: jpath, opts: opts, chunks: numChunks(disk.SizeBytes, opts.ChunkSize)}
 	defer c.close()
 	res, err := c.run(ctx)
 	if err != nil {
@@ -207,16 +219,21 @@ type copier struct {
 	src    RangeReader
 	disk   Disk
 	dest   string
+	jpath  string // the journal
 	opts   Options
 	chunks int
 
-	f       *os.File
-	unlock  func()
-	j       *journal
-	whole   hash.Hash
-	buf     []byte
-	repMu   sync.Mutex // report may be called from a stream's goroutine
-	lastRep time.Time
+	f *os.File
+	// block: f is a block device (see target.go); verifyZeros: it cannot
+	// be zeroed without writing, so chunk writers check zero blocks.
+	block       bool
+	verifyZeros atomic.Bool
+	unlock      func()
+	j           *journal
+	whole       hash.Hash
+	buf         []byte
+	repMu       sync.Mutex // report may be called from a stream's goroutine
+	lastRep     time.Time
 }
 
 func (c *copier) close() {
@@ -290,21 +307,21 @@ func (c *copier) adopt(f *os.File) error {
 		return fmt.Errorf("another copy is using the staging file (or it cannot be locked): %w", err)
 	}
 	c.f, c.unlock = f, unlock
-	return nil
+	return c.checkTarget()
 }
 
 // completed reports the recorded Result when the journal says the copy is
 // complete and the staging file still holds it.
 func (c *copier) completed() (Result, bool, error) {
-	j, err := loadJournal(c.dest)
+	j, err := loadJournalAt(c.jpath)
 	if err != nil || j == nil || !j.Complete || !j.matches(c.disk, c.opts.ChunkSize) {
 		return Result{}, false, err
 	}
-	fi, err := c.f.Stat()
+	size, err := c.extent()
 	if err != nil {
-		return Result{}, false, fmt.Errorf("stat staging file: %w", err)
+		return Result{}, false, err
 	}
-	if fi.Size() != c.disk.SizeBytes {
+	if size != c.disk.SizeBytes {
 		return Result{}, false, nil
 	}
 	ok, err := c.verifyLocal(j, c.chunks-1)
@@ -342,7 +359,7 @@ func (c *copier) probe(ctx context.Context) error {
 // with every unverified byte a hole, and the journal recording what the
 // file verifiably holds.
 func (c *copier) reconcile() (int, error) {
-	j, err := loadJournal(c.dest)
+	j, err := loadJournalAt(c.jpath)
 	if err != nil {
 		return 0, err
 	}
@@ -352,22 +369,22 @@ func (c *copier) reconcile() (int, error) {
 		c.whole = sha256.New()
 		c.j = &journal{Version: journalVersion, Source: c.disk.Path, SizeBytes: c.disk.SizeBytes,
 			ChunkSize: c.opts.ChunkSize, Chunks: []chunkRecord{}, SHA256State: marshalHash(c.whole)}
-		if err := c.j.save(c.dest); err != nil {
+		if err := c.j.saveAt(c.jpath); err != nil {
 			return 0, err
 		}
 		return 0, c.resetFrom(0)
 	}
 	j.Complete, j.Result = false, nil
 	k := j.VerifiedChunks
-	fi, err := c.f.Stat()
+	size, err := c.extent()
 	if err != nil {
-		return 0, fmt.Errorf("stat staging file: %w", err)
+		return 0, err
 	}
 	end := min(int64(k)*c.opts.ChunkSize, c.disk.SizeBytes)
 	trusted := false
 	if k == 0 {
 		trusted = true
-	} else if fi.Size() >= end {
+	} else if size >= end {
 		if trusted, err = c.verifyLocal(j, k-1); err != nil {
 			return 0, err
 		}
@@ -380,7 +397,7 @@ func (c *copier) reconcile() (int, error) {
 		// The file does not hold what the journal claims: keep only the
 		// prefix of chunks that still verify, rebuilding the whole-file
 		// hash from the local file.
-		if k, err = c.reverify(j, fi.Size()); err != nil {
+		if k, err = c.reverify(j, size); err != nil {
 			return 0, err
 		}
 		j.VerifiedChunks, j.Chunks, j.SHA256State = k, j.Chunks[:k], marshalHash(c.whole)
@@ -396,10 +413,10 @@ func (c *copier) reconcile() (int, error) {
 		if err := c.resetFrom(k); err != nil {
 			return 0, err
 		}
-	} else if err := c.keepAhead(k, fi.Size()); err != nil {
+	} else if err := c.keepAhead(k, size); err != nil {
 		return 0, err
 	}
-	if err := c.j.save(c.dest); err != nil {
+	if err := c.j.saveAt(c.jpath); err != nil {
 		return 0, err
 	}
 	return k, nil
@@ -447,6 +464,9 @@ func (c *copier) reverify(j *journal, fileSize int64) (int, error) {
 // copy does not write zero blocks.
 func (c *copier) resetFrom(k int) error {
 	off := min(int64(k)*c.opts.ChunkSize, c.disk.SizeBytes)
+	if c.block {
+		return c.resetBlockFrom(off)
+	}
 	if err := c.f.Truncate(off); err != nil {
 		return fmt.Errorf("truncate staging file: %w", err)
 	}
@@ -480,6 +500,7 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 			return &localError{err}
 		}
 		w := newChunkWriter(c.f, off, n, whole, c.buf, func(got int64) { c.report(off+got, i, false) })
+		w.verifyZeros = c.verifyZeros.Load()
 		rerr := c.readChunk(ctx, c.src, off, n, w)
 		r, got, lerr := w.finish()
 		if lerr != nil {
@@ -503,7 +524,7 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 	c.j.Chunks = append(c.j.Chunks, rec)
 	c.j.VerifiedChunks = i + 1
 	c.j.SHA256State = marshalHash(c.whole)
-	if err := c.j.save(c.dest); err != nil {
+	if err := c.j.saveAt(c.jpath); err != nil {
 		return err
 	}
 	c.report(off+n, i+1, true)
@@ -551,12 +572,12 @@ func (c *copier) readChunk(ctx context.Context, src RangeReader, off, n int64, w
 
 // finish checks the staging file and records the completed copy.
 func (c *copier) finish(skipped int) (Result, error) {
-	fi, err := c.f.Stat()
+	size, err := c.extent()
 	if err != nil {
-		return Result{}, fmt.Errorf("stat staging file: %w", err)
+		return Result{}, err
 	}
-	if fi.Size() != c.disk.SizeBytes {
-		return Result{}, fmt.Errorf("staging file is %d bytes, expected %d", fi.Size(), c.disk.SizeBytes)
+	if size != c.disk.SizeBytes {
+		return Result{}, fmt.Errorf("staging file is %d bytes, expected %d", size, c.disk.SizeBytes)
 	}
 	res := Result{SHA256: fmt.Sprintf("%x", c.whole.Sum(nil)), Bytes: c.disk.SizeBytes,
 		ChunksCopied: c.chunks - skipped, ChunksSkipped: skipped}
@@ -564,7 +585,7 @@ func (c *copier) finish(skipped int) (Result, error) {
 		res.ZeroBytes += r.ZeroBytes
 	}
 	c.j.Complete, c.j.Result = true, &res
-	if err := c.j.save(c.dest); err != nil {
+	if err := c.j.saveAt(c.jpath); err != nil {
 		return Result{}, err
 	}
 	return res, nil

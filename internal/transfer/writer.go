@@ -60,6 +60,11 @@ type chunkWriter struct {
 	external bool
 	digest   *[32]byte
 	start    int64
+	// verifyZeros: the destination is not known to read zeros where the
+	// chunk has them (a block device that cannot zero ahead): each zero
+	// block is read back and written as zeros where it is not.
+	verifyZeros bool
+	scratch     []byte
 }
 
 func newChunkWriter(f *os.File, off, length int64, whole hash.Hash, buf []byte, onBytes func(int64)) *chunkWriter {
@@ -166,6 +171,12 @@ func (w *chunkWriter) WriteZeros(n int64) error {
 				return err
 			}
 		}
+		if w.verifyZeros {
+			if err := w.ensureZeroLocked(w.base, body); err != nil {
+				w.mu.Unlock()
+				return err
+			}
+		}
 		if w.whole != nil {
 			zerosum.Write(w.whole, body)
 		}
@@ -208,6 +219,11 @@ func (w *chunkWriter) flushLocked() error {
 		j := min(i+ZeroBlockSize, len(buf))
 		if bytes.Equal(buf[i:j], zeroBlock[:j-i]) {
 			w.zero += int64(j - i)
+			if w.verifyZeros {
+				if err := w.ensureZeroLocked(w.base+int64(i), int64(j-i)); err != nil {
+					return err
+				}
+			}
 			if runStart >= 0 {
 				if err := w.writeAt(buf[runStart:i], w.base+int64(runStart)); err != nil {
 					return err
@@ -227,6 +243,31 @@ func (w *chunkWriter) flushLocked() error {
 	}
 	w.base += int64(len(buf))
 	w.buf = w.buf[:0]
+	return nil
+}
+
+// ensureZeroLocked reads [off, off+n) of the destination back and writes
+// zeros over each block of it that does not read as zeros.
+func (w *chunkWriter) ensureZeroLocked(off, n int64) error {
+	if w.scratch == nil {
+		w.scratch = make([]byte, writeBufferSize)
+	}
+	for n > 0 {
+		k := min(n, int64(len(w.scratch)))
+		if _, err := w.f.ReadAt(w.scratch[:k], off); err != nil {
+			w.localErr = fmt.Errorf("read back the destination: %w", err)
+			return w.localErr
+		}
+		for i := int64(0); i < k; i += ZeroBlockSize {
+			j := min(i+ZeroBlockSize, k)
+			if !bytes.Equal(w.scratch[i:j], zeroBlock[:j-i]) {
+				if err := w.writeAt(zeroBlock[:j-i], off+i); err != nil {
+					return err
+				}
+			}
+		}
+		off, n = off+k, n-k
+	}
 	return nil
 }
 

@@ -1,0 +1,122 @@
+package copyjob
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"unicode/utf8"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+)
+
+// MaxResultBytes is the most a termination message may hold: Kubernetes
+// keeps at most 4096 bytes of it.
+const MaxResultBytes = 4096
+
+// Exit codes of the worker. Each fault class has its own, so that the
+// engine reads the class from the Pod's status even when the termination
+// message is lost.
+const (
+	ExitOK          = 0
+	ExitPermanent   = 10 // retrying the same spec fails again
+	ExitTransient   = 11 // retry with backoff: the journal keeps what landed
+	ExitNeedsHuman  = 12 // credentials, host key, full or broken storage, a file mode
+	ExitInterrupted = 13 // stopped by a signal (eviction, deletion): resume
+	ExitUsage       = 64 // the command line was wrong; no result is written
+)
+
+// Result is the worker's outcome: the copy's evidence on success, the
+// error and its class on failure. Its JSON stays under MaxResultBytes.
+type Result struct {
+	OK     bool   `json:"ok"`
+	SHA256 string `json:"sha256,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	// ZeroBytes were all-zero blocks: holes in a file target, zeros on a
+	// block device.
+	ZeroBytes     int64 `json:"zero_bytes,omitempty"`
+	ChunksCopied  int   `json:"chunks_copied,omitempty"`
+	ChunksSkipped int   `json:"chunks_skipped,omitempty"`
+	// HostKeyFingerprint is the host key this copy verified ("" when it
+	// never connected, as when the journal already held the whole copy).
+	HostKeyFingerprint string `json:"host_key_fingerprint,omitempty"`
+	Error              string `json:"error,omitempty"`
+	// Class is fault.Class's name: transient, permanent, needs-human or
+	// interrupted.
+	Class string `json:"class,omitempty"`
+}
+
+// succeeded is the Result of a completed copy.
+func succeeded(r transfer.Result, fingerprint string) Result {
+	return Result{OK: true, SHA256: r.SHA256, Bytes: r.Bytes, ZeroBytes: r.ZeroBytes,
+		ChunksCopied: r.ChunksCopied, ChunksSkipped: r.ChunksSkipped, HostKeyFingerprint: fingerprint}
+}
+
+// Failed is the Result of err: its class is the one fault.Classify finds,
+// except that a copy stopped by its context (a signal) is Interrupted.
+func Failed(ctx context.Context, err error, fingerprint string) Result {
+	class := fault.Classify(err)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		class = fault.Interrupted
+	}
+	msg := err.Error()
+	if advice := fault.ErrnoAdvice(err); advice != "" {
+		msg += ": " + advice
+	}
+	return Result{Error: msg, Class: class.String(), HostKeyFingerprint: fingerprint}
+}
+
+// ExitCode is the worker's exit status for r.
+func (r Result) ExitCode() int {
+	switch {
+	case r.OK:
+		return ExitOK
+	case r.Class == fault.Transient.String():
+		return ExitTransient
+	case r.Class == fault.NeedsHuman.String():
+		return ExitNeedsHuman
+	case r.Class == fault.Interrupted.String():
+		return ExitInterrupted
+	}
+	return ExitPermanent
+}
+
+// Encode is r as JSON of at most MaxResultBytes, the error message
+// shortened (at a character boundary) when it would not fit.
+func (r Result) Encode() []byte {
+	for {
+		b, err := json.Marshal(r)
+		if err != nil {
+			// Result holds only strings and numbers.
+			panic(fmt.Sprintf("copyjob: encode result: %v", err))
+		}
+		if len(b) <= MaxResultBytes || r.Error == "" {
+			return b
+		}
+		cut := max(len(r.Error)-(len(b)-MaxResultBytes)-len("…"), 0)
+		for cut > 0 && !utf8.RuneStart(r.Error[cut]) {
+			cut--
+		}
+		r.Error = r.Error[:cut] + "…"
+	}
+}
+
+// WriteResult writes r to p (a termination-message file: written in
+// place, not renamed, since Kubernetes mounts that one file) and fsyncs it.
+func WriteResult(p string, r Result) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write result: %w", err)
+	}
+	if _, err := f.Write(r.Encode()); err != nil {
+		f.Close()
+		return fmt.Errorf("write result %s: %w", p, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync result %s: %w", p, err)
+	}
+	return f.Close()
+}
