@@ -141,7 +141,10 @@ func classify(err error) Class {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, http.ErrHandlerTimeout):
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, http.ErrHandlerTimeout),
+		errors.Is(err, net.ErrClosed):
+		// net.ErrClosed: our end of the connection was closed under the
+		// request, as when a port-forward tunnel to the upload proxy ends.
 		return Transient
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return Transient
