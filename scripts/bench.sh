@@ -39,7 +39,8 @@
 #
 # Needs root. BENCH_SMOKE=1 uses tiny files (a couple of minutes).
 # BENCH_COPIES=0 skips the stream comparison, BENCH_VM=0 the migrations.
-# BENCH_RATE sets the link's rate (default 1gbit).
+# BENCH_RATE sets the link's rate (default 1gbit). BENCH_PYTHON=none gives
+# the host no /bin/python, as ESXi 6.x: the provider reads through dd.
 # Everything it creates (namespace, links, sshd, files) is removed on exit,
 # also on failure.
 set -euo pipefail
@@ -75,6 +76,7 @@ reads=${BENCH_READS:-1}
 copies=${BENCH_COPIES:-1}
 vms=${BENCH_VM:-1}
 wave=${BENCH_WAVE:-4}
+python=${BENCH_PYTHON:-python3}
 
 ns=vmmbench$$
 veth=vmmb$$
@@ -108,7 +110,13 @@ mkdir -p "$ds" "$root"/{usr,dev,bin,tmp} "$work/sshd" "$work/out"
 ln -s usr/lib "$root/lib"
 ln -s usr/lib64 "$root/lib64"
 for b in sh bash cat dd; do ln -s "/usr/bin/$b" "$root/bin/$b"; done
-ln -s /usr/bin/python3 "$root/bin/python" # ESXi 7/8: /bin/python is Python 3
+# ESXi 7/8: /bin/python is Python 3. BENCH_PYTHON=none leaves it out, as
+# on ESXi 6.x: every read then goes through dd, zeros on the wire.
+if [[ $python == none ]]; then
+	echo "== host without /bin/python (BENCH_PYTHON=none, as ESXi 6.x): reads through dd, zeros cross the link"
+else
+	ln -s /usr/bin/python3 "$root/bin/python"
+fi
 
 echo "== creating disks ($((dense_size / MiB)) MiB dense, $((thin_size / MiB)) MiB thin with $((runs * run_len / MiB)) MiB of data)"
 dense=$ds/dense-flat.vmdk
@@ -211,6 +219,8 @@ measure() {
 	read -r e u s m <"$work/time"
 	results+=("$(basename "$disk" -flat.vmdk) $name $size $e $u $s $m $((w1 - w0)) $((h1 - h0))")
 	printf '   %-6s %-7s %8.2f s\n' "$(basename "$disk" -flat.vmdk)" "$name" "$e"
+	# The journaled copy says where its time went (transfer.Stages).
+	grep '^stages' "$work/measure.log" | sed 's/^/      /' || true
 	rm -f "$work/out/copy"
 }
 
@@ -223,7 +233,8 @@ for disk in "$dense" "$thin"; do
 	cat "$disk" >/dev/null # page cache, like a warm datastore
 	measure cat "$disk" "$size" sh -c 'ssh "$@" >'"'$work/out/copy'" _ "${ssh_opts[@]}" "root@$esxi_ip" cat "${disk#"$root"}"
 	measure dd "$disk" "$size" "${diskread[@]}" -path "${disk#"$root"}" -size "$size" -mode dd
-	measure sparse "$disk" "$size" "${diskread[@]}" -path "${disk#"$root"}" -size "$size" -mode sparse
+	[[ $python == none ]] ||
+		measure sparse "$disk" "$size" "${diskread[@]}" -path "${disk#"$root"}" -size "$size" -mode sparse
 done
 
 echo "== the product's journaled copy (transfer.Copy, 64 MiB chunks): 1 stream against ${streams_list// /, } streams, each on its own connection"

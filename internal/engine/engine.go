@@ -16,6 +16,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
 // DefaultHostLimit is how many migrations may be in the host-reading
@@ -143,6 +144,9 @@ type Event struct {
 	// second (see RateText).
 	BytesPerSecond float64
 	ETA            time.Duration
+	// Stages is, for a disk copy's progress, where the copy has spent its
+	// time so far (transfer.Stages): what a slow copy is waiting for.
+	Stages transfer.Stages
 	// Attempt is the failed attempt of a retry event; Backoff its wait.
 	Attempt int
 	Backoff time.Duration

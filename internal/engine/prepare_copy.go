@@ -128,7 +128,7 @@ func (r *run) newDiskCopy(ctx context.Context, c *esxi.Client) *diskCopy {
 			cp.watch.progress(p)
 			// From the copy's goroutines: the phase is given, not read
 			// from the record the main goroutine saves.
-			r.report(ctx, Event{Kind: EventProgress, Phase: record.PhasePreparing, Disk: cp.byDest[p.Dest], Transfer: Transfer{Kind: TransferCopy}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent,
+			r.report(ctx, Event{Kind: EventProgress, Phase: record.PhasePreparing, Disk: cp.byDest[p.Dest], Transfer: Transfer{Kind: TransferCopy}, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Percent: p.Percent, Stages: p.Stages,
 				Message: fmt.Sprintf("disk %d: copied %d of %d bytes (%.1f%%)", cp.byDest[p.Dest], p.BytesDone, p.BytesTotal, p.Percent)})
 		},
 	}

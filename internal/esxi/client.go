@@ -59,6 +59,9 @@ type Client struct {
 	// stream client belongs to.
 	streams []*Client
 	parent  *Client
+	// servers are the idle long-lived sparse readers of this client and
+	// its stream clients (sparseserve.go).
+	servers serverFamily
 }
 
 // RebootWindow is how long after a host was last seen answering a refused
@@ -113,6 +116,7 @@ func (c *Client) HostKeyFingerprint() string {
 
 // Close closes the connection. Further operations fail.
 func (c *Client) Close() error {
+	c.family().closeIdle(c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -460,10 +464,8 @@ type execResult struct {
 // a free session slot, reconnects once if the connection turned out to be
 // dead before the command started, and closes the session when ctx ends.
 func (c *Client) exec(ctx context.Context, op, script string, w io.Writer) (execResult, error) {
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return execResult{}, c.ctxError(ctx, op)
+	if err := c.acquireSession(ctx, op); err != nil {
+		return execResult{}, err
 	}
 	defer func() { <-c.sem }()
 

@@ -65,14 +65,34 @@ func SparseReadCommand(interpreter, path string, offset, length int64) (string, 
 	if err := validateInterpreter(interpreter); err != nil {
 		return "", err
 	}
-	if err := ValidatePath(path); err != nil {
+	if err := checkSparseRange(path, offset, length); err != nil {
 		return "", err
-	}
-	if offset < 0 || length <= 0 || offset > maxInt64-length {
-		return "", fmt.Errorf("invalid range offset=%d length=%d", offset, length)
 	}
 	return interpreter + " -c " + Quote(sparseReaderScript) + " " + Quote(path) +
 		" " + strconv.FormatInt(offset, 10) + " " + strconv.FormatInt(length, 10), nil
+}
+
+// checkSparseRange checks a range request before it reaches the host.
+func checkSparseRange(path string, offset, length int64) error {
+	if err := ValidatePath(path); err != nil {
+		return err
+	}
+	if len(path) > maxServedPath {
+		return fmt.Errorf("path longer than %d bytes", maxServedPath)
+	}
+	if offset < 0 || length <= 0 || offset > maxInt64-length {
+		return fmt.Errorf("invalid range offset=%d length=%d", offset, length)
+	}
+	return nil
+}
+
+// sparseServeCommand starts the reader in its long-lived mode
+// (sparseserve.go): ranges are asked for on its stdin.
+func sparseServeCommand(interpreter string) (string, error) {
+	if err := validateInterpreter(interpreter); err != nil {
+		return "", err
+	}
+	return interpreter + " -c " + Quote(sparseReaderScript) + " --serve", nil
 }
 
 // sparseProbeCommand asks the interpreter to compile and run the reader in
@@ -172,12 +192,14 @@ func DecodeSparseStream(r io.Reader, offset, length int64, sink SparseSink) (Spa
 	}
 	cr := &countingReader{r: r}
 	br := bufio.NewReaderSize(cr, 256<<10)
-	st, err := decodeSparse(br, offset, length, sink)
+	st, err := decodeSparse(br, offset, length, sink, false)
 	st.WireBytes = cr.n - int64(br.Buffered())
 	return st, err
 }
 
-func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink) (SparseStats, error) {
+// decodeSparse decodes one range's stream from br; served: the stream is a
+// long-lived reader's, which goes on after END with the next range.
+func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink, served bool) (SparseStats, error) {
 	var magic [len(sparseMagic)]byte
 	if _, err := io.ReadFull(br, magic[:]); err != nil {
 		return SparseStats{}, streamErr("reading the stream header: %v", err)
@@ -185,7 +207,7 @@ func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink) (Spar
 	if string(magic[:]) != sparseMagic {
 		return SparseStats{}, streamErr("bad stream header %q", magic[:])
 	}
-	d := &sparseDecoder{br: br, sink: sink, offset: offset, length: length, end: offset + length, next: offset,
+	d := &sparseDecoder{br: br, sink: sink, offset: offset, length: length, end: offset + length, next: offset, served: served,
 		h: sha256.New(), buf: make([]byte, maxSparseData)}
 	for {
 		if _, err := io.ReadFull(br, d.hdr[:1]); err != nil {
@@ -226,6 +248,7 @@ type sparseDecoder struct {
 	hashed  bool  // some data was hashed
 	buf     []byte
 	hdr     [1 + 8 + 32]byte
+	served  bool
 }
 
 // data reads a DATA frame (its type byte read) and passes it on.
@@ -300,6 +323,12 @@ func (d *sparseDecoder) finish() error {
 	host := d.hdr[9:41]
 	if !bytes.Equal(sum[:], host) && (d.hashed || !bytes.Equal(host, allZeroDigest[:])) {
 		return streamErr("SHA-256 mismatch: host %x, received %x", host, sum)
+	}
+	if d.served {
+		// A long-lived reader's stream goes on with the next range.
+		d.st.SHA256 = sum
+		d.st.LogicalBytes = d.length
+		return nil
 	}
 	if _, err := d.br.ReadByte(); err != io.EOF {
 		if err == nil {

@@ -3,7 +3,14 @@
 # length. Standard library only; runs on the host's Python 3.5 and later.
 #
 # Usage: python -c SCRIPT PATH OFFSET LENGTH
+#        python -c SCRIPT --serve
 #        python -c SCRIPT --probe
+#
+# --serve is the long-lived mode: it reads requests from stdin, each
+#   b"R" pathlen:u16 path[pathlen] offset:u64 length:u64
+# and answers each with the stream below, until stdin ends. One process
+# then serves every range of a stream, instead of one interpreter start
+# per range.
 #
 # Stream (all integers big-endian):
 #   magic   b"VMMSPR1\n"
@@ -136,50 +143,85 @@ def probe_data(fd, pos, end, state):
     return d, min(max(h, d), end)
 
 
-def main(argv):
-    if argv == ["--probe"]:
-        sys.stdout.write("vmm-sparse 1 python %d.%d\n" % tuple(sys.version_info[:2]))
-        return
-    if len(argv) != 3:
-        fail("usage: PATH OFFSET LENGTH")
-    path = argv[0]
-    try:
-        off = int(argv[1])
-        length = int(argv[2])
-    except ValueError:
-        fail("invalid offset or length")
+def serve_range(out, path, off, length):
     if off < 0 or length <= 0 or off + length > (1 << 63) - 1:
         fail("invalid range offset=%d length=%d" % (off, length))
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
         fail("can't open '%s': %s" % (path, e.strerror))
-    end = off + length
-    size = os.fstat(fd).st_size
-    if size < end:
-        fail("'%s' is %d bytes, shorter than the range end %d" % (path, size, end))
-    out = sys.stdout.buffer
-    out.write(MAGIC)
-    s = Stream(out, off)
-    state = [hasattr(os, "SEEK_DATA") and hasattr(os, "SEEK_HOLE")]
-    pos = off
-    while pos < end:
-        d, dend = probe_data(fd, pos, end, state)
-        if d > pos:
-            s.hole(pos, d - pos)
-            pos = d
-        while pos < dend:
-            try:
-                buf = os.pread(fd, min(READ, dend - pos), pos)
-            except OSError as e:
-                fail("read error at offset %d of '%s': %s" % (pos, path, e.strerror))
-            if not buf:
-                fail("'%s' ended at offset %d, before the range end %d" % (path, pos, end))
-            s.block(pos, buf)
-            pos += len(buf)
-    s.flush()
-    out.write(b"E" + struct.pack(">Q", length) + s.digest())
-    out.flush()
+    try:
+        end = off + length
+        size = os.fstat(fd).st_size
+        if size < end:
+            fail("'%s' is %d bytes, shorter than the range end %d" % (path, size, end))
+        out.write(MAGIC)
+        s = Stream(out, off)
+        state = [hasattr(os, "SEEK_DATA") and hasattr(os, "SEEK_HOLE")]
+        pos = off
+        while pos < end:
+            d, dend = probe_data(fd, pos, end, state)
+            if d > pos:
+                s.hole(pos, d - pos)
+                pos = d
+            while pos < dend:
+                try:
+                    buf = os.pread(fd, min(READ, dend - pos), pos)
+                except OSError as e:
+                    fail("read error at offset %d of '%s': %s" % (pos, path, e.strerror))
+                if not buf:
+                    fail("'%s' ended at offset %d, before the range end %d" % (path, pos, end))
+                s.block(pos, buf)
+                pos += len(buf)
+        s.flush()
+        out.write(b"E" + struct.pack(">Q", length) + s.digest())
+        out.flush()
+    finally:
+        os.close(fd)
+
+
+def read_exact(inp, n):
+    b = b""
+    while len(b) < n:
+        k = inp.read(n - len(b))
+        if not k:
+            return b
+        b += k
+    return b
+
+
+def serve(inp, out):
+    # Long-lived mode: one range per request, until stdin ends.
+    while True:
+        h = read_exact(inp, 3)
+        if not h:
+            return
+        if len(h) != 3 or h[:1] != b"R":
+            fail("bad request header")
+        (n,) = struct.unpack(">H", h[1:3])
+        req = read_exact(inp, n + 16)
+        if len(req) != n + 16:
+            fail("truncated request")
+        path = os.fsdecode(req[:n])
+        off, length = struct.unpack(">QQ", req[n:])
+        serve_range(out, path, off, length)
+
+
+def main(argv):
+    if argv == ["--probe"]:
+        sys.stdout.write("vmm-sparse 1 python %d.%d\n" % tuple(sys.version_info[:2]))
+        return
+    if argv == ["--serve"]:
+        serve(sys.stdin.buffer, sys.stdout.buffer)
+        return
+    if len(argv) != 3:
+        fail("usage: PATH OFFSET LENGTH")
+    try:
+        off = int(argv[1])
+        length = int(argv[2])
+    except ValueError:
+        fail("invalid offset or length")
+    serve_range(sys.stdout.buffer, argv[0], off, length)
 
 
 main(sys.argv[1:])

@@ -2,8 +2,6 @@ package esxi
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -64,73 +62,15 @@ func (c *Client) HasPython(ctx context.Context) (bool, error) {
 // over the whole range; stats.SHA256 is that digest. Unlike [Client.ReadRange]
 // the range need not be aligned to 512 bytes.
 //
-// The host must have Python ([Client.HasPython]). Content reaches sink before
-// the digest is verified: on error, discard what the sink received.
+// The host must have Python ([Client.HasPython]). One reader on the host
+// serves the ranges of a client one after the other (sparseserve.go).
+// Content reaches sink before the digest is verified: on error, discard
+// what the sink received.
 func (c *Client) ReadRangeSparse(ctx context.Context, path string, offset, length int64, sink SparseSink) (SparseStats, error) {
-	script, err := SparseReadCommand(pythonPath, path, offset, length)
-	if err != nil {
+	if err := checkSparseRange(path, offset, length); err != nil {
 		return SparseStats{}, &Error{Class: Permanent, Host: c.cfg.Name, Op: "sparse read", Path: path, Msg: err.Error()}
 	}
-	parent := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	type execOut struct {
-		res execResult
-		err error
-	}
-	done := make(chan execOut, 1)
-	go func() {
-		res, err := c.exec(ctx, "sparse read", script, pw)
-		// Report before closing the pipe: a decoder that sees the end of
-		// the stream then also sees why it ended.
-		done <- execOut{res, err}
-		pw.CloseWithError(io.EOF)
-	}()
-	st, derr := DecodeSparseStream(pr, offset, length, sink)
-	var eo execOut
-	execFirst := false
-	if derr != nil {
-		select {
-		case eo = <-done:
-			execFirst = true
-		default:
-			// The stream itself is wrong (or the sink failed) while the
-			// host is still sending: stop it.
-			pr.CloseWithError(derr)
-			cancel()
-			eo = <-done
-		}
-	} else {
-		eo = <-done
-	}
-	switch {
-	case parent.Err() != nil:
-		return st, c.ctxError(parent, "sparse read")
-	case eo.err == nil && eo.res.status != 0:
-		// The host's own complaint (locked, missing or short file).
-		return st, c.fileErr("sparse read", path, 0, Result{Output: eo.res.stderr, ExitStatus: eo.res.status})
-	case execFirst && eo.err != nil:
-		// The connection dropped: that is why the stream ended.
-		var e *Error
-		if errors.As(eo.err, &e) && e.Path == "" {
-			e.Path = path
-		}
-		return st, eo.err
-	case errors.Is(derr, ErrSparseStream):
-		return st, &Error{Class: Transient, Kind: ErrUnexpectedOutput, Host: c.cfg.Name, Op: "sparse read", Path: path,
-			Msg: fmt.Sprintf("the host's stream for offset %d length %d is invalid: retry the range", offset, length), Err: derr}
-	case derr != nil:
-		// The sink failed: a local problem, returned as is.
-		return st, derr
-	case eo.err != nil:
-		var e *Error
-		if errors.As(eo.err, &e) && e.Path == "" {
-			e.Path = path
-		}
-		return st, eo.err
-	}
-	return st, nil
+	return c.readRangeServed(ctx, path, offset, length, sink)
 }
 
 // ReadRangeSkippingZeros has the contract of [Client.ReadRange] (length

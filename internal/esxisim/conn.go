@@ -126,10 +126,14 @@ func (se *session) serveChannel(ch ssh.Channel, reqs <-chan *ssh.Request) {
 		// The client closed the channel (or the connection died).
 		cancel()
 	}()
-	// Discard stdin so that a client writing to it never blocks.
+	// Stdin reaches the command through a pipe; once the command has
+	// ended, the rest is discarded so that a client writing never blocks.
+	stdinR, stdinW := io.Pipe()
 	rwg.Add(1)
 	go func() {
 		defer rwg.Done()
+		_, err := io.Copy(stdinW, ch)
+		stdinW.CloseWithError(err)
 		_, _ = io.Copy(io.Discard, ch)
 	}()
 	defer func() {
@@ -153,7 +157,8 @@ func (se *session) serveChannel(ch ssh.Channel, reqs <-chan *ssh.Request) {
 
 	out := &chanWriter{se: se, w: ch, stdout: true}
 	errw := &chanWriter{se: se, w: ch.Stderr()}
-	status := se.s.runScript(&shellEnv{ctx: ctx, se: se, stdout: out, stderr: errw}, cmd)
+	status := se.s.runScript(&shellEnv{ctx: ctx, se: se, stdin: stdinR, stdout: out, stderr: errw}, cmd)
+	stdinR.CloseWithError(io.EOF)
 	if ctx.Err() != nil || out.failed || errw.failed {
 		return // connection dropped or client gone: no exit status
 	}

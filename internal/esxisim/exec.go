@@ -13,6 +13,7 @@ import (
 type shellEnv struct {
 	ctx    context.Context
 	se     *session
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	status int

@@ -1,11 +1,14 @@
 package esxisim
 
 import (
+	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 )
 
@@ -15,6 +18,7 @@ import (
 //
 //	/bin/python -c SCRIPT PATH ARG...   (the script reads PATH)
 //	/bin/python -c SCRIPT --probe
+//	/bin/python -c SCRIPT --serve       (ranges asked for on stdin)
 //
 // PATH is opened by the simulator with the host's rules (confined to
 // /vmfs/volumes, "Device or resource busy" for a powered-on VM's disks) and
@@ -78,11 +82,59 @@ func cmdPython(s *Server, env *shellEnv, args []string, stdout, stderr io.Writer
 		return 2
 	}
 	script, rest := args[2], append([]string(nil), args[3:]...)
+	if len(rest) == 1 && rest[0] == "--serve" {
+		return servePython(s, env, interp, script, stdout, stderr)
+	}
+	return runPython(s, env, interp, script, rest, stdout, stderr)
+}
+
+// servePython is the reader's long-lived mode (`--serve`): it reads the
+// range requests from stdin itself and answers each by running the real
+// reader on that one range, so that every path is opened as the host
+// opens it (locks, missing files) while the client sees one session, as
+// on a real host.
+func servePython(s *Server, env *shellEnv, interp, script string, stdout, stderr io.Writer) int {
+	in := bufio.NewReader(env.stdin)
+	for {
+		var hdr [3]byte
+		if _, err := io.ReadFull(in, hdr[:]); err != nil {
+			if err == io.EOF {
+				return 0
+			}
+			fmt.Fprintln(stderr, "vmm-sparse: truncated request")
+			return 1
+		}
+		if hdr[0] != 'R' {
+			fmt.Fprintln(stderr, "vmm-sparse: bad request header")
+			return 1
+		}
+		req := make([]byte, int(binary.BigEndian.Uint16(hdr[1:]))+16)
+		if _, err := io.ReadFull(in, req); err != nil {
+			fmt.Fprintln(stderr, "vmm-sparse: truncated request")
+			return 1
+		}
+		n := len(req) - 16
+		off, length := binary.BigEndian.Uint64(req[n:]), binary.BigEndian.Uint64(req[n+8:])
+		rest := []string{string(req[:n]), strconv.FormatUint(off, 10), strconv.FormatUint(length, 10)}
+		if st := runPython(s, env, interp, script, rest, stdout, stderr); st != 0 {
+			return st
+		}
+	}
+}
+
+// runPython runs the real reader once: on one range of the file it names
+// (opened here, passed as fd 3), or in probe mode.
+func runPython(s *Server, env *shellEnv, interp, script string, rest []string, stdout, stderr io.Writer) int {
 	cmd := exec.CommandContext(env.ctx, interp, "-c", script)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
 	if rest[0] != "--probe" {
 		name := rest[0]
+		if len(rest) == 3 {
+			off, _ := strconv.ParseInt(rest[1], 10, 64)
+			n, _ := strconv.ParseInt(rest[2], 10, 64)
+			s.logSparseRead(SparseRead{Path: name, Offset: off, Length: n})
+		}
 		f, err := s.openPath(name)
 		if err != nil {
 			fmt.Fprintf(stderr, "vmm-sparse: can't open '%s': %s\n", name, errText(err))

@@ -110,6 +110,8 @@ type Options struct {
 
 // Stats counts what the server has served.
 type Stats struct {
+	// ActiveExecs is the number of exec sessions running now.
+	ActiveExecs int64
 	// Conns is the number of SSH connections that completed authentication.
 	Conns int64
 	// Execs is the number of exec requests (one per session channel).
@@ -155,6 +157,7 @@ type Server struct {
 	failures  map[string]int
 	lockdown  bool
 	cmdLog    []LoggedCommand
+	sparse    []SparseRead
 	vms       []*vmEntry
 	nextVmid  int
 	timers    map[*time.Timer]struct{}
@@ -401,6 +404,7 @@ func (s *Server) Stats() Stats {
 		RejectedRequests: s.stats.rejected.Load(),
 		PowerCommands:    s.stats.power.Load(),
 		PeakExecs:        s.stats.peak.Load(),
+		ActiveExecs:      s.stats.active.Load(),
 	}
 }
 
@@ -417,7 +421,30 @@ func (s *Server) ResetStats() {
 	s.stats.peak.Store(s.stats.active.Load())
 	s.mu.Lock()
 	s.cmdLog = nil
+	s.sparse = nil
 	s.mu.Unlock()
+}
+
+// SparseRead is one range the host's sparse reader was asked for.
+type SparseRead struct {
+	Path           string
+	Offset, Length int64
+}
+
+// SparseReads returns the ranges the sparse reader was asked for, in
+// order: the ranges on the command line of a reader run per range, and
+// those a long-lived reader (--serve) was sent on its stdin, which no
+// command log shows.
+func (s *Server) SparseReads() []SparseRead {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]SparseRead(nil), s.sparse...)
+}
+
+func (s *Server) logSparseRead(r SparseRead) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sparse = append(s.sparse, r)
 }
 
 // CommandLog returns every exec command line received, in order, as the

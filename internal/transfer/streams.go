@@ -49,9 +49,9 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 0, writeBufferSize)
+			ring := newBufferRing()
 			for i := range todo {
-				rec, err := c.readChunkAt(ctx, src, i, buf)
+				rec, err := c.readChunkAt(ctx, src, i, ring)
 				results <- landed{i, rec, err}
 				if err != nil {
 					return
@@ -92,7 +92,7 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 // readChunkAt reads chunk i through src into the staging file, retrying
 // transient errors (a failed attempt's bytes are punched out first), and
 // fsyncs it. The whole-file hash is not touched.
-func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, buf []byte) (chunkRecord, error) {
+func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, ring chan []byte) (chunkRecord, error) {
 	off := int64(i) * c.opts.ChunkSize
 	n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
 	var rec chunkRecord
@@ -104,10 +104,13 @@ func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, buf []
 			}
 		}
 		first = false
-		w := newChunkWriter(c.f, off, n, nil, buf, nil)
-		w.verifyZeros = c.verifyZeros.Load()
+		w := newChunkWriter(c.f, off, n, nil, nil, nil)
+		w.setVerifyZeros(c.verifyZeros.Load())
+		w.writeBehind(ring)
+		clock := startAttempt()
 		rerr := c.readChunk(ctx, src, off, n, w)
 		r, got, lerr := w.finish()
+		clock.end(&c.stages, w)
 		if lerr != nil {
 			return &localError{lerr}
 		}
@@ -123,7 +126,7 @@ func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, buf []
 	if err != nil {
 		return rec, fmt.Errorf("chunk %d at offset %d: %w", i, off, err)
 	}
-	if err := c.f.Sync(); err != nil {
+	if err := c.sync(); err != nil {
 		return rec, &localError{fmt.Errorf("fsync staging file: %w", err)}
 	}
 	return rec, nil
@@ -150,7 +153,7 @@ func (c *copier) land(i int, rec chunkRecord) error {
 		state := marshalHash(c.whole)
 		off := int64(k) * c.opts.ChunkSize
 		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
-		err := hashRange(c.whole, c.f, off, n)
+		err := c.hashRange(c.whole, off, n)
 		if err != nil {
 			err = fmt.Errorf("chunk %d of the staging file: %w", k, err)
 		}
@@ -171,7 +174,7 @@ func (c *copier) land(i int, rec chunkRecord) error {
 		c.j.Ahead = nil
 	}
 	c.j.SHA256State = marshalHash(c.whole)
-	if err := c.j.saveAt(c.jpath); err != nil {
+	if err := c.saveJournal(); err != nil {
 		return err
 	}
 	c.report(c.verifiedBytes(), c.j.VerifiedChunks, true)
@@ -231,7 +234,7 @@ func (c *copier) keepAhead(k int, fileSize int64) error {
 	if len(c.j.Ahead) == 0 {
 		c.j.Ahead = nil
 	}
-	if err := c.f.Sync(); err != nil {
+	if err := c.sync(); err != nil {
 		return fmt.Errorf("fsync staging file: %w", err)
 	}
 	return nil

@@ -96,7 +96,7 @@ func (c *copier) resetBlockFrom(off int64) error {
 	if err := c.clear(off, c.disk.SizeBytes-off); err != nil {
 		return fmt.Errorf("zero block device: %w", err)
 	}
-	if err := c.f.Sync(); err != nil {
+	if err := c.sync(); err != nil {
 		return fmt.Errorf("fsync block device: %w", err)
 	}
 	return nil

@@ -121,6 +121,8 @@ type Progress struct {
 	Percent float64
 	// ChunksDone is the number of verified chunks out of ChunksTotal.
 	ChunksDone, ChunksTotal int
+	// Stages is where this Copy call has spent its time so far.
+	Stages Stages
 }
 
 // Result is the evidence of a completed copy. It is recorded in the journal
@@ -231,9 +233,28 @@ type copier struct {
 	unlock      func()
 	j           *journal
 	whole       hash.Hash
-	buf         []byte
+	ring        chan []byte // the write-behind's buffers (one stream)
 	repMu       sync.Mutex // report may be called from a stream's goroutine
 	lastRep     time.Time
+	stages      stageClock
+}
+
+// sync fsyncs the destination, timed.
+func (c *copier) sync() error {
+	defer c.stages.add(&c.stages.syncing, time.Now())
+	return c.f.Sync()
+}
+
+// saveJournal writes the journal, timed.
+func (c *copier) saveJournal() error {
+	defer c.stages.add(&c.stages.journal, time.Now())
+	return c.j.saveAt(c.jpath)
+}
+
+// hashRange adds [off, off+n) of the destination to h, timed.
+func (c *copier) hashRange(h hash.Hash, off, n int64) error {
+	defer c.stages.add(&c.stages.hashing, time.Now())
+	return hashRange(h, c.f, off, n)
 }
 
 func (c *copier) close() {
@@ -289,7 +310,7 @@ func (c *copier) run(ctx context.Context) (Result, error) {
 		}
 		return c.finish(skipped)
 	}
-	c.buf = make([]byte, 0, writeBufferSize)
+	c.ring = newBufferRing()
 	c.report(int64(start)*c.opts.ChunkSize, start, true)
 	for i := start; i < c.chunks; i++ {
 		if err := c.copyChunk(ctx, i); err != nil {
@@ -369,7 +390,7 @@ func (c *copier) reconcile() (int, error) {
 		c.whole = sha256.New()
 		c.j = &journal{Version: journalVersion, Source: c.disk.Path, SizeBytes: c.disk.SizeBytes,
 			ChunkSize: c.opts.ChunkSize, Chunks: []chunkRecord{}, SHA256State: marshalHash(c.whole)}
-		if err := c.j.saveAt(c.jpath); err != nil {
+		if err := c.saveJournal(); err != nil {
 			return 0, err
 		}
 		return 0, c.resetFrom(0)
@@ -416,7 +437,7 @@ func (c *copier) reconcile() (int, error) {
 	} else if err := c.keepAhead(k, size); err != nil {
 		return 0, err
 	}
-	if err := c.j.saveAt(c.jpath); err != nil {
+	if err := c.saveJournal(); err != nil {
 		return 0, err
 	}
 	return k, nil
@@ -473,7 +494,7 @@ func (c *copier) resetFrom(k int) error {
 	if err := c.f.Truncate(c.disk.SizeBytes); err != nil {
 		return fmt.Errorf("allocate staging file: %w", err)
 	}
-	if err := c.f.Sync(); err != nil {
+	if err := c.sync(); err != nil {
 		return fmt.Errorf("fsync staging file: %w", err)
 	}
 	return nil
@@ -499,10 +520,13 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 		if err != nil {
 			return &localError{err}
 		}
-		w := newChunkWriter(c.f, off, n, whole, c.buf, func(got int64) { c.report(off+got, i, false) })
-		w.verifyZeros = c.verifyZeros.Load()
+		w := newChunkWriter(c.f, off, n, whole, nil, func(got int64) { c.report(off+got, i, false) })
+		w.setVerifyZeros(c.verifyZeros.Load())
+		w.writeBehind(c.ring)
+		clock := startAttempt()
 		rerr := c.readChunk(ctx, c.src, off, n, w)
 		r, got, lerr := w.finish()
+		clock.end(&c.stages, w)
 		if lerr != nil {
 			return &localError{lerr}
 		}
@@ -518,13 +542,13 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("chunk %d at offset %d: %w", i, off, err)
 	}
-	if err := c.f.Sync(); err != nil {
+	if err := c.sync(); err != nil {
 		return fmt.Errorf("fsync staging file: %w", err)
 	}
 	c.j.Chunks = append(c.j.Chunks, rec)
 	c.j.VerifiedChunks = i + 1
 	c.j.SHA256State = marshalHash(c.whole)
-	if err := c.j.saveAt(c.jpath); err != nil {
+	if err := c.saveJournal(); err != nil {
 		return err
 	}
 	c.report(off+n, i+1, true)
@@ -585,7 +609,7 @@ func (c *copier) finish(skipped int) (Result, error) {
 		res.ZeroBytes += r.ZeroBytes
 	}
 	c.j.Complete, c.j.Result = true, &res
-	if err := c.j.saveAt(c.jpath); err != nil {
+	if err := c.saveJournal(); err != nil {
 		return Result{}, err
 	}
 	return res, nil
@@ -638,7 +662,8 @@ func (c *copier) report(done int64, chunksDone int, force bool) {
 	}
 	c.lastRep = now
 	c.opts.Progress(Progress{Source: c.disk.Path, Dest: c.dest, BytesDone: done, BytesTotal: c.disk.SizeBytes,
-		Percent: float64(done) * 100 / float64(c.disk.SizeBytes), ChunksDone: chunksDone, ChunksTotal: c.chunks})
+		Percent: float64(done) * 100 / float64(c.disk.SizeBytes), ChunksDone: chunksDone, ChunksTotal: c.chunks,
+		Stages: c.stages.snapshot()})
 }
 
 // State is what Inspect observes of a copy.

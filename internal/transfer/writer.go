@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
@@ -60,15 +61,37 @@ type chunkWriter struct {
 	external bool
 	digest   *[32]byte
 	start    int64
-	// verifyZeros: the destination is not known to read zeros where the
-	// chunk has them (a block device that cannot zero ahead): each zero
-	// block is read back and written as zeros where it is not.
-	verifyZeros bool
-	scratch     []byte
+	// out writes the buffers when there is no write-behind (behind).
+	out    blockSink
+	behind *writeBehind
+	// first is when the first byte (or zero run) arrived; writing is how
+	// long the stream was held up by writing; hashing is the time finish
+	// spent hashing the chunk as written (Stages).
+	first            time.Time
+	writing, hashing time.Duration
 }
 
 func newChunkWriter(f *os.File, off, length int64, whole hash.Hash, buf []byte, onBytes func(int64)) *chunkWriter {
-	return &chunkWriter{f: f, base: off, start: off, length: length, buf: buf[:0], whole: whole, chunk: sha256.New(), onBytes: onBytes}
+	return &chunkWriter{f: f, base: off, start: off, length: length, buf: buf[:0], whole: whole, chunk: sha256.New(), onBytes: onBytes,
+		out: blockSink{f: f}}
+}
+
+// setVerifyZeros makes the writer check that zero blocks read as zeros
+// (see blockSink.verifyZeros). Called before the first byte arrives.
+func (w *chunkWriter) setVerifyZeros(v bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.out.verifyZeros = v
+}
+
+// writeBehind has the writes done by a goroutine of their own, with the
+// buffers of ring, so that the stream goes on receiving while the
+// destination writes. Called before the first byte arrives.
+func (w *chunkWriter) writeBehind(ring chan []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.behind = startWriteBehind(w.out, ring)
+	w.buf = (<-ring)[:0]
 }
 
 // takeDigest makes the chunk's digest the reader's (setDigest) instead of
@@ -103,6 +126,7 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 		w.mu.Unlock()
 		return 0, w.localErr
 	}
+	w.arrivedLocked()
 	if w.whole != nil {
 		w.whole.Write(p)
 	}
@@ -165,13 +189,14 @@ func (w *chunkWriter) WriteZeros(n int64) error {
 			w.mu.Unlock()
 			return w.localErr
 		}
+		w.arrivedLocked()
 		if len(w.buf) > 0 {
 			if err := w.flushLocked(); err != nil {
 				w.mu.Unlock()
 				return err
 			}
 		}
-		if w.verifyZeros {
+		if w.out.verifyZeros {
 			if err := w.ensureZeroLocked(w.base, body); err != nil {
 				w.mu.Unlock()
 				return err
@@ -211,21 +236,96 @@ func (w *chunkWriter) writeZeroBytes(n int64) error {
 	return nil
 }
 
-// flushLocked writes the buffered data, skipping all-zero blocks.
+// flushLocked writes the buffered data, skipping all-zero blocks: at once,
+// or through the write-behind, which hands back an empty buffer.
 func (w *chunkWriter) flushLocked() error {
-	buf := w.buf
+	n := int64(len(w.buf))
+	if w.behind != nil {
+		if err := w.behind.failure(); err != nil {
+			w.localErr = err
+			return err
+		}
+		start := time.Now()
+		w.buf = w.behind.submit(w.buf, w.base)
+		w.writing += time.Since(start)
+	} else {
+		start := time.Now()
+		err := w.out.write(w.buf, w.base)
+		w.writing += time.Since(start)
+		if err != nil {
+			w.localErr = err
+			return err
+		}
+		w.buf = w.buf[:0]
+	}
+	w.base += n
+	return nil
+}
+
+// ensureZeroLocked makes [off, off+n) of the destination read as zeros
+// (see blockSink.ensureZero), at once or through the write-behind.
+func (w *chunkWriter) ensureZeroLocked(off, n int64) error {
+	if w.behind != nil {
+		if err := w.behind.failure(); err != nil {
+			w.localErr = err
+			return err
+		}
+		w.behind.ensureZero(off, n)
+		return nil
+	}
+	start := time.Now()
+	err := w.out.ensureZero(off, n)
+	w.writing += time.Since(start)
+	if err != nil {
+		w.localErr = err
+	}
+	return err
+}
+
+// arrivedLocked notes the arrival of the first byte.
+func (w *chunkWriter) arrivedLocked() {
+	if w.first.IsZero() {
+		w.first = time.Now()
+	}
+}
+
+// timing is when the first byte arrived, how long the stream was held up
+// by writing (the writes themselves, or with a write-behind the waits for
+// a free buffer and for the last writes) and how long finish hashed the
+// chunk as written.
+func (w *chunkWriter) timing() (first time.Time, writing, hashing time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.first, w.writing, w.hashing
+}
+
+// blockSink writes a chunk's buffers into the destination, leaving
+// all-zero blocks as holes. It is used by one goroutine at a time.
+type blockSink struct {
+	f *os.File
+	// verifyZeros: the destination is not known to read zeros where the
+	// chunk has them (a block device that cannot zero ahead): each zero
+	// block is read back and written as zeros where it is not.
+	verifyZeros bool
+	scratch     []byte
+	zero        int64 // bytes in all-zero blocks (not written)
+}
+
+// write writes buf, the content at file offset base, skipping all-zero
+// blocks (runs of data blocks are coalesced into one write).
+func (b *blockSink) write(buf []byte, base int64) error {
 	runStart := -1 // start of the current run of data blocks in buf
 	for i := 0; i < len(buf); i += ZeroBlockSize {
 		j := min(i+ZeroBlockSize, len(buf))
 		if bytes.Equal(buf[i:j], zeroBlock[:j-i]) {
-			w.zero += int64(j - i)
-			if w.verifyZeros {
-				if err := w.ensureZeroLocked(w.base+int64(i), int64(j-i)); err != nil {
+			b.zero += int64(j - i)
+			if b.verifyZeros {
+				if err := b.ensureZero(base+int64(i), int64(j-i)); err != nil {
 					return err
 				}
 			}
 			if runStart >= 0 {
-				if err := w.writeAt(buf[runStart:i], w.base+int64(runStart)); err != nil {
+				if err := b.writeAt(buf[runStart:i], base+int64(runStart)); err != nil {
 					return err
 				}
 				runStart = -1
@@ -237,31 +337,26 @@ func (w *chunkWriter) flushLocked() error {
 		}
 	}
 	if runStart >= 0 {
-		if err := w.writeAt(buf[runStart:], w.base+int64(runStart)); err != nil {
-			return err
-		}
+		return b.writeAt(buf[runStart:], base+int64(runStart))
 	}
-	w.base += int64(len(buf))
-	w.buf = w.buf[:0]
 	return nil
 }
 
-// ensureZeroLocked reads [off, off+n) of the destination back and writes
-// zeros over each block of it that does not read as zeros.
-func (w *chunkWriter) ensureZeroLocked(off, n int64) error {
-	if w.scratch == nil {
-		w.scratch = make([]byte, writeBufferSize)
+// ensureZero reads [off, off+n) of the destination back and writes zeros
+// over each block of it that does not read as zeros.
+func (b *blockSink) ensureZero(off, n int64) error {
+	if b.scratch == nil {
+		b.scratch = make([]byte, writeBufferSize)
 	}
 	for n > 0 {
-		k := min(n, int64(len(w.scratch)))
-		if _, err := w.f.ReadAt(w.scratch[:k], off); err != nil {
-			w.localErr = fmt.Errorf("read back the destination: %w", err)
-			return w.localErr
+		k := min(n, int64(len(b.scratch)))
+		if _, err := b.f.ReadAt(b.scratch[:k], off); err != nil {
+			return fmt.Errorf("read back the destination: %w", err)
 		}
 		for i := int64(0); i < k; i += ZeroBlockSize {
 			j := min(i+ZeroBlockSize, k)
-			if !bytes.Equal(w.scratch[i:j], zeroBlock[:j-i]) {
-				if err := w.writeAt(zeroBlock[:j-i], off+i); err != nil {
+			if !bytes.Equal(b.scratch[i:j], zeroBlock[:j-i]) {
+				if err := b.writeAt(zeroBlock[:j-i], off+i); err != nil {
 					return err
 				}
 			}
@@ -271,10 +366,9 @@ func (w *chunkWriter) ensureZeroLocked(off, n int64) error {
 	return nil
 }
 
-func (w *chunkWriter) writeAt(p []byte, off int64) error {
-	if _, err := w.f.WriteAt(p, off); err != nil {
-		w.localErr = fmt.Errorf("write staging file: %w", err)
-		return w.localErr
+func (b *blockSink) writeAt(p []byte, off int64) error {
+	if _, err := b.f.WriteAt(p, off); err != nil {
+		return fmt.Errorf("write staging file: %w", err)
 	}
 	return nil
 }
@@ -288,6 +382,17 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 	if !w.closed && w.localErr == nil && len(w.buf) > 0 {
 		_ = w.flushLocked()
 	}
+	if !w.closed && w.behind != nil {
+		// The last writes land before the chunk is judged.
+		start := time.Now()
+		out, err := w.behind.finish(w.buf)
+		w.writing += time.Since(start)
+		w.buf = nil
+		w.out.zero = out.zero
+		if err != nil && w.localErr == nil {
+			w.localErr = err
+		}
+	}
 	w.closed = true
 	var sum [32]byte
 	switch {
@@ -297,11 +402,13 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 		// The reader had no digest (dd): hash the chunk as written. A chunk
 		// cut short is discarded by the caller, unhashed.
 		if w.localErr == nil && w.n == w.length {
+			start := time.Now()
 			h := sha256.New()
 			if _, err := io.Copy(h, io.NewSectionReader(w.f, w.start, w.n)); err != nil {
 				w.localErr = fmt.Errorf("read back the staging file: %w", err)
 			}
 			h.Sum(sum[:0])
+			w.hashing += time.Since(start)
 		}
 	case w.hashed:
 		w.hashChunkZeros()
@@ -309,7 +416,7 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 	default:
 		sum = zerosum.SHA256(w.n)
 	}
-	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero}, w.n, w.localErr
+	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero + w.out.zero}, w.n, w.localErr
 }
 
 // zeroFill writes zeros over [off, off+n) of f.

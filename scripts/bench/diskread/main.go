@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
@@ -146,9 +147,15 @@ func runCopy(addr string, port int, keyFile, known, path string, size, chunk int
 	for _, s := range c.StreamClients(streams) {
 		srcs = append(srcs, s)
 	}
+	var last transfer.Progress
+	var mu sync.Mutex
 	start := time.Now()
 	res, err := transfer.Copy(context.Background(), c, transfer.Disk{Path: path, SizeBytes: size}, out,
-		transfer.Options{ChunkSize: chunk, Streams: streams, Sources: srcs})
+		transfer.Options{ChunkSize: chunk, Streams: streams, Sources: srcs, Progress: func(p transfer.Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			last = p
+		}})
 	if err != nil {
 		return err
 	}
@@ -157,5 +164,10 @@ func runCopy(addr string, port int, keyFile, known, path string, size, chunk int
 		return err
 	}
 	fmt.Printf("mode=copy streams=%d bytes=%d zero_bytes=%d sha256=%s seconds=%.3f\n", streams, size, res.ZeroBytes, res.SHA256, el.Seconds())
+	st := last.Stages
+	// Where the copy spent its time, summed over its streams (stderr: the
+	// line above is the one bench.sh parses).
+	fmt.Fprintf(os.Stderr, "stages, s summed over %d streams: waiting for the host %.1f, reading %.1f, writing %.1f, fsync %.1f, hashing %.1f, journal %.1f\n",
+		streams, st.Waiting.Seconds(), st.Reading.Seconds(), st.Writing.Seconds(), st.Syncing.Seconds(), st.Hashing.Seconds(), st.Journal.Seconds())
 	return nil
 }

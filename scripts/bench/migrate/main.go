@@ -63,6 +63,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 	"golang.org/x/crypto/ssh"
 )
@@ -793,7 +794,11 @@ func run(ctx context.Context, f runFlags) error {
 	GiB := float64(1 << 30)
 	fmt.Println()
 	if realSSHD {
-		fmt.Printf("host: a real OpenSSH sshd on %s, chrooted into a tree laid out like ESXi's, with /bin/python; its vim-cmd and vmware answered by the simulator\n", f.sshd)
+		py := "with /bin/python (the sparse reader)"
+		if _, err := os.Lstat(filepath.Join(f.chroot, "bin", "python")); err != nil {
+			py = "without /bin/python (as ESXi 6.x: reads through dd)"
+		}
+		fmt.Printf("host: a real OpenSSH sshd on %s, chrooted into a tree laid out like ESXi's, %s; its vim-cmd and vmware answered by the simulator\n", f.sshd, py)
 	} else {
 		fmt.Println("host: the Go simulator's own SSH server (no real sshd given)")
 	}
@@ -836,6 +841,9 @@ func run(ctx context.Context, f runFlags) error {
 			}
 			r := float64(d.Capacity) / sec
 			fmt.Printf("   disk %d (%s %s): copy %.1f s, %.1f MB/s = %.2f x `ssh cat` (%.1f MB/s)\n", i, gib(d.Capacity), kind, sec, r/1e6, r/catRates[i], catRates[i]/1e6)
+			if st, ok := diskCopyStages(events, "cold", i); ok {
+				fmt.Printf("      %s\n", stagesLine(st))
+			}
 		}
 	}
 	if linkRate > 0 {
@@ -1083,6 +1091,26 @@ func measure(ctx context.Context, en *engine.Engine, cluster *child, hostCPU fun
 		}
 	}
 	return r, nil
+}
+
+// diskCopyStages is where the copy of one disk spent its time, from its
+// last copy progress report (transfer.Stages, summed over its streams).
+func diskCopyStages(events []engine.Event, name string, disk int) (transfer.Stages, bool) {
+	var st transfer.Stages
+	ok := false
+	for _, ev := range events {
+		if ev.Name == name && ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing &&
+			ev.Disk == disk && ev.Transfer.Kind == engine.TransferCopy {
+			st, ok = ev.Stages, true
+		}
+	}
+	return st, ok
+}
+
+// stagesLine prints a copy's stages in seconds, summed over its streams.
+func stagesLine(st transfer.Stages) string {
+	return fmt.Sprintf("stages, s summed over streams: waiting for the host %.1f, reading %.1f, writing %.1f, fsync %.1f, hashing %.1f, journal %.1f",
+		st.Waiting.Seconds(), st.Reading.Seconds(), st.Writing.Seconds(), st.Syncing.Seconds(), st.Hashing.Seconds(), st.Journal.Seconds())
 }
 
 // diskCopySeconds is how long the copy of one disk took: from the source's
