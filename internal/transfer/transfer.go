@@ -234,7 +234,7 @@ type copier struct {
 	j           *journal
 	whole       hash.Hash
 	ring        chan []byte // the write-behind's buffers (one stream)
-	repMu       sync.Mutex // report may be called from a stream's goroutine
+	repMu       sync.Mutex  // report may be called from a stream's goroutine
 	lastRep     time.Time
 	stages      stageClock
 }
