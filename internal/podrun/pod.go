@@ -66,8 +66,9 @@ type container struct {
 func newPodWorker(r *Runner, pod *corev1.Pod) *podWorker {
 	return &podWorker{
 		r: r, namespace: pod.Namespace, name: pod.Name, uid: pod.UID,
-		dir:  filepath.Join(r.dir, "pods", string(pod.UID)),
-		wake: make(chan struct{}, 1),
+		dir:    filepath.Join(r.dir, "pods", string(pod.UID)),
+		wake:   make(chan struct{}, 1),
+		latest: pod.DeepCopy(),
 	}
 }
 
@@ -305,6 +306,9 @@ type containerSetup struct {
 	args, env         []string
 	logFile           *os.File
 	stdout, stderrLog *criLogWriter
+	// started is created by the setup script once the container's file
+	// system is ready, just before the container's command starts.
+	started string
 }
 
 func (w *podWorker) setupContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container, vols map[string]volume) (*containerSetup, error) {
@@ -393,8 +397,9 @@ func (w *podWorker) setupContainer(ctx context.Context, pod *corev1.Pod, c corev
 			spec: c, id: "podrun://" + string(w.uid) + "/" + c.Name, logPath: logPath, termPath: termPath,
 			done: make(chan struct{}),
 		},
-		args: plan.args(workDir, argv), env: env, logFile: f,
-		stdout: &criLogWriter{w: f, mu: &mu, stream: "stdout"}, stderrLog: &criLogWriter{w: f, mu: &mu, stream: "stderr"},
+		args: plan.args(workDir, filepath.Join(cdir, "started"), argv), env: env, logFile: f,
+		started: filepath.Join(cdir, "started"),
+		stdout:  &criLogWriter{w: f, mu: &mu, stream: "stdout"}, stderrLog: &criLogWriter{w: f, mu: &mu, stream: "stderr"},
 	}, nil
 }
 
@@ -416,6 +421,17 @@ func (w *podWorker) launch(s *containerSetup) {
 		close(c.done)
 		return
 	}
+	// Running, as a runtime reports it, once the command is about to
+	// start rather than while its mounts are being made.
+	tick := time.NewTicker(5 * time.Millisecond)
+	for {
+		if _, err := os.Stat(s.started); err == nil || p.Exited() {
+			break
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	c.started = metav1.Now()
 	go func() {
 		<-p.Done()
 		// When a container's main process ends, the rest of it goes too.

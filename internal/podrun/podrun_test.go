@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +29,8 @@ var (
 	envOnce sync.Once
 	env     *testEnv
 	envErr  error
+	// namespaces numbers the tests' namespaces (-count may repeat a test).
+	namespaces atomic.Int32
 )
 
 // shellImage is an image whose entrypoint is /bin/sh.
@@ -86,7 +89,7 @@ func setup(t *testing.T) (*testEnv, string) {
 	if envErr != nil {
 		t.Fatal(envErr)
 	}
-	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	ns := fmt.Sprintf("%s-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), namespaces.Add(1))
 	if _, err := env.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -374,5 +377,42 @@ func TestKilledContainer(t *testing.T) {
 			t.Errorf("terminated %+v, want exit 137, Error", st)
 		}
 		return true, nil
+	})
+}
+
+// A container that ignores SIGTERM is killed once the grace period (here
+// the kubelet's minimum, 2 s) is over, and then the pod is removed.
+func TestGracePeriodThenSIGKILL(t *testing.T) {
+	e, ns := setup(t)
+	ctx := waitCtx(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stubborn", Labels: map[string]string{"app": "stubborn"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "main", Image: "unused:dev",
+				Command: []string{"/bin/sh", "-c", "trap '' TERM; echo ignoring TERM; exec sleep 300"}}},
+		},
+	}
+	if _, err := e.cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, pid := waitRunning(t, ctx, e, ns, "app=stubborn")
+	// Running says the command started, not that it set its trap yet.
+	poll(t, ctx, "the trap to be set", func() (bool, error) {
+		b, err := e.cs.CoreV1().Pods(ns).GetLogs("stubborn", &corev1.PodLogOptions{}).DoRaw(ctx)
+		return strings.Contains(string(b), "ignoring TERM"), err
+	})
+	start := time.Now()
+	if err := e.cs.CoreV1().Pods(ns).Delete(ctx, "stubborn", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the process to be gone", func() (bool, error) { return processGone(pid), nil })
+	if took := time.Since(start); took < minimumGracePeriod {
+		t.Errorf("killed after %v, before the %v minimum grace period", took, minimumGracePeriod)
+	}
+	poll(t, ctx, "the pod to be gone", func() (bool, error) {
+		_, err := e.cs.CoreV1().Pods(ns).Get(ctx, "stubborn", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
 	})
 }

@@ -262,7 +262,9 @@ func (p *rootPlan) walk(cpath string, dir bool) (string, error) {
 
 // setupScript is run by `unshare --mount --propagation private /bin/sh -c`
 // with the plan's steps as arguments (op src dst, repeated), then "--",
-// the root, the working folder and the container's command. A failing
+// the root, the working folder, a file to create once the steps are done
+// (on the machine: the runner waits for it before it reports the container
+// running) and the container's command. A failing
 // step exits 128, as a runtime's failure to start a container is
 // reported (StartError).
 const setupScript = `
@@ -281,19 +283,20 @@ while [ "$1" != "--" ]; do
 	esac
 done
 shift
-root=$1 dir=$2
-shift 2
+root=$1 dir=$2 ready=$3
+shift 3
+: >"$ready" || fail "marking the container started"
 exec /usr/sbin/chroot "$root" /bin/sh -c 'cd "$0" || exit 128; exec "$@"' "$dir" "$@"
 `
 
-// args returns unshare's arguments that carry out the plan and then run
-// argv in folder workDir of the new root.
-func (p *rootPlan) args(workDir string, argv []string) []string {
+// args returns unshare's arguments that carry out the plan, create the
+// file ready, and then run argv in folder workDir of the new root.
+func (p *rootPlan) args(workDir, ready string, argv []string) []string {
 	a := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", setupScript, "podrun-setup"}
 	for _, op := range p.ops {
 		a = append(a, op.op, op.src, op.dst)
 	}
-	a = append(a, "--", p.root, workDir)
+	a = append(a, "--", p.root, workDir, ready)
 	return append(a, argv...)
 }
 
