@@ -35,13 +35,16 @@ const buildHint = `build them with "make testbin" (which runs tools/build-testcl
 // binaries are the absolute paths of the programs a cluster runs.
 type binaries struct {
 	etcd, apiServer string
+	// With Options.Controllers only.
+	controllerManager, scheduler string
 }
 
-// findBinaries locates etcd and kube-apiserver in dir, or, when dir is empty,
+// findBinaries locates etcd and kube-apiserver (and, with controllers,
+// kube-controller-manager and kube-scheduler) in dir, or, when dir is empty,
 // in $VMMIGRATION_TESTBIN or <repository root>/.testbin. A binary whose
 // "<name>.version" stamp (written by the build script) names another
 // version is refused; a binary without a stamp is trusted.
-func findBinaries(dir string) (binaries, error) {
+func findBinaries(dir string, controllers bool) (binaries, error) {
 	where := "Options.BinDir"
 	if dir == "" {
 		where = "$" + EnvTestBin
@@ -85,6 +88,11 @@ func findBinaries(dir string) (binaries, error) {
 	b := binaries{
 		etcd:      check("etcd", EtcdVersion),
 		apiServer: check("kube-apiserver", KubeAPIServerVersion),
+	}
+	if controllers {
+		// Built from the same Kubernetes release as the API server.
+		b.controllerManager = check("kube-controller-manager", KubeAPIServerVersion)
+		b.scheduler = check("kube-scheduler", KubeAPIServerVersion)
 	}
 	if len(problems) > 0 {
 		return binaries{}, fmt.Errorf("testcluster: cannot run a test cluster from %s (%s): %s; %s",

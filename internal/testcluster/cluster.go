@@ -2,8 +2,11 @@
 // loopback for tests, with the KubeVirt and CDI custom resources the provider
 // uses installed (schemas generated from their Go types, see crdgen).
 //
-// There is no kubelet, scheduler or controller-manager: objects are stored
-// and validated, and nothing acts on them.
+// By default there is no kubelet, scheduler or controller-manager: objects
+// are stored and validated, and nothing acts on them. Options.Controllers
+// adds the real kube-controller-manager (Job controller, garbage collector,
+// see DefaultControllers) and kube-scheduler; a simulated kubelet (package
+// podrun) then runs the pods they schedule.
 //
 // The child processes never outlive the test binary: see Start, and the
 // process type for how. Binaries come from $VMMIGRATION_TESTBIN or the
@@ -66,10 +69,20 @@ type Options struct {
 	// StartTimeout bounds Start and each API server (re)start, in addition to
 	// the context. Default one minute.
 	StartTimeout time.Duration
+	// Controllers also runs the real kube-controller-manager (the
+	// controllers in ControllerNames) and kube-scheduler, on loopback, with
+	// leader election off, each authenticated by a client certificate for
+	// its bootstrap RBAC identity. They need kube-controller-manager and
+	// kube-scheduler beside kube-apiserver in BinDir. Off: neither runs.
+	Controllers bool
+	// ControllerNames is kube-controller-manager's --controllers when
+	// Controllers is set. Default DefaultControllers.
+	ControllerNames []string
 }
 
-// Cluster is a running etcd and kube-apiserver. Its methods are safe for
-// concurrent use.
+// Cluster is a running etcd and kube-apiserver (and, with
+// Options.Controllers, kube-controller-manager and kube-scheduler). Its
+// methods are safe for concurrent use.
 type Cluster struct {
 	opts     Options
 	bins     binaries
@@ -82,9 +95,13 @@ type Cluster struct {
 	config   *rest.Config
 	client   client.Client
 
+	ctl controlPlane
+
 	mu      sync.Mutex
 	etcd    *process
 	api     *process
+	kcm     *process // kube-controller-manager, with Options.Controllers
+	sched   *process // kube-scheduler, with Options.Controllers
 	stopped bool
 }
 
@@ -99,7 +116,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 
-	bins, err := findBinaries(opts.BinDir)
+	bins, err := findBinaries(opts.BinDir, opts.Controllers)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +160,14 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if !opts.NoCRDs {
 		if err := c.installCRDs(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Controllers {
+		if err := c.prepareControllers(); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		if err := c.startControllers(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -447,8 +472,9 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.StartAPIServer(ctx)
 }
 
-// Stop kills the API server and etcd (their whole process groups), waits
-// for them to exit, and removes the cluster's folder. It is idempotent.
+// Stop kills the controllers, the API server and etcd (their whole process
+// groups), waits for them to exit, and removes the cluster's folder. It is
+// idempotent.
 func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	if c.stopped {
@@ -466,6 +492,7 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) killProcesses() {
+	c.killControllers()
 	c.mu.Lock()
 	api, etcd := c.api, c.etcd
 	c.api, c.etcd = nil, nil

@@ -221,7 +221,7 @@ func TestStartFailsClearlyWithoutBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(EnvTestBin, dir)
-	_, err = findBinaries("")
+	_, err = findBinaries("", false)
 	want := fmt.Sprintf("%s is v1.30.0, want %s", filepath.Join(dir, "kube-apiserver"), KubeAPIServerVersion)
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "$"+EnvTestBin) {
 		t.Errorf("findBinaries = %v, want an error containing %q and naming $%s", err, want, EnvTestBin)
