@@ -90,7 +90,8 @@ build_base() {
 	# in the image. The user vmmigration is added once the essential
 	# packages are in, before the others, whose system users then take
 	# other ids; its home is where libguestfs may keep its cache when
-	# /var/tmp is not writable.
+	# /var/tmp is not writable. supermin makes the appliance's own
+	# initramfs: the kernel package's (16 MB) is never used.
 	timeout 1800 mmdebstrap --variant=apt --format=tar \
 		--aptopt='Acquire::http::Timeout "60"' --aptopt='Acquire::Retries "3"' \
 		--setup-hook='mkdir -p "$1/etc/dpkg/dpkg.cfg.d"' \
@@ -102,6 +103,7 @@ build_base() {
 		--essential-hook="echo 'vmmigration:x:$uid:' >>\"\$1/etc/group\"" \
 		--essential-hook="install -d -m 0750 -o $uid -g $uid \"\$1/var/lib/vmmigration\"" \
 		--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/cache/ldconfig/aux-cache' \
+		--customize-hook='rm -f "$1"/boot/initrd.img-*' \
 		"$suite" "$tar" ${mirror:+"$mirror"} </dev/null >&2
 }
 
