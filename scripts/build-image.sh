@@ -28,8 +28,8 @@
 # (no security or updates suites are added then).
 #
 # Installs mmdebstrap, umoci and jq from Debian when absent. The cold build
-# downloads about 150 MB of packages; mmdebstrap runs as root, or rootless
-# in a user namespace where subordinate ids are set up.
+# downloads about 170 MiB (375 packages); mmdebstrap runs as root, or rootless
+# in a user namespace where subordinate ids are set up (not tried).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
