@@ -1,6 +1,7 @@
 // Command vmmigration-worker is what the pods of cluster execution run.
 //
 //	vmmigration-worker copy -spec /etc/vmmigration/spec.json [-result /dev/termination-log]
+//	vmmigration-worker version
 //
 // copy copies one ESXi disk into a claim as the spec says (see package
 // copyjob): progress and the result as JSON lines on stdout, the result
@@ -9,6 +10,10 @@
 // person, 13 interrupted by a signal, 64 wrong command line. The ESXi
 // credential is read from the file the spec names, never from the
 // environment or the command line.
+//
+// version prints the version the binary was built as (the provider's
+// version, set with -ldflags "-X main.version=..." by `make image`), so a
+// pod's logs and an image's contents can be matched to a release.
 package main
 
 import (
@@ -23,13 +28,28 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 )
 
+// version is set by the image build with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = "usage: vmmigration-worker copy -spec FILE [-result FILE]\n       vmmigration-worker version"
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 {
+		switch args[0] {
+		case "version":
+			fmt.Fprintln(stdout, "vmmigration-worker", version)
+			return 0
+		case "help", "-h", "-help", "--help":
+			fmt.Fprintln(stdout, usage)
+			return 0
+		}
+	}
 	if len(args) == 0 || args[0] != "copy" {
-		fmt.Fprintln(stderr, "usage: vmmigration-worker copy -spec FILE [-result FILE]")
+		fmt.Fprintln(stderr, usage)
 		return copyjob.ExitUsage
 	}
 	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
@@ -40,7 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return copyjob.ExitUsage
 	}
 	if *specPath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: vmmigration-worker copy -spec FILE [-result FILE]")
+		fmt.Fprintln(stderr, usage)
 		return copyjob.ExitUsage
 	}
 	// SIGTERM (eviction, pod deletion) stops the copy at once; what
