@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -321,12 +320,7 @@ func (c *Cluster) waitReady(ctx context.Context, etcd, api *process) error {
 	last := "no answer yet"
 	for {
 		for _, p := range []*process{etcd, api} {
-			if p.exited() {
-				tail := p.logTail(30)
-				err := fmt.Errorf("testcluster: %s exited during start (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, tail)
-				if strings.Contains(tail, "address already in use") {
-					err = fmt.Errorf("%w: %w", errAddrInUse, err)
-				}
+			if err := p.startFailure(); err != nil {
 				return err
 			}
 		}

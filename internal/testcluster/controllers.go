@@ -158,12 +158,7 @@ func waitHealthy(ctx context.Context, p *process, port int) error {
 	defer tick.Stop()
 	last := "no answer yet"
 	for {
-		if p.exited() {
-			tail := p.logTail(30)
-			err := fmt.Errorf("testcluster: %s exited during start (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, tail)
-			if strings.Contains(tail, "address already in use") {
-				err = fmt.Errorf("%w: %w", errAddrInUse, err)
-			}
+		if err := p.startFailure(); err != nil {
 			return err
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

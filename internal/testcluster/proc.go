@@ -183,3 +183,18 @@ func processAlive(pid int) bool {
 	}
 	return true
 }
+
+// startFailure says why p exited while it was being started, with the
+// last lines of its log (errAddrInUse when its port was taken); nil
+// while it runs.
+func (p *process) startFailure() error {
+	if !p.exited() {
+		return nil
+	}
+	tail := p.logTail(30)
+	err := fmt.Errorf("testcluster: %s exited during start (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, tail)
+	if strings.Contains(tail, "address already in use") {
+		err = fmt.Errorf("%w: %w", errAddrInUse, err)
+	}
+	return err
+}
