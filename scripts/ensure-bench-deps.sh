@@ -14,11 +14,4 @@ command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 command -v cmp >/dev/null 2>&1 || need+=(diffutils)
 [[ -x /usr/bin/python3 ]] || need+=(python3-minimal)
 
-if ((${#need[@]})); then
-	echo "installing Debian packages: ${need[*]}"
-	sudo=""
-	[[ $(id -u) -eq 0 ]] || sudo="sudo"
-	export DEBIAN_FRONTEND=noninteractive
-	$sudo apt-get update -qq
-	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+"$(dirname "$0")/apt-install.sh" "the benchmark" "${need[@]}"

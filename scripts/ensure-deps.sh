@@ -14,11 +14,4 @@ command -v go >/dev/null 2>&1 || {
 	exit 1
 }
 
-if ((${#need[@]})); then
-	echo "installing Debian packages: ${need[*]}"
-	sudo=""
-	[[ $(id -u) -eq 0 ]] || sudo="sudo"
-	export DEBIAN_FRONTEND=noninteractive
-	$sudo apt-get update -qq
-	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+"$(dirname "$0")/apt-install.sh" "the tests and the demo" "${need[@]}"

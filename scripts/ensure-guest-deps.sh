@@ -19,19 +19,4 @@ pkgs=(
 	linux-image-cloud-amd64
 )
 
-need=()
-for p in "${pkgs[@]}"; do
-	status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
-	[[ $status == installed ]] || need+=("$p")
-done
-
-if ((${#need[@]} == 0)); then
-	exit 0
-fi
-
-echo "installing Debian packages for guests: ${need[*]}"
-sudo=""
-[[ $(id -u) -eq 0 ]] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+"$(dirname "$0")/apt-install.sh" "guests" "${pkgs[@]}"
