@@ -105,15 +105,24 @@ func requireBooted(ctx context.Context, t *testing.T, g *guestboot.Guest) {
 	}
 	t.Logf("guest OS: %s, kernel %s", info.PrettyName, info.KernelRelease)
 
-	// systemd-networkd may still be waiting for the DHCP lease.
+	// systemd-networkd may still be waiting for the DHCP lease. Once the
+	// agent answers, the lease takes seconds of the guest's time; the wait
+	// is bounded by this boot's own pace (twice what reaching the agent
+	// took, plus a minute), so a NIC that is never configured fails the
+	// test in minutes, not at the test binary's deadline.
+	booted := time.Since(g.Started())
+	ctx, cancel := context.WithTimeout(ctx, 2*booted+time.Minute)
+	defer cancel()
 	want := netip.MustParseAddr("10.0.2.15")
 	var last []guestboot.Interface
 	for {
 		ifs, err := g.Interfaces(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			fail("guest-network-get-interfaces: %v", err)
 		}
-		last = ifs
+		if err == nil {
+			last = ifs
+		}
 		for _, i := range ifs {
 			for _, a := range i.IPAddresses {
 				if addr, err := netip.ParseAddr(a.Address); err == nil && addr == want && i.HardwareAddress != "" {
@@ -124,7 +133,8 @@ func requireBooted(ctx context.Context, t *testing.T, g *guestboot.Guest) {
 		}
 		select {
 		case <-ctx.Done():
-			fail("no interface with %s: %+v", want, last)
+			fail("no interface with %s %s after the agent answered (at %s): %+v",
+				want, (time.Since(g.Started()) - booted).Round(time.Second), booted.Round(time.Second), last)
 		case <-time.After(time.Second):
 		}
 	}

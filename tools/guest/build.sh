@@ -99,6 +99,7 @@ mmdebstrap --variant=minbase --mode=root --format=tar \
 	--customize-hook="install -m 0644 '$here/rootfs/booted.service' \"\$1/etc/systemd/system/vmmigration-booted.service\"" \
 	--customize-hook="install -m 0644 '$here/rootfs/wired.network' \"\$1/etc/systemd/network/10-wired.network\"" \
 	--customize-hook="install -D -m 0644 '$here/rootfs/slow-machine.conf' \"\$1/etc/systemd/system.conf.d/slow-machine.conf\"" \
+	--customize-hook="install -m 0644 '$here/rootfs/udev.conf' \"\$1/etc/udev/udev.conf\"" \
 	--customize-hook='chroot "$1" systemctl enable vmmigration-booted.service systemd-networkd.service' \
 	--customize-hook='echo vmmigration-guest >"$1/etc/hostname"' \
 	--customize-hook="install -m 0644 '$work/fstab' \"\$1/etc/fstab\"" \

@@ -66,6 +66,15 @@ func TestImage(t *testing.T) {
 			t.Errorf("grub.cfg lacks %q", s)
 		}
 	}
+	// udev's per-event limit raised for busy machines, on the kernel command
+	// line for the initramfs and in udev.conf for the root: a killed udev
+	// worker leaves the NIC unnamed and unconfigured.
+	if !bytes.Contains(grubCfg, []byte("udev.event_timeout=900")) {
+		t.Error("grub.cfg lacks udev.event_timeout=900")
+	}
+	if got := fs.Read("/etc/udev/udev.conf"); !bytes.Contains(got, []byte("\nevent_timeout=900\n")) {
+		t.Errorf("udev.conf does not raise event_timeout: %q", got)
+	}
 	if got := fs.Read("/etc/systemd/system/vmmigration-booted.service"); !bytes.Contains(got, []byte(Marker)) {
 		t.Errorf("boot marker unit does not print %s: %q", Marker, got)
 	}
