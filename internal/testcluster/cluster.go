@@ -66,7 +66,10 @@ type Options struct {
 	// ("--name=value"; a later flag wins over an earlier one).
 	ExtraAPIServerFlags []string
 	// StartTimeout bounds Start and each API server (re)start, in addition to
-	// the context. Default one minute.
+	// the context. Each wait for a component to be ready is also bounded by
+	// the CPU time that component used (startCPU), which is how a stuck
+	// start is told from a slow one on a busy machine; the default is only
+	// a backstop for one that hangs without running.
 	StartTimeout time.Duration
 	// Controllers also runs the real kube-controller-manager (the
 	// controllers in ControllerNames) and kube-scheduler, on loopback, with
@@ -104,13 +107,16 @@ type Cluster struct {
 	stopped bool
 }
 
+// defaultStartTimeout is StartTimeout's default.
+const defaultStartTimeout = 15 * time.Minute
+
 // Start starts etcd and kube-apiserver on free loopback ports, waits until
 // the API server is ready and the CRDs are Established, and returns the
 // running cluster. ctx bounds the start only, not the cluster's life: call
 // Stop (StartT and Shared do it for you).
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.StartTimeout <= 0 {
-		opts.StartTimeout = time.Minute
+		opts.StartTimeout = defaultStartTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
@@ -308,6 +314,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 // waitReady polls the API server's /readyz until it answers ok, a child
 // exits, or ctx ends.
 func (c *Cluster) waitReady(ctx context.Context, etcd, api *process) error {
+	ctx, cancel := api.startBudget(ctx)
+	defer cancel()
 	tr, err := rest.TransportFor(c.config)
 	if err != nil {
 		return fmt.Errorf("testcluster: %w", err)
@@ -340,7 +348,7 @@ func (c *Cluster) waitReady(ctx context.Context, etcd, api *process) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("testcluster: kube-apiserver not ready (%s): %w; last lines of %s:\n%s",
-				last, ctx.Err(), api.logPath, api.logTail(30))
+				last, context.Cause(ctx), api.logPath, api.logTail(30))
 		case <-tick.C:
 		}
 	}

@@ -148,6 +148,8 @@ func (c *Cluster) startControllersOnce(ctx context.Context) error {
 // waitHealthy polls https://127.0.0.1:port/healthz of p (its serving
 // certificate is self-signed) until it answers ok, p exits, or ctx ends.
 func waitHealthy(ctx context.Context, p *process, port int) error {
+	ctx, cancel := p.startBudget(ctx)
+	defer cancel()
 	hc := &http.Client{
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // a throwaway loopback certificate
 		Timeout:   2 * time.Second,
@@ -175,7 +177,7 @@ func waitHealthy(ctx context.Context, p *process, port int) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("testcluster: %s not healthy (%s): %w; last lines of %s:\n%s",
-				p.name, last, ctx.Err(), p.logPath, p.logTail(30))
+				p.name, last, context.Cause(ctx), p.logPath, p.logTail(30))
 		case <-tick.C:
 		}
 	}

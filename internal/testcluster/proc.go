@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/childproc"
 )
@@ -197,4 +199,31 @@ func (p *process) startFailure() error {
 		err = fmt.Errorf("%w: %w", errAddrInUse, err)
 	}
 	return err
+}
+
+// startCPU is how much CPU a component may use on its way to ready before
+// the wait for it gives up. A start takes a few CPU seconds on an idle or
+// a busy machine alike (a busy one spreads them over more wall time), so
+// the wait is bounded by what the component did, not by the clock.
+const startCPU = 2 * time.Minute
+
+// startBudget is ctx, also ended once p has used startCPU of CPU time.
+func (p *process) startBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if used := p.CPUTime(); used >= startCPU {
+					cancel(fmt.Errorf("%s used %s of CPU without becoming ready", p.name, used.Round(time.Second)))
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
