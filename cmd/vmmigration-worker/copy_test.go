@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,16 +106,13 @@ func TestCopyIntoBlockClaim(t *testing.T) {
 	}
 }
 
-// ddChunkRe matches a chunk read of 1 MiB chunks by dd.
-var ddChunkRe = regexp.MustCompile(`^dd 'if=.*' bs=1048576 skip=(\d+) count=1$`)
-
-// chunksRead is the set of chunks the commands read.
-func chunksRead(cmds []string) map[int]bool {
-	out := map[int]bool{}
-	for _, c := range cmds {
-		if m := ddChunkRe.FindStringSubmatch(c); m != nil {
-			i, _ := strconv.Atoi(m[1])
-			out[i] = true
+// chunksRead is the set of 1 MiB chunks the host was asked to read whole
+// (not the copy's other, smaller reads).
+func chunksRead(h *host) map[int64]bool {
+	out := map[int64]bool{}
+	for _, r := range h.srv.DDReads() {
+		if r.Length == mib && r.Offset%mib == 0 {
+			out[r.Offset/mib] = true
 		}
 	}
 	return out
@@ -148,7 +143,7 @@ func TestKilledWorkerResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	before := chunksRead(h.srv.Commands())
+	before := chunksRead(h)
 	h.srv.SetCommandDelay(0)
 	h.srv.ResetStats()
 
@@ -163,8 +158,8 @@ func TestKilledWorkerResumes(t *testing.T) {
 	if res.ChunksSkipped < landed || res.ChunksSkipped+res.ChunksCopied != size/mib {
 		t.Errorf("result %+v after the kill had %d chunks verified", res, landed)
 	}
-	var again []int
-	for i := range chunksRead(h.srv.Commands()) {
+	var again []int64
+	for i := range chunksRead(h) {
 		if before[i] {
 			again = append(again, i)
 		}
@@ -317,5 +312,52 @@ func assertOneWord(t *testing.T, cmds []string, path string) {
 	out, err := exec.Command("/bin/sh", "-c", "printf '%s|' "+quoted).Output()
 	if err != nil || string(out) != path+"|" {
 		t.Errorf("/bin/sh reads %s as %q (%v), want the path as one word", quoted, out, err)
+	}
+}
+
+// A spec given inline, as a copy Job passes it, copies the same way; one
+// that is not valid JSON, or names an unknown field, is a permanent
+// failure with its result written.
+func TestInlineSpec(t *testing.T) {
+	const size = 4 * mib
+	h := newHost(t, "")
+	disk := h.addDisk(t, "inline", size, sparseContent(size))
+	target := filepath.Join(t.TempDir(), "disk.img")
+	s := h.spec(t, disk, copyjob.Target{Kind: copyjob.TargetFile, Path: target})
+	s.ResultPath = ""
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := filepath.Join(t.TempDir(), "termination-log")
+	for _, tc := range []struct {
+		name, spec string
+		code       int
+	}{
+		{"valid", string(b), copyjob.ExitOK},
+		{"not JSON", "{", copyjob.ExitPermanent},
+		{"unknown field", `{"hots":{}}`, copyjob.ExitPermanent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"copy", "-spec-json", tc.spec, "-result", result}, &stdout, &stderr)
+			got, err := os.ReadFile(result)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res copyjob.Result
+			if err := json.Unmarshal(got, &res); err != nil {
+				t.Fatalf("result %q: %v", got, err)
+			}
+			if code != tc.code || res.OK != (tc.code == copyjob.ExitOK) {
+				t.Fatalf("exit %d, result %+v, want exit %d", code, res, tc.code)
+			}
+			if res.OK && (res.SHA256 != disk.SHA256() || sha256Of(t, target, size) != disk.SHA256()) {
+				t.Errorf("result %+v, source sha %s", res, disk.SHA256())
+			}
+			if !res.OK && !strings.Contains(res.Error, "-spec-json") {
+				t.Errorf("error %q does not name -spec-json", res.Error)
+			}
+		})
 	}
 }

@@ -1,10 +1,12 @@
 // Command vmmigration-worker is what the pods of cluster execution run.
 //
 //	vmmigration-worker copy -spec /etc/vmmigration/spec.json [-result /dev/termination-log]
+//	vmmigration-worker copy -spec-json '{"host":...}' [-result /dev/termination-log]
 //	vmmigration-worker version
 //
 // copy copies one ESXi disk into a claim as the spec says (see package
-// copyjob): progress and the result as JSON lines on stdout, the result
+// copyjob; a copy Job passes it inline with -spec-json, as it holds no
+// secret): progress and the result as JSON lines on stdout, the result
 // (under 4096 bytes) in the spec's result_path (else -result), and an exit
 // code per fault class: 0 done, 10 permanent, 11 transient, 12 needs a
 // person, 13 interrupted by a signal, 64 wrong command line. The ESXi
@@ -31,7 +33,7 @@ import (
 // version is set by the image build with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usage = "usage: vmmigration-worker copy -spec FILE [-result FILE]\n       vmmigration-worker version"
+const usage = "usage: vmmigration-worker copy (-spec FILE | -spec-json JSON) [-result FILE]\n       vmmigration-worker version"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -54,12 +56,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	specPath := fs.String("spec", "", "the copy's spec (JSON)")
+	specPath := fs.String("spec", "", "the file holding the copy's spec (JSON)")
+	specJSON := fs.String("spec-json", "", "the copy's spec itself (JSON)")
 	resultPath := fs.String("result", "", "where the result goes when the spec names no result_path, or cannot be read")
 	if err := fs.Parse(args[1:]); err != nil {
 		return copyjob.ExitUsage
 	}
-	if *specPath == "" || fs.NArg() > 0 {
+	if (*specPath == "") == (*specJSON == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, usage)
 		return copyjob.ExitUsage
 	}
@@ -69,7 +72,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	var res copyjob.Result
-	spec, err := copyjob.LoadSpec(*specPath)
+	var spec copyjob.Spec
+	var err error
+	if *specPath != "" {
+		spec, err = copyjob.LoadSpec(*specPath)
+	} else {
+		spec, err = copyjob.ParseSpec([]byte(*specJSON), "-spec-json")
+	}
 	if err != nil {
 		res = copyjob.Failed(ctx, err, "")
 		copyjob.PrintResult(stdout, res)

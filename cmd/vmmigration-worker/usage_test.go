@@ -29,6 +29,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"version", "extra"}, copyjob.ExitUsage, "", usage + "\n"},
 		{[]string{"convert"}, copyjob.ExitUsage, "", usage + "\n"},
 		{[]string{"copy"}, copyjob.ExitUsage, "", usage + "\n"},
+		{[]string{"copy", "-spec", "a.json", "-spec-json", "{}"}, copyjob.ExitUsage, "", usage + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
@@ -119,4 +121,56 @@ func WriteResult(p string, r Result) error {
 		return fmt.Errorf("fsync result %s: %w", p, err)
 	}
 	return f.Close()
+}
+
+// ParseResult reads a worker's result back from a termination message:
+// the result file's JSON, or, when the kubelet fell back to the log's
+// last lines (the result file was empty), the last result line among
+// them. A result that is not well formed (an OK without a SHA-256 and a
+// size, a failure without a known class) is an error: the runner does not
+// advance on evidence it cannot check.
+func ParseResult(msg string) (Result, error) {
+	var r Result
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	found := false
+	if len(lines) == 1 {
+		found = json.Unmarshal([]byte(lines[0]), &r) == nil && !strings.Contains(lines[0], `"event"`)
+	}
+	for i := len(lines) - 1; i >= 0 && !found; i-- {
+		var l Line
+		if json.Unmarshal([]byte(lines[i]), &l) == nil && l.Event == "result" && l.Result != nil {
+			r, found = *l.Result, true
+		}
+	}
+	if !found {
+		return Result{}, fmt.Errorf("no worker result in %q", shorten(msg, 200))
+	}
+	return r, r.check()
+}
+
+// check says whether r is a result the worker could have written.
+func (r Result) check() error {
+	switch {
+	case r.OK && (len(r.SHA256) != 64 || strings.Trim(r.SHA256, "0123456789abcdef") != "" || r.Bytes <= 0):
+		return fmt.Errorf("worker result says OK without a SHA-256 and a size: %+v", r)
+	case r.OK && (r.ZeroBytes < 0 || r.ZeroBytes > r.Bytes || r.ChunksCopied < 0 || r.ChunksSkipped < 0):
+		return fmt.Errorf("worker result has impossible counts: %+v", r)
+	case !r.OK && !slices.Contains(resultClasses, r.Class):
+		return fmt.Errorf("worker result is a failure of unknown class %q", r.Class)
+	}
+	return nil
+}
+
+// resultClasses are the classes a failed Result may carry.
+var resultClasses = []string{fault.Transient.String(), fault.Permanent.String(), fault.NeedsHuman.String(), fault.Interrupted.String()}
+
+// shorten cuts s to at most n bytes, at a character boundary.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

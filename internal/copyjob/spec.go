@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
@@ -83,8 +84,7 @@ type Target struct {
 	Path string `json:"path"`
 }
 
-// LoadSpec reads and validates the spec file at p. Unknown fields are an
-// error: a misspelt field must not silently fall back to a default.
+// LoadSpec reads and validates the spec file at p.
 func LoadSpec(p string) (Spec, error) {
 	f, err := os.Open(p)
 	if err != nil {
@@ -95,20 +95,29 @@ func LoadSpec(p string) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("read spec %s: %w", p, err)
 	}
+	return ParseSpec(b, "spec "+p)
+}
+
+// ParseSpec decodes and validates a spec; what names it in errors (the
+// file, or the Job's argument). Unknown fields are an error: a misspelt
+// field must not silently fall back to a default.
+func ParseSpec(b []byte, what string) (Spec, error) {
 	if len(b) > maxSpecBytes {
-		return Spec{}, fmt.Errorf("spec %s is larger than %d bytes", p, maxSpecBytes)
+		return Spec{}, fmt.Errorf("%s is larger than %d bytes", what, maxSpecBytes)
 	}
 	var s Spec
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return Spec{}, fmt.Errorf("spec %s: %w", p, err)
+		// Permanent, whatever the decoder's error looks like (a cut-off
+		// spec is io.ErrUnexpectedEOF, which reads as a dropped link).
+		return Spec{}, classed(fault.Permanent, fmt.Errorf("%s: %w", what, err))
 	}
 	if dec.More() {
-		return Spec{}, fmt.Errorf("spec %s: more than one JSON value", p)
+		return Spec{}, fmt.Errorf("%s: more than one JSON value", what)
 	}
 	if err := s.Validate(); err != nil {
-		return Spec{}, fmt.Errorf("spec %s: %w", p, err)
+		return Spec{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return s, nil
 }

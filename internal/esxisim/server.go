@@ -21,6 +21,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -445,6 +448,27 @@ func (s *Server) logSparseRead(r SparseRead) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sparse = append(s.sparse, r)
+}
+
+// ddReadRe matches the read command of a host without Python, as
+// internal/esxi sends it: dd 'if=PATH' bs=N skip=S count=C.
+var ddReadRe = regexp.MustCompile(`^dd 'if=(.*)' bs=(\d+) skip=(\d+) count=(\d+)$`)
+
+// DDReads returns the ranges read with dd, in order, from the command log
+// (a host without Python runs one dd per range).
+func (s *Server) DDReads() []SparseRead {
+	var out []SparseRead
+	for _, c := range s.Commands() {
+		m := ddReadRe.FindStringSubmatch(c)
+		if m == nil {
+			continue
+		}
+		bs, _ := strconv.ParseInt(m[2], 10, 64)
+		skip, _ := strconv.ParseInt(m[3], 10, 64)
+		count, _ := strconv.ParseInt(m[4], 10, 64)
+		out = append(out, SparseRead{Path: strings.ReplaceAll(m[1], `'\''`, "'"), Offset: skip * bs, Length: count * bs})
+	}
+	return out
 }
 
 // CommandLog returns every exec command line received, in order, as the

@@ -1,0 +1,410 @@
+//go:build linux
+
+package clusterjob_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/podrun"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
+)
+
+// These tests run copy Jobs as a cluster runs them: the real kube-apiserver,
+// kube-controller-manager (Job controller, garbage collector) and
+// kube-scheduler, with podrun as the node's kubelet running the worker
+// binary built from cmd/vmmigration-worker; the ESXi host is esxisim over
+// real SSH on loopback.
+
+const (
+	mib         = 1 << 20
+	workerImage = "vmmigration-worker:test"
+	password    = "job-test'pw"
+)
+
+var (
+	cluster testcluster.Shared
+	env     struct {
+		runner *podrun.Runner
+		cs     kubernetes.Interface
+		host   *esxisim.Server
+		// hostRoot holds the host's datastores.
+		hostRoot string
+		claims   map[string]string // namespace/claim -> folder
+		bin      string
+	}
+)
+
+// The tests' namespaces, each with claim "disk-0" backed by its own folder.
+var namespaces = []string{"copy-completes", "copy-killed", "copy-deleted"}
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	cluster.Options = testcluster.Options{NoCRDs: true, Controllers: true}
+	defer func() {
+		if env.runner != nil {
+			if err := env.runner.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "stopping the runner:", err)
+			}
+		}
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the test cluster:", err)
+		}
+		if env.host != nil {
+			env.host.Close()
+		}
+		if env.hostRoot != "" {
+			os.RemoveAll(env.hostRoot)
+		}
+		for _, d := range env.claims {
+			os.RemoveAll(d)
+		}
+		if env.bin != "" {
+			os.RemoveAll(filepath.Dir(env.bin))
+		}
+	}()
+	return m.Run()
+}
+
+// setup starts the shared parts once and returns namespace ns, created.
+func setup(t *testing.T, ns string) {
+	t.Helper()
+	c := cluster.Get(t)
+	if env.runner == nil {
+		dir, err := os.MkdirTemp("", "clusterjob-worker-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.bin = filepath.Join(dir, "vmmigration-worker")
+		if out, err := exec.Command("go", "build", "-o", env.bin, "github.com/vmmigration/terraform-provider-vmmigration/cmd/vmmigration-worker").CombinedOutput(); err != nil {
+			t.Fatalf("go build the worker: %v: %s", err, out)
+		}
+		env.claims = map[string]string{}
+		for _, n := range namespaces {
+			d, err := os.MkdirTemp("", "clusterjob-claim-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.claims[n+"/disk-0"] = d
+		}
+		// The host outlives this test: its datastores too.
+		root, err := os.MkdirTemp("", "clusterjob-esxi-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.hostRoot = root
+		env.host, err = esxisim.New(esxisim.Options{Root: root, Users: []esxisim.User{{Name: "root", Password: password}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.host.SetPython("") // dd reads: one command per chunk
+		if err := env.host.Start("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		env.runner, err = podrun.Start(context.Background(), podrun.Options{Config: c.RESTConfig(),
+			Images: map[string]string{workerImage: env.bin}, Claims: env.claims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.cs, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The disk's claim, as CDI leaves a blank DataVolume's: bound, in
+	// Filesystem mode.
+	pv, err := podrun.BindClaim(t.Context(), env.cs, ns, "disk-0", env.claims[ns+"/disk-0"], false)
+	t.Cleanup(func() {
+		_ = env.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyOf is the copy of the VM's one disk into claim disk-0 of ns.
+func copyOf(t *testing.T, ns string, disk esxisim.DiskFiles, attempt int) clusterjob.Copy {
+	t.Helper()
+	addr, portS, err := net.SplitHostPort(env.host.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(portS)
+	return clusterjob.Copy{Namespace: ns, Migration: "web", Disk: 0, Attempt: attempt, Image: workerImage,
+		Claim: "disk-0", Secret: clusterjob.SecretName("vmmigration-web"),
+		Host: copyjob.Host{Name: "esxi-sim", Address: addr, Port: port, User: "root",
+			HostKeyFingerprint: env.host.Fingerprint()},
+		Source: copyjob.Disk{Path: disk.Flat, SizeBytes: disk.CapacityBytes}, ChunkSize: mib, Streams: 2}
+}
+
+// create renders and creates the migration's Secret (once) and c's Job.
+func create(t *testing.T, c clusterjob.Copy) *batchv1.Job {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := env.cs.CoreV1().Secrets(c.Namespace).Get(ctx, c.Secret, metav1.GetOptions{}); err != nil {
+		s, err := clusterjob.RenderSecret(c.Namespace, c.Secret, c.Migration, clusterjob.Credential{Password: password}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.cs.CoreV1().Secrets(c.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job, err := clusterjob.RenderCopy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := env.cs.BatchV1().Jobs(c.Namespace).Create(ctx, job, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// observe reads the Job and its pods.
+func observe(t *testing.T, ctx context.Context, job *batchv1.Job) (clusterjob.Outcome, error) {
+	j, err := env.cs.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil {
+		return clusterjob.Outcome{}, err
+	}
+	pods, err := env.cs.CoreV1().Pods(job.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job.Name})
+	if err != nil {
+		return clusterjob.Outcome{}, err
+	}
+	return clusterjob.ObserveCopy(j, pods.Items), nil
+}
+
+// waitFor observes the Job until cond holds, bounded by the test
+// binary's deadline (a busy machine is slower, not broken).
+func waitFor(t *testing.T, job *batchv1.Job, what string, cond func(clusterjob.Outcome) bool) clusterjob.Outcome {
+	t.Helper()
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-10*time.Second))
+		defer cancel()
+	}
+	var last clusterjob.Outcome
+	var lastErr error
+	for {
+		o, err := observe(t, ctx, job)
+		if err == nil && cond(o) {
+			return o
+		}
+		last, lastErr = o, err
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Job %s: waiting for %s: last outcome %+v (error %v)", job.Name, what, last, lastErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func terminal(o clusterjob.Outcome) bool {
+	return o.State == clusterjob.Succeeded || o.State == clusterjob.Failed
+}
+
+// sha256File hashes the first n bytes of p.
+func sha256File(t *testing.T, p string, n int64) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, n); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func addDisk(t *testing.T, name string, size int64, content []esxisim.Extent) esxisim.DiskFiles {
+	t.Helper()
+	_, files, err := env.host.AddVM(esxisim.VMSpec{Name: name, Disks: []esxisim.DiskSpec{{CapacityBytes: size, Thin: true, Content: content}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files.Disks[0]
+}
+
+// A copy Job writes the disk into its claim's disk.img: the real Job
+// controller marks it Complete, the runner reads the worker's result from
+// the pod's termination message, and that result, the claim's bytes and
+// the source agree. The Job read back from the cluster is adoptable.
+func TestCopyJobCompletes(t *testing.T) {
+	const ns, size = "copy-completes", 24 * mib
+	setup(t, ns)
+	disk := addDisk(t, "completes", size, []esxisim.Extent{
+		{Offset: 0, Length: mib, Seed: 1}, {Offset: 9*mib + 4096, Length: 2 * mib, Seed: 2}, {Offset: size - mib, Length: mib, Seed: 3}})
+	c := copyOf(t, ns, disk, 1)
+	job := create(t, c)
+
+	o := waitFor(t, job, "the Job to end", terminal)
+	if o.State != clusterjob.Succeeded || o.Result == nil {
+		t.Fatalf("outcome %+v", o)
+	}
+	claim := env.claims[ns+"/disk-0"]
+	if o.Result.SHA256 != disk.SHA256() || sha256File(t, filepath.Join(claim, "disk.img"), size) != disk.SHA256() {
+		t.Errorf("result %+v; source sha %s", o.Result, disk.SHA256())
+	}
+	if o.Result.HostKeyFingerprint != env.host.Fingerprint() || o.Result.ChunksCopied != size/mib {
+		t.Errorf("result %+v", o.Result)
+	}
+	if _, err := os.Stat(filepath.Join(claim, "disk.img.journal")); err != nil {
+		t.Errorf("journal beside the data: %v", err)
+	}
+
+	want, err := clusterjob.RenderCopy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := env.cs.BatchV1().Jobs(ns).Get(t.Context(), job.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clusterjob.Adoptable(found, want); err != nil {
+		t.Errorf("the Job as the cluster holds it is not adoptable: %v", err)
+	}
+}
+
+// A worker SIGKILLed mid-copy fails its Job (no retries of the Job's
+// own); the runner reads an interrupted outcome, and the next attempt, a
+// new Job, resumes from the journal in the claim: the disk equals the
+// source and at most one chunk per stream is read twice.
+func TestKilledCopyResumesInNextAttempt(t *testing.T) {
+	const ns, size, streams = "copy-killed", 40 * mib, 2
+	setup(t, ns)
+	disk := addDisk(t, "killed", size, []esxisim.Extent{{Offset: 0, Length: size, Seed: 7}})
+	env.host.ResetStats()
+	env.host.SetCommandDelay(40 * time.Millisecond)
+	t.Cleanup(func() { env.host.SetCommandDelay(0) })
+	job := create(t, copyOf(t, ns, disk, 1))
+
+	o := waitFor(t, job, "the worker to run", func(o clusterjob.Outcome) bool { return o.State == clusterjob.Running || terminal(o) })
+	landed := waitForChunks(t, job, o.Pod, 8)
+	pid, ok := env.runner.Pid(ns, o.Pod, clusterjob.CopyContainer)
+	if !ok {
+		t.Fatal("no worker process")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	o = waitFor(t, job, "the Job to fail", terminal)
+	if o.State != clusterjob.Failed || o.Class != fault.Interrupted || !strings.Contains(o.Reason, "exited 137") {
+		t.Fatalf("outcome after SIGKILL: %+v", o)
+	}
+	before := map[int64]bool{}
+	for _, r := range env.host.DDReads() {
+		if r.Length == mib {
+			before[r.Offset] = true
+		}
+	}
+	env.host.SetCommandDelay(0)
+	env.host.ResetStats()
+
+	job2 := create(t, copyOf(t, ns, disk, 2))
+	if job2.Name == job.Name {
+		t.Fatalf("attempt 2 reuses the Job name %s", job.Name)
+	}
+	o = waitFor(t, job2, "attempt 2 to end", terminal)
+	if o.State != clusterjob.Succeeded {
+		t.Fatalf("attempt 2: %+v", o)
+	}
+	if o.Result.SHA256 != disk.SHA256() || sha256File(t, filepath.Join(env.claims[ns+"/disk-0"], "disk.img"), size) != disk.SHA256() {
+		t.Errorf("result %+v; source sha %s", o.Result, disk.SHA256())
+	}
+	if o.Result.ChunksSkipped < landed {
+		t.Errorf("attempt 2 skipped %d chunks; %d were verified before the kill", o.Result.ChunksSkipped, landed)
+	}
+	var again []int64
+	for _, r := range env.host.DDReads() {
+		if r.Length == mib && before[r.Offset] {
+			again = append(again, r.Offset/mib)
+		}
+	}
+	t.Logf("killed with %d chunks verified; attempt 2 skipped %d, copied %d, re-read chunks %v",
+		landed, o.Result.ChunksSkipped, o.Result.ChunksCopied, again)
+	if len(again) > streams {
+		t.Errorf("chunks %v were read by both attempts: more than one per stream", again)
+	}
+}
+
+// A copy pod deleted mid-copy (as by a drain or a person) gets SIGTERM
+// and is gone with its termination message; the real Job controller fails
+// the Job (backoffLimit 0) and the runner reads an interrupted outcome, to
+// retry with a new attempt that resumes from the journal.
+func TestDeletedCopyPodIsInterrupted(t *testing.T) {
+	const ns, size = "copy-deleted", 40 * mib
+	setup(t, ns)
+	disk := addDisk(t, "deleted", size, []esxisim.Extent{{Offset: 0, Length: size, Seed: 8}})
+	env.host.SetCommandDelay(40 * time.Millisecond)
+	t.Cleanup(func() { env.host.SetCommandDelay(0) })
+	job := create(t, copyOf(t, ns, disk, 1))
+	o := waitFor(t, job, "the worker to run", func(o clusterjob.Outcome) bool { return o.State == clusterjob.Running || terminal(o) })
+	waitForChunks(t, job, o.Pod, 4)
+	if err := env.cs.CoreV1().Pods(ns).Delete(t.Context(), o.Pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o = waitFor(t, job, "the Job to fail", terminal)
+	if o.State != clusterjob.Failed || o.Class != fault.Interrupted {
+		t.Fatalf("outcome after the pod's deletion: %+v", o)
+	}
+	t.Logf("outcome: %s, %s", o.State, o.Reason)
+}
+
+// waitForChunks follows the pod's log through the API server until the
+// worker says n chunks are verified, and returns how many are.
+func waitForChunks(t *testing.T, job *batchv1.Job, pod string, n int) int {
+	t.Helper()
+	best := 0
+	var lastErr error
+	waitFor(t, job, fmt.Sprintf("the worker to verify %d chunks", n), func(o clusterjob.Outcome) bool {
+		if terminal(o) {
+			t.Fatalf("the Job ended before the worker verified %d chunks (log: %d, %v): %+v", n, best, lastErr, o)
+		}
+		rc, err := env.cs.CoreV1().Pods(job.Namespace).GetLogs(pod, &corev1.PodLogOptions{Container: clusterjob.CopyContainer}).Stream(t.Context())
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		defer rc.Close()
+		sc := bufio.NewScanner(rc)
+		for sc.Scan() {
+			var l copyjob.Line
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Event == "progress" {
+				best = max(best, l.ChunksDone)
+			}
+		}
+		return best >= n
+	})
+	return best
+}
