@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +30,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/podrun"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
@@ -59,7 +61,7 @@ var (
 )
 
 // The tests' namespaces, each with claim "disk-0" backed by its own folder.
-var namespaces = []string{"copy-completes", "copy-killed", "copy-deleted"}
+var namespaces = []string{"copy-completes", "copy-killed", "copy-deleted", "copy-adopted"}
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -407,4 +409,91 @@ func waitForChunks(t *testing.T, job *batchv1.Job, pod string, n int) int {
 		return best >= n
 	})
 	return best
+}
+
+// The runner's side, through the provider's own Kubernetes client: the
+// Secret is made once and follows a rotated credential; the copy Job is
+// created once, and a second runner (one that restarted after a crash)
+// adopts it instead of starting another copy; its result is checked
+// against the copy before it is believed. A Job under the wanted name
+// from another spec, or of another migration, is never adopted.
+func TestEnsureCopyAdopts(t *testing.T) {
+	const ns, size = "copy-adopted", 16 * mib
+	setup(t, ns)
+	kc := kube.NewForRESTConfig(cluster.Get(t).RESTConfig())
+	ctx := t.Context()
+	disk := addDisk(t, "adopted", size, []esxisim.Extent{{Offset: 2 * mib, Length: 3 * mib, Seed: 5}})
+	c := copyOf(t, ns, disk, 1)
+
+	secret, err := clusterjob.RenderSecret(ns, c.Secret, c.Migration, clusterjob.Credential{Password: "old"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clusterjob.EnsureSecret(ctx, kc, secret); err != nil {
+		t.Fatal(err)
+	}
+	secret, _ = clusterjob.RenderSecret(ns, c.Secret, c.Migration, clusterjob.Credential{Password: password}, nil)
+	s, err := clusterjob.EnsureSecret(ctx, kc, secret)
+	if err != nil || string(s.Data[clusterjob.SecretKeyPassword]) != password {
+		t.Fatalf("the rotated credential: %v, %v", s, err)
+	}
+
+	want, err := clusterjob.RenderCopy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first, err := clusterjob.EnsureCopy(ctx, kc, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o clusterjob.Outcome
+	waitFor(t, first, "the adopted Job to end", func(clusterjob.Outcome) bool {
+		var again *batchv1.Job
+		o, again, err = clusterjob.EnsureCopy(ctx, kc, want)
+		if err != nil {
+			t.Fatalf("a later runner's EnsureCopy: %v", err)
+		}
+		if again.UID != first.UID {
+			t.Fatalf("the Job was made again: UID %s, then %s", first.UID, again.UID)
+		}
+		return terminal(o)
+	})
+	jobs, err := env.cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(jobs.Items) != 1 {
+		t.Fatalf("%d Jobs (%v), want 1", len(jobs.Items), err)
+	}
+	if o.State != clusterjob.Succeeded {
+		t.Fatalf("outcome %+v", o)
+	}
+	if err := clusterjob.CheckResult(c, *o.Result); err != nil {
+		t.Errorf("the result does not check: %v", err)
+	}
+	if o.Result.SHA256 != disk.SHA256() {
+		t.Errorf("result %+v, source sha %s", o.Result, disk.SHA256())
+	}
+
+	// Another spec under attempt 2's name: the migration's own, not run.
+	c2 := copyOf(t, ns, disk, 2)
+	other := c2
+	other.Streams = 1
+	squatter, _ := clusterjob.RenderCopy(other)
+	if _, err := env.cs.BatchV1().Jobs(ns).Create(ctx, squatter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want2, _ := clusterjob.RenderCopy(c2)
+	var na *clusterjob.NotAdoptableError
+	if _, _, err := clusterjob.EnsureCopy(ctx, kc, want2); !errors.As(err, &na) || na.Foreign || na.FaultClass() != fault.Transient {
+		t.Errorf("a Job from another spec: %v", err)
+	}
+	// Another migration's Job under attempt 3's name: a person's call.
+	c3 := copyOf(t, ns, disk, 3)
+	foreign, _ := clusterjob.RenderCopy(c3)
+	foreign.Labels[kube.LabelMigration] = "db"
+	if _, err := env.cs.BatchV1().Jobs(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want3, _ := clusterjob.RenderCopy(c3)
+	if _, _, err := clusterjob.EnsureCopy(ctx, kc, want3); !errors.As(err, &na) || !na.Foreign || na.FaultClass() != fault.NeedsHuman {
+		t.Errorf("another migration's Job: %v", err)
+	}
 }

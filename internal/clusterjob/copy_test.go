@@ -270,3 +270,35 @@ func TestObserveCopy(t *testing.T) {
 		})
 	}
 }
+
+// A result is believed only when it accounts for the whole source disk
+// and the pinned host key.
+func TestCheckResult(t *testing.T) {
+	c := sampleCopy()
+	c.Source.SizeBytes = 130 << 20 // three 64 MiB chunks, the last partial
+	good := copyjob.Result{OK: true, SHA256: strings.Repeat("ab", 32), Bytes: 130 << 20, ZeroBytes: 1 << 20,
+		ChunksCopied: 2, ChunksSkipped: 1, HostKeyFingerprint: c.Host.HostKeyFingerprint}
+	if err := clusterjob.CheckResult(c, good); err != nil {
+		t.Fatalf("a good result: %v", err)
+	}
+	fromJournal := good
+	fromJournal.HostKeyFingerprint, fromJournal.ChunksCopied, fromJournal.ChunksSkipped = "", 0, 3
+	if err := clusterjob.CheckResult(c, fromJournal); err != nil {
+		t.Errorf("a copy answered from its journal: %v", err)
+	}
+	for name, change := range map[string]func(*copyjob.Result){
+		"failed":        func(r *copyjob.Result) { r.OK = false },
+		"short":         func(r *copyjob.Result) { r.Bytes -= 512 },
+		"chunk missing": func(r *copyjob.Result) { r.ChunksSkipped = 0 },
+		"zeros too many": func(r *copyjob.Result) {
+			r.ZeroBytes = r.Bytes + 1
+		},
+		"another host key": func(r *copyjob.Result) { r.HostKeyFingerprint = "SHA256:" + strings.Repeat("B", 43) },
+	} {
+		r := good
+		change(&r)
+		if err := clusterjob.CheckResult(c, r); err == nil {
+			t.Errorf("%s: believed %+v", name, r)
+		}
+	}
+}

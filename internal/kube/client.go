@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -25,12 +26,14 @@ import (
 func init() { ctrllog.SetLogger(logr.Discard()) }
 
 // NewScheme returns the types the provider reads and writes: core/v1,
-// storage/v1, coordination/v1, kubevirt.io/v1 and cdi.kubevirt.io/v1beta1.
+// storage/v1, coordination/v1, batch/v1, kubevirt.io/v1 and
+// cdi.kubevirt.io/v1beta1.
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
 	utilruntime.Must(storagev1.AddToScheme(s))
 	utilruntime.Must(coordinationv1.AddToScheme(s))
+	utilruntime.Must(batchv1.AddToScheme(s))
 	utilruntime.Must(kubevirtv1.AddToScheme(s))
 	utilruntime.Must(cdiv1beta1.AddToScheme(s))
 	return s

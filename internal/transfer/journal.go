@@ -92,7 +92,7 @@ func (j *journal) consistent() bool {
 	if j.Version != journalVersion || j.SizeBytes <= 0 || j.ChunkSize <= 0 {
 		return false
 	}
-	n := numChunks(j.SizeBytes, j.ChunkSize)
+	n := NumChunks(j.SizeBytes, j.ChunkSize)
 	if j.VerifiedChunks < 0 || j.VerifiedChunks > n || len(j.Chunks) != j.VerifiedChunks {
 		return false
 	}
@@ -162,9 +162,9 @@ func restoreHash(b []byte) (hash.Hash, error) {
 	return h, nil
 }
 
-// numChunks is how many chunks of chunk bytes cover size bytes, without
+// NumChunks is how many chunks of chunk bytes cover size bytes, without
 // overflowing for sizes near math.MaxInt64.
-func numChunks(size, chunk int64) int {
+func NumChunks(size, chunk int64) int {
 	n := size / chunk
 	if size%chunk != 0 {
 		n++

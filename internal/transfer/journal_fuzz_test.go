@@ -68,7 +68,7 @@ func TestParseJournalRejectsIncoherentChunks(t *testing.T) {
 	}
 }
 
-// numChunks must not overflow for sizes near math.MaxInt64.
+// NumChunks must not overflow for sizes near math.MaxInt64.
 func TestNumChunksNoOverflow(t *testing.T) {
 	for _, tc := range []struct {
 		size, chunk int64
@@ -77,8 +77,8 @@ func TestNumChunksNoOverflow(t *testing.T) {
 		{3 << 20, 1 << 20, 3}, {3<<20 + 1, 1 << 20, 4}, {1, 1 << 20, 1},
 		{math.MaxInt64, math.MaxInt64, 1}, {math.MaxInt64, 1 << 62, 2}, {math.MaxInt64 - 1, math.MaxInt64, 1},
 	} {
-		if got := numChunks(tc.size, tc.chunk); got != tc.want {
-			t.Errorf("numChunks(%d, %d) = %d, want %d", tc.size, tc.chunk, got, tc.want)
+		if got := NumChunks(tc.size, tc.chunk); got != tc.want {
+			t.Errorf("NumChunks(%d, %d) = %d, want %d", tc.size, tc.chunk, got, tc.want)
 		}
 	}
 }
@@ -98,12 +98,12 @@ func FuzzParseJournal(f *testing.F) {
 		if j == nil {
 			return
 		}
-		n := numChunks(j.SizeBytes, j.ChunkSize)
+		n := NumChunks(j.SizeBytes, j.ChunkSize)
 		if j.SizeBytes <= 0 || j.ChunkSize <= 0 || n <= 0 || j.VerifiedChunks < 0 || j.VerifiedChunks > n || len(j.Chunks) != j.VerifiedChunks {
 			t.Fatalf("incoherent journal accepted: size %d chunk %d chunks %d verified %d records %d", j.SizeBytes, j.ChunkSize, n, j.VerifiedChunks, len(j.Chunks))
 		}
 		if int64(n-1) > j.SizeBytes/j.ChunkSize {
-			t.Fatalf("numChunks(%d, %d) = %d", j.SizeBytes, j.ChunkSize, n)
+			t.Fatalf("NumChunks(%d, %d) = %d", j.SizeBytes, j.ChunkSize, n)
 		}
 		for _, c := range j.Chunks {
 			if !isSHA256Hex(c.SHA256) || c.ZeroBytes < 0 || c.ZeroBytes > j.ChunkSize {

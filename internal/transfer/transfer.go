@@ -208,7 +208,7 @@ func Copy(ctx context.Context, src RangeReader, disk Disk, dest string, opts Opt
 	if filepath.Clean(jpath) == filepath.Clean(dest) {
 		return Result{}, fmt.Errorf("copy %s: the journal path is the destination %s", disk.Path, dest)
 	}
-	c := &copier{src: src, disk: disk, dest: dest, jpath: jpath, opts: opts, chunks: numChunks(disk.SizeBytes, opts.ChunkSize)}
+	c := &copier{src: src, disk: disk, dest: dest, jpath: jpath, opts: opts, chunks: NumChunks(disk.SizeBytes, opts.ChunkSize)}
 	defer c.close()
 	res, err := c.run(ctx)
 	if err != nil {

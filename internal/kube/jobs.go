@@ -1,0 +1,72 @@
+package kube
+
+import (
+	"context"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The Jobs of cluster execution, their pods and the migration's Secret.
+
+// GetJob reads a batch/v1 Job.
+func (c *Client) GetJob(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
+	var j batchv1.Job
+	if err := c.get(ctx, "Job", namespace, name, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// CreateJob creates j and fills it in with what the server stored.
+func (c *Client) CreateJob(ctx context.Context, j *batchv1.Job) error {
+	return c.write(ctx, "create", "Job", j)
+}
+
+// DeleteJob deletes j (only that object: a precondition on its UID) with
+// its pods (background propagation, as kubectl does). A Job already gone
+// is success.
+func (c *Client) DeleteJob(ctx context.Context, j *batchv1.Job) error {
+	return c.del(ctx, "Job", j, client.PropagationPolicy(metav1.DeletePropagationBackground),
+		client.Preconditions{UID: &j.UID})
+}
+
+// ListPods lists the pods in namespace carrying labels.
+func (c *Client) ListPods(ctx context.Context, namespace string, labels map[string]string) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := c.list(ctx, "Pod", namespace, labels, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// GetSecret reads a Secret.
+func (c *Client) GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	var s corev1.Secret
+	if err := c.get(ctx, "Secret", namespace, name, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// CreateSecret creates s and fills it in with what the server stored.
+func (c *Client) CreateSecret(ctx context.Context, s *corev1.Secret) error {
+	return c.write(ctx, "create", "Secret", s)
+}
+
+// UpdateSecret writes s (optimistic concurrency on its resourceVersion).
+func (c *Client) UpdateSecret(ctx context.Context, s *corev1.Secret) error {
+	return c.write(ctx, "update", "Secret", s)
+}
+
+// DeleteSecret deletes s (a precondition on its UID when it has one); a
+// Secret already gone is success.
+func (c *Client) DeleteSecret(ctx context.Context, s *corev1.Secret) error {
+	var opts []client.DeleteOption
+	if s.UID != "" {
+		opts = append(opts, client.Preconditions{UID: &s.UID})
+	}
+	return c.del(ctx, "Secret", s, opts...)
+}
