@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/loopdev"
 )
 
@@ -183,4 +184,44 @@ func readJournalAt(tb testing.TB, path string) *journal {
 		tb.Fatalf("journal %s: %v, %v", path, j, err)
 	}
 	return j
+}
+
+// A block claim recreated (zeroed) while its journal's claim was kept is
+// not taken for the copy the journal describes, even when the last chunk
+// the journal verified is all zeros and so reads back the same: the data
+// before it is copied again, and the device ends equal to the source.
+func TestCopyToReplacedBlockDevice(t *testing.T) {
+	const size, chunk = 16 * mib, 1 * mib
+	env := newSim(t)
+	// Data in the first chunks only: every chunk after them is zero.
+	_, df := env.addDisk(t, "blk-replaced", size, []esxisim.Extent{{Offset: 0, Length: 3 * mib, Seed: 11}})
+	dev, backing := newBlockDevice(t, size)
+	journal := filepath.Join(t.TempDir(), "disk.journal")
+	ctx, cancel := context.WithCancel(ctxT(t))
+	opts := Options{ChunkSize: chunk, JournalPath: journal, Progress: func(p Progress) {
+		if p.ChunksDone >= 6 {
+			cancel()
+		}
+	}}
+	if _, err := Copy(ctx, env.c, diskOf(df), dev, opts); err == nil {
+		t.Fatal("the copy finished although it was cancelled")
+	}
+	if verified := readJournalAt(t, journal).VerifiedChunks; verified < 6 {
+		t.Fatalf("journal holds %d chunks, want at least 6", verified)
+	}
+	// The claim is recreated: a new, zeroed device behind the same path.
+	if err := os.WriteFile(backing, make([]byte, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts.Progress = nil
+	res, err := Copy(ctxT(t), env.c, diskOf(df), dev, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sha256Prefix(t, dev, size); got != df.SHA256() || res.SHA256 != df.SHA256() {
+		t.Fatalf("device hashes to %s, result says %s, source is %s", got, res.SHA256, df.SHA256())
+	}
+	if res.ChunksSkipped != 0 {
+		t.Errorf("%d chunks skipped on a device that held none of them", res.ChunksSkipped)
+	}
 }

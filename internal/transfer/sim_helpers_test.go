@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"syscall"
 	"testing"
@@ -98,22 +97,19 @@ func mixedContent(size int64) []esxisim.Extent {
 	}
 }
 
-var ddRe = regexp.MustCompile(`^dd 'if=(.*)' bs=(\d+) skip=(\d+) count=(\d+)$`)
-
 // ddRange is one range the host was asked to read.
 type ddRange struct {
 	path        string
 	off, length int64
 }
 
-// ddReads parses the dd commands the host received.
+// ddReads lists the ranges the host read with dd.
 func ddReads(srv *esxisim.Server) []ddRange {
-	return parseReads(srv, ddRe, func(m []string) ddRange {
-		bs, _ := strconv.ParseInt(m[2], 10, 64)
-		skip, _ := strconv.ParseInt(m[3], 10, 64)
-		count, _ := strconv.ParseInt(m[4], 10, 64)
-		return ddRange{path: m[1], off: bs * skip, length: bs * count}
-	})
+	var out []ddRange
+	for _, r := range srv.DDReads() {
+		out = append(out, ddRange{path: r.Path, off: r.Offset, length: r.Length})
+	}
+	return out
 }
 
 // hostReads parses the reads the host was asked for, by dd or by the
@@ -122,18 +118,6 @@ func hostReads(srv *esxisim.Server) []ddRange {
 	out := ddReads(srv)
 	for _, r := range srv.SparseReads() {
 		out = append(out, ddRange{path: r.Path, off: r.Offset, length: r.Length})
-	}
-	return out
-}
-
-// parseReads turns each command the host received that re matches into
-// the range it read.
-func parseReads(srv *esxisim.Server, re *regexp.Regexp, read func(m []string) ddRange) []ddRange {
-	var out []ddRange
-	for _, cmd := range srv.Commands() {
-		if m := re.FindStringSubmatch(cmd); m != nil {
-			out = append(out, read(m))
-		}
 	}
 	return out
 }

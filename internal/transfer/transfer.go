@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -17,6 +18,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
 // Defaults for Options.
@@ -409,6 +411,15 @@ func (c *copier) reconcile() (int, error) {
 		if trusted, err = c.verifyLocal(j, k-1); err != nil {
 			return 0, err
 		}
+		// A zero chunk verifies on any zeroed target, so the last chunk
+		// alone does not tell a fresh device (a block claim recreated
+		// while its journal claim was kept) from the one the journal
+		// describes: the last chunk holding data must verify too.
+		if i := lastDataChunk(j, k-1, c.opts.ChunkSize); trusted && i >= 0 {
+			if trusted, err = c.verifyLocal(j, i); err != nil {
+				return 0, err
+			}
+		}
 	}
 	if trusted {
 		if c.whole, err = restoreHash(j.SHA256State); err != nil {
@@ -441,6 +452,19 @@ func (c *copier) reconcile() (int, error) {
 		return 0, err
 	}
 	return k, nil
+}
+
+// lastDataChunk is the last of the journal's first n chunks (all full
+// chunks) that is not all zeros, or -1.
+func lastDataChunk(j *journal, n int, chunk int64) int {
+	zero := zerosum.SHA256(chunk)
+	zeroHex := hex.EncodeToString(zero[:])
+	for i := n - 1; i >= 0; i-- {
+		if j.Chunks[i].SHA256 != zeroHex {
+			return i
+		}
+	}
+	return -1
 }
 
 // verifyLocal re-hashes chunk i from the staging file and compares it with
