@@ -61,7 +61,7 @@ var (
 )
 
 // The tests' namespaces, each with claim "disk-0" backed by its own folder.
-var namespaces = []string{"copy-completes", "copy-killed", "copy-deleted", "copy-adopted"}
+var namespaces = []string{"copy-completes", "copy-killed", "copy-deleted", "copy-adopted", "copy-restart"}
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -496,4 +496,71 @@ func TestEnsureCopyAdopts(t *testing.T) {
 	if _, _, err := clusterjob.EnsureCopy(ctx, kc, want3); !errors.As(err, &na) || !na.Foreign || na.FaultClass() != fault.NeedsHuman {
 		t.Errorf("another migration's Job: %v", err)
 	}
+}
+
+// The control plane goes down under a running copy: the API server and
+// the controllers are killed, the worker keeps copying (it never talks to
+// the API server) and finishes while they are down. Once they are back,
+// the node reports the pod's end, the Job controller completes the Job,
+// and the runner adopts it and reads its result: one Job, one pod, no
+// second copy.
+func TestCopySurvivesControlPlaneRestart(t *testing.T) {
+	const ns, size = "copy-restart", 24 * mib
+	setup(t, ns)
+	c0 := cluster.Get(t)
+	kc := kube.NewForRESTConfig(c0.RESTConfig())
+	disk := addDisk(t, "restart", size, []esxisim.Extent{{Offset: 0, Length: size, Seed: 12}})
+	env.host.SetCommandDelay(40 * time.Millisecond)
+	t.Cleanup(func() { env.host.SetCommandDelay(0) })
+	c := copyOf(t, ns, disk, 1)
+	job := create(t, c)
+	o := waitFor(t, job, "the worker to run", func(o clusterjob.Outcome) bool { return o.State == clusterjob.Running || terminal(o) })
+	waitForChunks(t, job, o.Pod, 2)
+	pid, ok := env.runner.Pid(ns, o.Pod, clusterjob.CopyContainer)
+	if !ok {
+		t.Fatal("no worker process")
+	}
+
+	c0.StopControllers()
+	c0.StopAPIServer()
+	// The worker ends while nothing can hear of it.
+	env.host.SetCommandDelay(0)
+	for !processGone(pid) {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("the worker did not end")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := c0.StartAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c0.StartControllers(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	want, err := clusterjob.RenderCopy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *batchv1.Job
+	o = waitFor(t, job, "the Job to end after the restart", func(clusterjob.Outcome) bool {
+		o, found, err = clusterjob.EnsureCopy(t.Context(), kc, want)
+		return err == nil && terminal(o)
+	})
+	if o.State != clusterjob.Succeeded || found.UID != job.UID {
+		t.Fatalf("outcome %+v, Job %s (created %s)", o, found.UID, job.UID)
+	}
+	if err := clusterjob.CheckResult(c, *o.Result); err != nil || o.Result.SHA256 != disk.SHA256() {
+		t.Errorf("result %+v (%v), source sha %s", o.Result, err, disk.SHA256())
+	}
+	pods, err := kc.ListPods(t.Context(), ns, map[string]string{batchv1.ControllerUidLabel: string(job.UID)})
+	if err != nil || len(pods) != 1 {
+		t.Errorf("%d pods (%v), want 1", len(pods), err)
+	}
+}
+
+// processGone says whether pid has exited (and been reaped).
+func processGone(pid int) bool {
+	return syscall.Kill(pid, 0) == syscall.ESRCH
 }

@@ -659,8 +659,26 @@ func setCondition(pod *corev1.Pod, t corev1.PodConditionType, s corev1.Condition
 }
 
 // patchStatus applies change to the pod's current status and writes it,
-// retrying on conflicts. A pod that is gone needs no status.
+// retrying on conflicts, and, like the kubelet's status manager, until the
+// API server takes it: a container that ends while the API server is down
+// is reported once it is back. A pod that is gone needs no status.
 func (w *podWorker) patchStatus(ctx context.Context, change func(*corev1.Pod)) {
+	wait := 100 * time.Millisecond
+	for {
+		err := w.patchStatusOnce(ctx, change)
+		if err == nil || apierrors.IsNotFound(err) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+func (w *podWorker) patchStatusOnce(ctx context.Context, change func(*corev1.Pod)) error {
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		pod, err := w.r.cs.CoreV1().Pods(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
 		if err != nil {
@@ -679,6 +697,7 @@ func (w *podWorker) patchStatus(ctx context.Context, change func(*corev1.Pod)) {
 		return err
 	})
 	if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-		fmt.Fprintf(os.Stderr, "podrun: status of pod %s/%s: %v\n", w.namespace, w.name, err)
+		fmt.Fprintf(os.Stderr, "podrun: status of pod %s/%s: %v (retrying)\n", w.namespace, w.name, err)
 	}
+	return err
 }
