@@ -55,13 +55,17 @@ var (
 		host   *esxisim.Server
 		// hostRoot holds the host's datastores.
 		hostRoot string
-		claims   map[string]string // namespace/claim -> folder
-		bin      string
+		claims   map[string]string // claim -> folder (a claim per test)
+		// claimOf is the claim of each namespace made by setup; runs
+		// numbers the namespaces (-count may repeat a test).
+		claimOf map[string]string
+		runs    int
+		bin     string
 	}
 )
 
-// The tests' namespaces, each with claim "disk-0" backed by its own folder.
-var namespaces = []string{"copy-completes", "copy-killed", "copy-deleted", "copy-adopted", "copy-restart"}
+// The tests, each with a claim of its name backed by its own folder.
+var claims = []string{"copy-completes", "copy-killed", "copy-deleted", "copy-adopted", "copy-restart"}
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -94,8 +98,9 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// setup starts the shared parts once and returns namespace ns, created.
-func setup(t *testing.T, ns string) {
+// setup starts the shared parts once and returns a new namespace holding
+// claim test, bound and emptied.
+func setup(t *testing.T, test string) string {
 	t.Helper()
 	c := cluster.Get(t)
 	if env.runner == nil {
@@ -107,13 +112,13 @@ func setup(t *testing.T, ns string) {
 		if out, err := exec.Command("go", "build", "-o", env.bin, "github.com/vmmigration/terraform-provider-vmmigration/cmd/vmmigration-worker").CombinedOutput(); err != nil {
 			t.Fatalf("go build the worker: %v: %s", err, out)
 		}
-		env.claims = map[string]string{}
-		for _, n := range namespaces {
+		env.claims, env.claimOf = map[string]string{}, map[string]string{}
+		for _, n := range claims {
 			d, err := os.MkdirTemp("", "clusterjob-claim-")
 			if err != nil {
 				t.Fatal(err)
 			}
-			env.claims[n+"/disk-0"] = d
+			env.claims[n] = d
 		}
 		// The host outlives this test: its datastores too.
 		root, err := os.MkdirTemp("", "clusterjob-esxi-")
@@ -138,19 +143,31 @@ func setup(t *testing.T, ns string) {
 			t.Fatal(err)
 		}
 	}
+	env.runs++
+	ns := fmt.Sprintf("%s-%d", test, env.runs)
 	if _, err := env.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	dir := env.claims[test]
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 	// The disk's claim, as CDI leaves a blank DataVolume's: bound, in
 	// Filesystem mode.
-	pv, err := podrun.BindClaim(t.Context(), env.cs, ns, "disk-0", env.claims[ns+"/disk-0"], false)
+	pv, err := podrun.BindClaim(t.Context(), env.cs, ns, test, dir, false)
 	t.Cleanup(func() {
 		_ = env.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	env.claimOf[ns] = test
+	return ns
 }
+
+// claimDir is the folder behind the claim of namespace ns.
+func claimDir(ns string) string { return env.claims[env.claimOf[ns]] }
 
 // copyOf is the copy of the VM's one disk into claim disk-0 of ns.
 func copyOf(t *testing.T, ns string, disk esxisim.DiskFiles, attempt int) clusterjob.Copy {
@@ -161,7 +178,7 @@ func copyOf(t *testing.T, ns string, disk esxisim.DiskFiles, attempt int) cluste
 	}
 	port, _ := strconv.Atoi(portS)
 	return clusterjob.Copy{Namespace: ns, Migration: "web", Disk: 0, Attempt: attempt, Image: workerImage,
-		Claim: "disk-0", Secret: clusterjob.SecretName("vmmigration-web"),
+		Claim: env.claimOf[ns], Secret: clusterjob.SecretName("vmmigration-web"),
 		Host: copyjob.Host{Name: "esxi-sim", Address: addr, Port: port, User: "root",
 			HostKeyFingerprint: env.host.Fingerprint()},
 		Source: copyjob.Disk{Path: disk.Flat, SizeBytes: disk.CapacityBytes}, ChunkSize: mib, Streams: 2}
@@ -251,7 +268,7 @@ func sha256File(t *testing.T, p string, n int64) string {
 
 func addDisk(t *testing.T, name string, size int64, content []esxisim.Extent) esxisim.DiskFiles {
 	t.Helper()
-	_, files, err := env.host.AddVM(esxisim.VMSpec{Name: name, Disks: []esxisim.DiskSpec{{CapacityBytes: size, Thin: true, Content: content}}})
+	_, files, err := env.host.AddVM(esxisim.VMSpec{Name: fmt.Sprintf("%s-%d", name, env.runs), Disks: []esxisim.DiskSpec{{CapacityBytes: size, Thin: true, Content: content}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,8 +280,8 @@ func addDisk(t *testing.T, name string, size int64, content []esxisim.Extent) es
 // the pod's termination message, and that result, the claim's bytes and
 // the source agree. The Job read back from the cluster is adoptable.
 func TestCopyJobCompletes(t *testing.T) {
-	const ns, size = "copy-completes", 24 * mib
-	setup(t, ns)
+	const size = 24 * mib
+	ns := setup(t, "copy-completes")
 	disk := addDisk(t, "completes", size, []esxisim.Extent{
 		{Offset: 0, Length: mib, Seed: 1}, {Offset: 9*mib + 4096, Length: 2 * mib, Seed: 2}, {Offset: size - mib, Length: mib, Seed: 3}})
 	c := copyOf(t, ns, disk, 1)
@@ -274,7 +291,7 @@ func TestCopyJobCompletes(t *testing.T) {
 	if o.State != clusterjob.Succeeded || o.Result == nil {
 		t.Fatalf("outcome %+v", o)
 	}
-	claim := env.claims[ns+"/disk-0"]
+	claim := claimDir(ns)
 	if o.Result.SHA256 != disk.SHA256() || sha256File(t, filepath.Join(claim, "disk.img"), size) != disk.SHA256() {
 		t.Errorf("result %+v; source sha %s", o.Result, disk.SHA256())
 	}
@@ -303,8 +320,8 @@ func TestCopyJobCompletes(t *testing.T) {
 // new Job, resumes from the journal in the claim: the disk equals the
 // source and at most one chunk per stream is read twice.
 func TestKilledCopyResumesInNextAttempt(t *testing.T) {
-	const ns, size, streams = "copy-killed", 40 * mib, 2
-	setup(t, ns)
+	const size, streams = 40 * mib, 2
+	ns := setup(t, "copy-killed")
 	disk := addDisk(t, "killed", size, []esxisim.Extent{{Offset: 0, Length: size, Seed: 7}})
 	env.host.ResetStats()
 	env.host.SetCommandDelay(40 * time.Millisecond)
@@ -341,7 +358,7 @@ func TestKilledCopyResumesInNextAttempt(t *testing.T) {
 	if o.State != clusterjob.Succeeded {
 		t.Fatalf("attempt 2: %+v", o)
 	}
-	if o.Result.SHA256 != disk.SHA256() || sha256File(t, filepath.Join(env.claims[ns+"/disk-0"], "disk.img"), size) != disk.SHA256() {
+	if o.Result.SHA256 != disk.SHA256() || sha256File(t, filepath.Join(claimDir(ns), "disk.img"), size) != disk.SHA256() {
 		t.Errorf("result %+v; source sha %s", o.Result, disk.SHA256())
 	}
 	if o.Result.ChunksSkipped < landed {
@@ -365,8 +382,8 @@ func TestKilledCopyResumesInNextAttempt(t *testing.T) {
 // the Job (backoffLimit 0) and the runner reads an interrupted outcome, to
 // retry with a new attempt that resumes from the journal.
 func TestDeletedCopyPodIsInterrupted(t *testing.T) {
-	const ns, size = "copy-deleted", 40 * mib
-	setup(t, ns)
+	const size = 40 * mib
+	ns := setup(t, "copy-deleted")
 	disk := addDisk(t, "deleted", size, []esxisim.Extent{{Offset: 0, Length: size, Seed: 8}})
 	env.host.SetCommandDelay(40 * time.Millisecond)
 	t.Cleanup(func() { env.host.SetCommandDelay(0) })
@@ -418,8 +435,8 @@ func waitForChunks(t *testing.T, job *batchv1.Job, pod string, n int) int {
 // against the copy before it is believed. A Job under the wanted name
 // from another spec, or of another migration, is never adopted.
 func TestEnsureCopyAdopts(t *testing.T) {
-	const ns, size = "copy-adopted", 16 * mib
-	setup(t, ns)
+	const size = 16 * mib
+	ns := setup(t, "copy-adopted")
 	kc := kube.NewForRESTConfig(cluster.Get(t).RESTConfig())
 	ctx := t.Context()
 	disk := addDisk(t, "adopted", size, []esxisim.Extent{{Offset: 2 * mib, Length: 3 * mib, Seed: 5}})
@@ -505,8 +522,8 @@ func TestEnsureCopyAdopts(t *testing.T) {
 // and the runner adopts it and reads its result: one Job, one pod, no
 // second copy.
 func TestCopySurvivesControlPlaneRestart(t *testing.T) {
-	const ns, size = "copy-restart", 24 * mib
-	setup(t, ns)
+	const size = 24 * mib
+	ns := setup(t, "copy-restart")
 	c0 := cluster.Get(t)
 	kc := kube.NewForRESTConfig(c0.RESTConfig())
 	disk := addDisk(t, "restart", size, []esxisim.Extent{{Offset: 0, Length: size, Seed: 12}})
@@ -544,7 +561,7 @@ func TestCopySurvivesControlPlaneRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var found *batchv1.Job
-	o = waitFor(t, job, "the Job to end after the restart", func(clusterjob.Outcome) bool {
+	waitFor(t, job, "the Job to end after the restart", func(clusterjob.Outcome) bool {
 		o, found, err = clusterjob.EnsureCopy(t.Context(), kc, want)
 		return err == nil && terminal(o)
 	})
