@@ -88,6 +88,16 @@ func (c *Client) DeleteLeaseIfUnchanged(ctx context.Context, l *coordinationv1.L
 	return c.del(ctx, "Lease", l, unchanged(l))
 }
 
+// ListLeases lists the Leases of a namespace that carry all the given
+// labels.
+func (c *Client) ListLeases(ctx context.Context, namespace string, labels map[string]string) ([]coordinationv1.Lease, error) {
+	var list coordinationv1.LeaseList
+	if err := c.list(ctx, "Lease", namespace, labels, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
 // GetPersistentVolumeClaim reads a PersistentVolumeClaim.
 func (c *Client) GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
 	pvc := &corev1.PersistentVolumeClaim{}

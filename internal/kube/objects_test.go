@@ -116,10 +116,16 @@ func TestLeaseCalls(t *testing.T) {
 	c := clusterClient(t)
 	ns := newNamespace(t, c, "typed-leases")
 	holder := "me"
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "l"},
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "l", Labels: map[string]string{"k": "v"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: ptr.To[int32](10)}}
 	if err := c.CreateLease(ctx, l); err != nil {
 		t.Fatal(err)
+	}
+	if err := c.CreateLease(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unlabelled"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ListLeases(ctx, ns, map[string]string{"k": "v"}); err != nil || len(got) != 1 || got[0].Name != "l" {
+		t.Errorf("ListLeases by label = %v, %v; want only l", got, err)
 	}
 	err := c.CreateLease(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "l"}})
 	if !IsAlreadyExists(err) {

@@ -230,8 +230,14 @@ func claimError(ns, name string, err error) error {
 
 // ensureNamespace creates the claim namespace if it is missing.
 func (cl Claims) ensureNamespace(ctx context.Context) error {
-	kc := cl.Kube
-	ns := cl.Namespace
+	return ensureNamespace(ctx, cl.Kube, cl.Namespace, "SourceClaimUnavailable",
+		"the claims that keep two migrations from moving one source VM", "ConfigMaps")
+}
+
+// ensureNamespace creates namespace ns, which holds what (for people),
+// if it is missing. A namespace that cannot be created stops with reason,
+// saying to create it and grant access to kinds there.
+func ensureNamespace(ctx context.Context, kc *kube.Client, ns, reason, what, kinds string) error {
 	ok, err := kc.NamespaceExists(ctx, ns)
 	switch {
 	case ok:
@@ -244,9 +250,9 @@ func (cl Claims) ensureNamespace(ctx context.Context) error {
 		return nil
 	}
 	cause := kube.Cause(err)
-	return &fault.Error{Class: fault.NeedsHuman, Reason: "SourceClaimUnavailable",
-		Message: fmt.Sprintf("the namespace %s, which holds the claims that keep two migrations from moving one source VM, does not exist and cannot be created: %v", ns, cause),
-		Action:  "create namespace " + ns + " (kubectl create namespace " + ns + ") and grant the provider's credentials access to ConfigMaps there, then run apply again",
+	return &fault.Error{Class: fault.NeedsHuman, Reason: reason,
+		Message: fmt.Sprintf("the namespace %s, which holds %s, does not exist and cannot be created: %v", ns, what, cause),
+		Action:  "create namespace " + ns + " (kubectl create namespace " + ns + ") and grant the provider's credentials access to " + kinds + " there, then run apply again",
 		Err:     cause}
 }
 

@@ -7,7 +7,9 @@
 //   - lease.go: the Lease (of the same name) that one run holds while it
 //     drives a migration, renewed in the background;
 //   - claim.go: the claim on a source VM, which keeps two migrations from
-//     moving one VM.
+//     moving one VM;
+//   - slots.go: the slots of an ESXi host, which bound how many disks are
+//     copied from it at once by every runner sharing the cluster.
 //
 // It knows the record (package record) but not the checkpoints that fill
 // it in: the engine calls it.
