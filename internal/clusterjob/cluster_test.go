@@ -463,6 +463,9 @@ func TestEnsureCopyAdopts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if active, err := clusterjob.JobActive(ctx, kc, ns, first.Name, time.Now(), 0, time.Now()); err != nil || !active {
+		t.Errorf("a Job just created: active %v, %v", active, err)
+	}
 	var o clusterjob.Outcome
 	waitFor(t, first, "the adopted Job to end", func(clusterjob.Outcome) bool {
 		var again *batchv1.Job
@@ -475,6 +478,19 @@ func TestEnsureCopyAdopts(t *testing.T) {
 		}
 		return terminal(o)
 	})
+	// A finished Job no longer holds its host's copy slot; a missing one
+	// does only within the grace after the slot was taken.
+	now := time.Now()
+	for _, tc := range []struct {
+		name       string
+		since      time.Time
+		wantActive bool
+	}{{first.Name, now, false}, {"no-such-job", now, true}, {"no-such-job", now.Add(-time.Hour), false}} {
+		active, err := clusterjob.JobActive(ctx, kc, ns, tc.name, tc.since, time.Minute, now)
+		if err != nil || active != tc.wantActive {
+			t.Errorf("JobActive(%s, since %s): %v, %v; want %v", tc.name, tc.since, active, err, tc.wantActive)
+		}
+	}
 	jobs, err := env.cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
 	if err != nil || len(jobs.Items) != 1 {
 		t.Fatalf("%d Jobs (%v), want 1", len(jobs.Items), err)

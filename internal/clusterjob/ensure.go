@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -127,4 +128,21 @@ func CheckResult(c Copy, r copyjob.Result) error {
 		return fmt.Errorf("the copy verified host key %s, not the pinned %s", r.HostKeyFingerprint, c.Host.HostKeyFingerprint)
 	}
 	return nil
+}
+
+// JobActive says whether the Job namespace/name still runs: it exists and
+// has no terminal condition (Complete, Failed, or FailureTarget, which
+// precedes Failed). A Job not found counts as active until grace after
+// since, the time its runner recorded taking a host slot for it, so that
+// a slot taken just before its Job is created is not reclaimed from under
+// it. Errors are returned, never guessed: the caller keeps the slot.
+func JobActive(ctx context.Context, kc *kube.Client, namespace, name string, since time.Time, grace time.Duration, now time.Time) (bool, error) {
+	job, err := kc.GetJob(ctx, namespace, name)
+	if kube.IsNotFound(err) {
+		return now.Before(since.Add(grace)), nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return !jobCondition(job, batchv1.JobComplete) && !jobCondition(job, batchv1.JobFailed) && !jobCondition(job, batchv1.JobFailureTarget), nil
 }
