@@ -191,19 +191,7 @@ func TestHostSlotsRace(t *testing.T) {
 	hs := HostSlots{Kube: c, Namespace: ns, Limit: limit, Now: newClock().Now}
 
 	// All at once: exactly two win.
-	start := make(chan struct{})
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, errs[i] = hs.Acquire(ctx, slotHost, slotHostID, job(ns, fmt.Sprintf("r%d-copy-1", i)))
-		}()
-	}
-	close(start)
-	wg.Wait()
+	errs := acquireAtOnce(ctx, hs, ns, n, func(i int) string { return fmt.Sprintf("r%d-copy-1", i) })
 	won := map[int]bool{}
 	for i, err := range errs {
 		var full *SlotsFullError
@@ -220,6 +208,7 @@ func TestHostSlotsRace(t *testing.T) {
 
 	// Then each in turn: hold, check, release; the others retry.
 	var holding, most atomic.Int32
+	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -331,19 +320,7 @@ func TestHostSlotsReclaimRace(t *testing.T) {
 	const n = 6
 	for round := range 4 {
 		jobs.finish(stale)
-		start := make(chan struct{})
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				_, errs[i] = hs.Acquire(ctx, slotHost, slotHostID, job(ns, fmt.Sprintf("r%d-%d-copy-1", round, i)))
-			}()
-		}
-		close(start)
-		wg.Wait()
+		errs := acquireAtOnce(ctx, hs, ns, n, func(i int) string { return fmt.Sprintf("r%d-%d-copy-1", round, i) })
 		winner := -1
 		for i, err := range errs {
 			var full *SlotsFullError
@@ -437,19 +414,7 @@ func TestHostSlotsLimitLoweredRace(t *testing.T) {
 	two.Limit = 2
 	for round := range 4 {
 		const n = 8
-		start := make(chan struct{})
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				_, errs[i] = two.Acquire(ctx, slotHost, slotHostID, job(ns, fmt.Sprintf("r%d-%d-copy-1", round, i)))
-			}()
-		}
-		close(start)
-		wg.Wait()
+		errs := acquireAtOnce(ctx, two, ns, n, func(i int) string { return fmt.Sprintf("r%d-%d-copy-1", round, i) })
 		var won []SlotHolder
 		for i, err := range errs {
 			var full *SlotsFullError
@@ -511,4 +476,23 @@ func TestHostSlotName(t *testing.T) {
 	if msgs := validation.IsValidLabelValue(slotHostKey("hostkey:SHA256:abc/+=")); len(msgs) > 0 {
 		t.Errorf("slotHostKey is not a label value: %v", msgs)
 	}
+}
+
+// acquireAtOnce has n holders (Jobs named by name(i) in ns) ask hs for a
+// slot at the same moment and returns each one's error.
+func acquireAtOnce(ctx context.Context, hs HostSlots, ns string, n int, name func(int) string) []error {
+	start := make(chan struct{})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = hs.Acquire(ctx, slotHost, slotHostID, job(ns, name(i)))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
 }
