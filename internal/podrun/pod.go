@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/childproc"
+	backoff "github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
 // minimumGracePeriod is the kubelet's minimumGracePeriodInSeconds
@@ -663,20 +665,13 @@ func setCondition(pod *corev1.Pod, t corev1.PodConditionType, s corev1.Condition
 // API server takes it: a container that ends while the API server is down
 // is reported once it is back. A pod that is gone needs no status.
 func (w *podWorker) patchStatus(ctx context.Context, change func(*corev1.Pod)) {
-	wait := 100 * time.Millisecond
-	for {
-		err := w.patchStatusOnce(ctx, change)
-		if err == nil || apierrors.IsNotFound(err) || ctx.Err() != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
+	_ = backoff.Do(ctx, statusRetry, func(err error) bool { return !apierrors.IsNotFound(err) },
+		func(ctx context.Context) error { return w.patchStatusOnce(ctx, change) })
 }
+
+// statusRetry paces status writes the API server did not take, for as
+// long as the pod's worker runs.
+var statusRetry = backoff.Policy{Attempts: math.MaxInt32, Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 
 func (w *podWorker) patchStatusOnce(ctx context.Context, change func(*corev1.Pod)) error {
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
