@@ -144,5 +144,5 @@ func JobActive(ctx context.Context, kc *kube.Client, namespace, name string, sin
 	if err != nil {
 		return false, err
 	}
-	return !jobCondition(job, batchv1.JobComplete) && !jobCondition(job, batchv1.JobFailed) && !jobCondition(job, batchv1.JobFailureTarget), nil
+	return !Finished(job), nil
 }

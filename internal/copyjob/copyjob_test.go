@@ -196,3 +196,23 @@ func TestProgressLines(t *testing.T) {
 		t.Errorf("last line %+v, want 50 MiB/s and 4 s left", last)
 	}
 }
+
+// The runner reads a running worker's progress from the last lines of
+// its log: the last well-formed progress line, passing over a line the
+// tail cut, other output and the result.
+func TestLastProgress(t *testing.T) {
+	log := "{\"event\":\"progress\",\"bytes_done\":10,\"bytes_total\":100,\"percent\":10}\n" +
+		"{\"event\":\"progress\",\"bytes_done\":40,\"bytes_total\":100,\"percent\":40}\n" +
+		"not json\n" +
+		"{\"event\":\"progress\",\"bytes_done\":50,\"bytes_t"
+	l, ok := LastProgress([]byte(log))
+	if !ok || l.BytesDone != 40 || l.BytesTotal != 100 {
+		t.Fatalf("LastProgress = %+v, %v; want 40 of 100", l, ok)
+	}
+	if _, ok := LastProgress([]byte("{\"event\":\"result\",\"result\":{\"ok\":true}}\n")); ok {
+		t.Error("a result line was taken for progress")
+	}
+	if _, ok := LastProgress([]byte("{\"event\":\"progress\",\"bytes_done\":200,\"bytes_total\":100}\n")); ok {
+		t.Error("progress beyond the total was believed")
+	}
+}

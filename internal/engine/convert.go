@@ -529,6 +529,12 @@ func (e *Engine) conversionChecks(ctx context.Context, spec Spec, vm *esxi.VM) [
 		return []preflight.Check{c}
 	}
 	tools := preflight.Check{ID: CheckConversionTools, Severity: preflight.Blocker, Passed: true}
+	if spec.inCluster() {
+		// The conversion Job brings its own virt-v2v (the worker image):
+		// nothing is needed on this machine.
+		tools.Message = "virt-v2v runs in the migration's conversion Job, from the worker image."
+		return []preflight.Check{tools, e.convertibleCheck(vm)}
+	}
 	if t, err := e.v2v.probe(ctx); err != nil {
 		tools.Passed = false
 		tools.Message = fmt.Sprintf("Guest conversion cannot run on this machine: %v. Install the Debian packages %s (apt-get install %s), "+

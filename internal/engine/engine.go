@@ -71,8 +71,16 @@ type Deps struct {
 	// Identity names this process as lease holder; random if empty.
 	Identity string
 	// ClaimNamespace holds the claims that keep two migrations from moving
-	// one source VM (coord.DefaultClaimNamespace when empty).
+	// one source VM (coord.DefaultClaimNamespace when empty), and the host
+	// slots of cluster execution's copy Jobs.
 	ClaimNamespace string
+	// WorkerImage is the image cluster execution's Jobs run (the
+	// provider's worker_image, pinned by digest); cluster execution is
+	// refused by the pre-flight checks without it.
+	WorkerImage string
+	// SlotGrace is how long a host slot taken for a copy Job whose Job
+	// does not exist yet stays its holder's (DefaultSlotGrace when zero).
+	SlotGrace time.Duration
 }
 
 // EventKind says what an Event reports.

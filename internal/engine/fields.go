@@ -41,6 +41,7 @@ const (
 	FieldValidationTimeout = "validation.timeout"
 	FieldRetryInitial      = "retry.initial_backoff"
 	FieldRetryMax          = "retry.max_backoff"
+	FieldExecution         = "execution"
 )
 
 // fieldError ties an error to the configuration attribute it concerns.

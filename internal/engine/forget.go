@@ -110,6 +110,17 @@ func (e *Engine) Forget(ctx context.Context, namespace, name string, policy Forg
 		}
 		res.Actions = append(res.Actions, a)
 	}
+	// Cluster execution's Jobs and Secret go whatever the policy: they
+	// are the migration's machinery, not its destination.
+	// (Only for those: a local migration's credentials need no rights
+	// on Jobs or Secrets.)
+	if rec != nil && rec.ExecutionOf() == ExecutionCluster {
+		removed, err = e.removeClusterWork(ctx, namespace, name, rec.Identity.Host)
+		res.Actions = append(res.Actions, removed...)
+		if err != nil {
+			return res, err
+		}
+	}
 	res.Actions = append(res.Actions, removeStagingFiles(namespace, name, opts)...)
 	if a, err := e.forgetStagingCA(ctx, namespace, name); err != nil {
 		return res, err

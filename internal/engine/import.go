@@ -84,6 +84,10 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 		if string(dv.UID) != d.DataVolumeUID {
 			// Ours, but not the one recorded (recreated, or created by a
 			// run interrupted before it could record the UID).
+			if r.inCluster() && d.DataVolumeUID != "" {
+				// Its claim held the copy: the new one holds none.
+				r.claimReplaced(ctx, i)
+			}
 			d.DataVolumeUID, d.Uploaded = string(dv.UID), false
 		}
 		if stage == importCreated {
@@ -187,6 +191,13 @@ func (r *run) createDataVolume(ctx context.Context, i int) (*cdiv1beta1.DataVolu
 // the HTTP server served for it.
 func (r *run) dataVolumeSucceeded(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
+	if r.inCluster() {
+		// A blank claim, ready for its copy Job: nothing is imported yet.
+		if !d.Acquired {
+			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: the claim of DataVolume %s is ready for its copy Job", i, d.DataVolume)})
+		}
+		return r.save(ctx)
+	}
 	d.Imported = true
 	if r.spec.Transport.Kind == TransportHTTP {
 		// Imported: the image need not stay where the HTTP server

@@ -40,8 +40,9 @@ func (r *run) prepareSource(ctx context.Context) (*esxi.VM, error) {
 		return nil, err
 	}
 	// The space check again, on what is staged now (a resumed copy needs
-	// only the rest), before the source is touched.
-	if c := r.spec.spaceCheck(r.rec().Disks, vm); !c.Passed {
+	// only the rest), before the source is touched. Cluster execution
+	// stages nothing here.
+	if c := r.spec.spaceCheck(r.rec().Disks, vm); !r.inCluster() && !c.Passed {
 		return nil, needsHuman("WorkDirFull", c.Message, "free space on the file system of "+r.spec.WorkDir+", or set work_dir to a larger one, then run apply again", nil)
 	}
 	return vm, nil
@@ -203,14 +204,9 @@ func (r *run) powerHandled(ctx context.Context, act powerAct, vm *esxi.VM, label
 			"make sure the source should stay off and power it off yourself (the migration never powers a VM off twice), then run apply again; the disks will be copied again from the start", nil)
 	case powerRecopy:
 		for i := range rec.Disks {
-			dk := &rec.Disks[i]
-			if err := transfer.Remove(r.spec.stagedPath(i)); err != nil {
+			if err := r.discardCopy(ctx, i); err != nil {
 				return true, err
 			}
-			if err := r.removeChainCopies(i); err != nil {
-				return true, err
-			}
-			dk.Acquired, dk.SourceSHA256, dk.ZeroBytes, dk.GuestSHA256 = false, "", 0, ""
 		}
 		po.SeenOnAgain = false
 		po.Note = strings.TrimSpace(po.Note + " The source was found running again after the power-off; the staged copies were discarded and the disks copied again.")
@@ -304,4 +300,27 @@ func (r *run) powerOffDone(ctx context.Context, now time.Time) error {
 	stamp(&rec.Timestamps.SourcePoweredOff, now)
 	rec.SetCondition(now, record.CondSourcePoweredOff, true, po.Action, "the source VM is powered off ("+po.Action+")")
 	return r.save(ctx)
+}
+
+// discardCopy throws disk i's copy away, so that it is copied again from
+// the start: the staged files, or in cluster execution its DataVolume,
+// whose claim holds the copy and its journal (the next Preparing makes a
+// new one, and a new copy Job fills it).
+func (r *run) discardCopy(ctx context.Context, i int) error {
+	d := &r.rec().Disks[i]
+	if r.inCluster() {
+		if err := r.deleteDataVolume(ctx, i); err != nil {
+			return err
+		}
+		r.claimReplaced(ctx, i)
+	} else {
+		if err := transfer.Remove(r.spec.stagedPath(i)); err != nil {
+			return err
+		}
+		if err := r.removeChainCopies(i); err != nil {
+			return err
+		}
+	}
+	d.Acquired, d.SourceSHA256, d.ZeroBytes, d.GuestSHA256 = false, "", 0, ""
+	return nil
 }

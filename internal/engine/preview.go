@@ -99,8 +99,9 @@ func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []recor
 	res.Checks = append(res.Checks, e.conversionChecks(ctx, spec, vm)...)
 	res.Checks = append(res.Checks, spec.warmChecks(vm)...)
 	res.Checks = append(res.Checks, e.warmSpaceCheck(ctx, spec, vm, warm)...)
+	res.Checks = append(res.Checks, e.executionCheck(spec, vm))
 	disks := planDisks(spec, vm, prev)
-	if spec.WorkDir != "" {
+	if spec.WorkDir != "" && !spec.inCluster() {
 		res.Checks = append(res.Checks, spec.spaceCheck(disks, vm))
 	}
 	return Preview{VM: vm, Checks: res, Disks: disks}, nil
@@ -124,6 +125,8 @@ func CheckField(id string) string {
 		return FieldConversion
 	case CheckWarmSnapshots, CheckWarmDisks, CheckWarmDatastoreSpace:
 		return FieldMode
+	case CheckExecution:
+		return FieldExecution
 	case preflight.CheckWorkDirSpace, CheckConversionTools:
 		// The provider's work_dir, not an attribute of the migration.
 		return ""
@@ -139,7 +142,7 @@ func (s Spec) destination() preflight.Destination {
 	}
 	return preflight.Destination{Namespace: s.Namespace, Name: s.Name, StorageClass: s.StorageClass,
 		NetworkMap: nm, PowerOffPolicy: s.PowerOffPolicy, Owner: s.Name,
-		Block: s.VolumeMode == string(corev1.PersistentVolumeBlock), Upload: s.Transport.Kind != TransportHTTP}
+		Block: s.VolumeMode == string(corev1.PersistentVolumeBlock), Upload: s.Transport.Kind != TransportHTTP && !s.inCluster()}
 }
 
 // planDisks is the per-disk plan of a source VM: one entry per disk in

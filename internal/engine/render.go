@@ -59,12 +59,16 @@ func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 	vm := corev1.PersistentVolumeMode(s.VolumeMode)
 	sc := s.StorageClass
 	src := &cdiv1beta1.DataVolumeSource{}
-	if s.Transport.Kind == TransportHTTP {
+	switch {
+	case r.inCluster():
+		// An empty claim, which the disk's copy Job fills.
+		src.Blank = &cdiv1beta1.DataVolumeBlankImage{}
+	case s.Transport.Kind == TransportHTTP:
 		src.HTTP = &cdiv1beta1.DataVolumeSourceHTTP{URL: d.ArtifactURL}
 		if s.Transport.StagingCAPEM != "" {
 			src.HTTP.CertConfigMap = StagingCAConfigMapName(s.Name)
 		}
-	} else {
+	default:
 		src.Upload = &cdiv1beta1.DataVolumeSourceUpload{}
 	}
 	return &cdiv1beta1.DataVolume{

@@ -56,12 +56,38 @@ var warmItinerary = []checkpoint{
 	{record.PhaseCompleted, (*run).stepCompleteWarm},
 }
 
-// itinerary is the route a migration takes: warm when it was asked for,
-// or when the record holds warm evidence (a migration never changes mode
-// mid-flight, and a warm one's snapshots must be removed at the end).
-// Every itinerary passes the same phases in the same order, so a stored
-// record's phase means the same point on any of them.
+// clusterItinerary is a cold migration in cluster execution
+// (execution.go): the same power-off, then Jobs copy every disk into its
+// DataVolume's claim, which Converting and Importing then take as they
+// are, and Completed removes the Jobs and their Secret.
+var clusterItinerary = []checkpoint{
+	{record.PhasePending, (*run).stepPending},
+	{record.PhaseDiscovering, (*run).stepDiscover},
+	{record.PhaseValidated, (*run).stepValidate},
+	{record.PhasePreparing, (*run).stepPrepareCluster},
+	{record.PhaseConverting, (*run).stepConvertCluster},
+	{record.PhaseImporting, (*run).stepImportCluster},
+	{record.PhaseCreatingVM, (*run).stepCreateVM},
+	{record.PhaseStarting, (*run).stepStart},
+	{record.PhaseValidating, (*run).stepValidateGuest},
+	{record.PhaseCompleted, (*run).stepCompleteCluster},
+}
+
+// itinerary is the route a migration takes: in the cluster when its
+// record says so (fixed at Validated) or, before that, when it was asked
+// for; else warm when it was asked for, or when the record holds warm
+// evidence (a migration never changes mode or execution mid-flight, and
+// a warm one's snapshots must be removed at the end). Every itinerary
+// passes the same phases in the same order, so a stored record's phase
+// means the same point on any of them.
 func itinerary(spec Spec, rec *record.Record) []checkpoint {
+	exec := spec.Execution
+	if rec != nil && rec.Execution != "" {
+		exec = rec.Execution
+	}
+	if exec == ExecutionCluster {
+		return clusterItinerary
+	}
 	if spec.warm() || (rec != nil && rec.Warm != nil) {
 		return warmItinerary
 	}
@@ -209,6 +235,9 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (record.Record, error) {
 	if r.rec().ConversionMode == "" {
 		// Saved with the next checkpoint, for imports to read back.
 		r.rec().ConversionMode = r.spec.Conversion
+	}
+	if ex := r.rec().Execution; ex != "" && ex != r.spec.Execution {
+		r.report(runCtx, Event{Kind: EventInfo, Message: fmt.Sprintf("the migration keeps execution %q, recorded when it was validated, although the configuration now says %q: it never switches mid-flight", ex, r.spec.Execution)})
 	}
 	return r.loop(runCtx)
 }
@@ -576,7 +605,11 @@ func (r *run) failCleanup(ctx context.Context) string {
 			d.DataVolumeUID, d.DataVolumePhase, d.Uploaded = "", "", false
 		}
 	}
-	if len(rec.Disks) > 0 {
+	switch {
+	case len(rec.Disks) == 0:
+	case r.inCluster():
+		kept = append(kept, "the DataVolumes' claims with what the copy Jobs wrote and their journals (a reset resumes from them; deleting the resource with delete_policy delete_destination removes them)")
+	default:
 		kept = append(kept, "the staged copies under "+r.spec.stagingDir()+" (a reset resumes from them; deleting the resource removes them)")
 	}
 	var b strings.Builder

@@ -168,6 +168,11 @@ type Spec struct {
 	ImporterRestarts       int
 	Retry                  RetryPolicy
 
+	// Execution is where the disk work runs: ExecutionLocal (default) or
+	// ExecutionCluster (see execution.go). The record fixes it at
+	// Validated.
+	Execution string
+
 	// WorkDir holds the staged disk copies, under <WorkDir>/<ns>/<name>/.
 	WorkDir string
 	// CopyChunkSize is the unit of copying and resumption (a multiple of
@@ -243,6 +248,7 @@ func (s Spec) WithDefaults() Spec {
 	def(&s.PodBinding, DefaultPodBinding)
 	def(&s.Timezone, DefaultTimezone)
 	def(&s.Mode, ModeCold)
+	def(&s.Execution, DefaultExecution)
 	if s.PrecopyRounds == 0 {
 		s.PrecopyRounds = DefaultPrecopyRounds
 	}
@@ -304,6 +310,7 @@ func (s Spec) Validate() error {
 	oneOf(FieldRunStrategy, s.RunStrategy, RunStrategies)
 	oneOf(FieldTargetFormat, s.TargetFormat, TargetFormats)
 	oneOf(FieldPowerOffPolicy, s.PowerOffPolicy, PowerOffPolicies)
+	oneOf(FieldExecution, s.Execution, Executions)
 	oneOf("", s.PodBinding, PodBindings)
 	if s.WorkDir == "" || !filepath.IsAbs(s.WorkDir) {
 		bad("", "the provider's work_dir must be an absolute path")

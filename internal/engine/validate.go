@@ -40,6 +40,7 @@ func (r *run) stepValidate(ctx context.Context) error {
 	if err := r.claimSource(ctx, vm); err != nil {
 		return err
 	}
+	r.recordExecution()
 	stamp(&rec.Timestamps.Validated, now)
 	rec.SetCondition(now, record.CondValidated, true, "ChecksPassed", fmt.Sprintf("%d checks passed", len(p.Checks.Checks)))
 	return nil

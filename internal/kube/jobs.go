@@ -70,3 +70,19 @@ func (c *Client) DeleteSecret(ctx context.Context, s *corev1.Secret) error {
 	}
 	return c.del(ctx, "Secret", s, opts...)
 }
+
+// ListJobs lists the Jobs in namespace carrying labels.
+func (c *Client) ListJobs(ctx context.Context, namespace string, labels map[string]string) ([]batchv1.Job, error) {
+	var list batchv1.JobList
+	if err := c.list(ctx, "Job", namespace, labels, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// PodLogTail reads at most the last lines lines of a container's log, and
+// never more than limit bytes, through the API server (pods/log): what a
+// runner that cannot reach pod IPs reads of a running worker.
+func (c *Client) PodLogTail(ctx context.Context, namespace, pod, container string, lines, limit int) ([]byte, error) {
+	return c.podLog(ctx, namespace, pod, container, lines, limit)
+}

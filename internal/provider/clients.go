@@ -94,7 +94,8 @@ func (c *clients) engine() (*engine.Engine, diag.Diagnostics) {
 	for _, h := range c.settings.Hosts {
 		limits[h.Name] = h.MaxConcurrentMigrations
 	}
-	eng, err := engine.New(engine.Deps{ESXi: c.esxi, Kube: c.kube, HostLimits: limits, Progress: c.routeProgress, VirtioWin: c.settings.VirtioWin})
+	eng, err := engine.New(engine.Deps{ESXi: c.esxi, Kube: c.kube, HostLimits: limits, Progress: c.routeProgress, VirtioWin: c.settings.VirtioWin,
+		WorkerImage: c.settings.WorkerImage})
 	if err != nil {
 		diags.AddError("Error starting the migration engine", err.Error())
 		return nil, diags

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/homedir"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -26,6 +27,11 @@ type settings struct {
 	VirtioWin  string
 	Hosts      []hostSettings
 	Kubernetes kube.Config
+	// Execution is the migrations' execution unless they say
+	// (engine.DefaultExecution when unset); WorkerImage the image cluster
+	// execution's Jobs run.
+	Execution   string
+	WorkerImage string
 }
 
 // hostSettings is one ESXi host: how to reach it, and how many migrations
@@ -57,6 +63,14 @@ func (m providerModel) settings(env func(string) (string, bool), final bool) (se
 	}
 
 	s.VirtioWin = m.VirtioWin.ValueString()
+	s.Execution = stringOr(m.Execution, env, envExecution, engine.DefaultExecution)
+	s.WorkerImage = stringOr(m.WorkerImage, env, envWorkerImage, "")
+	if s.Execution == engine.ExecutionCluster && s.WorkerImage == "" && !m.WorkerImage.IsUnknown() {
+		diags.AddAttributeError(path.Root("worker_image"), "No worker image for cluster execution",
+			"execution is \""+engine.ExecutionCluster+"\", whose Kubernetes Jobs run the worker image: set worker_image (or $"+envWorkerImage+
+				") to the image make image builds, pushed to a registry the cluster pulls from and pinned by digest "+
+				"(registry.example.com/vmmigration/worker@sha256:...).")
+	}
 
 	seen := map[string]int{}
 	for i, h := range m.ESXiHosts {

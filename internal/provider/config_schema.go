@@ -12,12 +12,15 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 )
 
 // Environment variables read when the matching attribute is not set. The
 // ESXi ones apply to every esxi_host block that leaves the attribute unset.
 const (
 	envWorkDir        = "VMMIGRATION_WORK_DIR"
+	envExecution      = "VMMIGRATION_EXECUTION"
+	envWorkerImage    = "VMMIGRATION_WORKER_IMAGE"
 	envESXiUser       = "VMMIGRATION_ESXI_USER"
 	envESXiPassword   = "VMMIGRATION_ESXI_PASSWORD"
 	envESXiPrivateKey = "VMMIGRATION_ESXI_PRIVATE_KEY"
@@ -50,8 +53,10 @@ var (
 )
 
 type providerModel struct {
-	WorkDir    types.String      `tfsdk:"work_dir"`
-	VirtioWin  types.String      `tfsdk:"virtio_win"`
+	WorkDir     types.String      `tfsdk:"work_dir"`
+	VirtioWin   types.String      `tfsdk:"virtio_win"`
+	Execution   types.String      `tfsdk:"execution"`
+	WorkerImage types.String      `tfsdk:"worker_image"`
 	ESXiHosts  []esxiHostModel   `tfsdk:"esxi_host"`
 	Kubernetes []kubernetesModel `tfsdk:"kubernetes"`
 }
@@ -104,6 +109,20 @@ func providerSchema() schema.Schema {
 				MarkdownDescription: "Where the virtio-win drivers are on the machine running Terraform (a folder or `virtio-win.iso`), " +
 					"for the conversion of Windows guests. Defaults to `$" + convert.EnvVirtioWin + "`, else `" + convert.DefaultVirtioWin + "`. " +
 					"A Windows migration is refused at plan time when they are missing.",
+				Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"execution": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "Where migrations that do not set their own `execution` do their disk work: " + backticked(engine.Executions) + ". " +
+					"`" + engine.ExecutionLocal + "` copies, converts and uploads on the machine running Terraform; `" + engine.ExecutionCluster + "` runs Kubernetes Jobs from `worker_image` " +
+					"that copy each disk straight into its DataVolume's claim, so no disk byte passes through this machine. Defaults to `$" + envExecution + "`, else `" + engine.DefaultExecution + "`. " +
+					"Changing it never moves a migration that has started: each keeps the execution it was validated with.",
+				Validators: []validator.String{stringvalidator.OneOf(engine.Executions...)},
+			},
+			"worker_image": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "The image cluster execution's Jobs run (`make image` builds it), in a registry the cluster pulls from, pinned by digest: " +
+					"`registry.example.com/vmmigration/worker@sha256:...`. Required for `execution = \"" + engine.ExecutionCluster + "\"`. Defaults to `$" + envWorkerImage + "`.",
 				Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
 			},
 		},

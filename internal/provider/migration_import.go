@@ -157,6 +157,7 @@ func importedRecordAttributes(m *migrationModel, rec *record.Record) {
 	if len(rec.Disks) > 0 && rec.Disks[0].ArtifactFormat != "" {
 		m.TargetFormat = types.StringValue(rec.Disks[0].ArtifactFormat)
 	}
+	m.Execution = types.StringValue(rec.ExecutionOf())
 	m.Mode, m.PrecopyRounds = types.StringValue(engine.ModeCold), types.Int64Value(engine.DefaultPrecopyRounds)
 	m.PrecopyStop = types.Int64Value(engine.DefaultPrecopyStopBytes)
 	if rec.Warm != nil {

@@ -30,6 +30,7 @@ type migrationModel struct {
 	StartTO        types.String    `tfsdk:"start_timeout"`
 	TargetFormat   types.String    `tfsdk:"target_format"`
 	Conversion     types.String    `tfsdk:"conversion"`
+	Execution      types.String    `tfsdk:"execution"`
 	Transport      *transportModel `tfsdk:"transport"`
 	Validation     *validateModel  `tfsdk:"validation"`
 	Retry          *retryModel     `tfsdk:"retry"`
@@ -184,6 +185,7 @@ func (m *migrationModel) spec(workDir string) (engine.Spec, diag.Diagnostics) {
 		ShutdownTimeout:  dur(path.Root("shutdown_timeout"), m.ShutdownTO),
 		StartTimeout:     dur(path.Root("start_timeout"), m.StartTO),
 		TargetFormat:     m.TargetFormat.ValueString(),
+		Execution:        m.Execution.ValueString(),
 		WorkDir:          workDir,
 	}
 	if t := m.Transport; t != nil {
@@ -247,6 +249,11 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec record.Record) diag
 	if c := rec.Conversion; c != nil {
 		m.GuestOS = types.StringValue(c.OS.String())
 		conv = conversionEvidenceMap(c)
+	}
+	// Fixed at Validated; until then the planned value stands (an import
+	// has none, and a record without one is local).
+	if rec.Execution != "" || m.Execution.IsNull() || m.Execution.IsUnknown() {
+		m.Execution = types.StringValue(rec.ExecutionOf())
 	}
 	m.PowerOff = types.StringValue("")
 	if rec.PowerOff != nil {

@@ -106,6 +106,10 @@ func (r *migrationResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 // errors, warnings are warnings, and the disks to be copied are planned.
 func (r *migrationResource) planCreate(ctx context.Context, plan *migrationModel, resp *resource.ModifyPlanResponse) {
 	plan.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+	if r.clients != nil && plan.Execution.IsUnknown() {
+		// Not set: the provider's, known even when the rest is not.
+		plan.Execution = types.StringValue(r.clients.settings.Execution)
+	}
 	if r.clients == nil || !plan.knownForPreview() {
 		tflog.Debug(ctx, "pre-flight checks skipped at plan time: the configuration has unknown values")
 		return
@@ -211,6 +215,10 @@ func (m *migrationModel) planDisks(disks []record.DiskEvidence) diag.Diagnostics
 func (r *migrationResource) planUpdate(ctx context.Context, state, plan *migrationModel, resp *resource.ModifyPlanResponse) {
 	// The evidence does not change in place: show only what does.
 	plan.copyComputed(*state)
+	if plan.Execution.IsUnknown() {
+		// A state from before the attribute: that migration ran locally.
+		plan.Execution = types.StringValue(engine.ExecutionLocal)
+	}
 
 	var drift []string
 	if !state.Drift.IsNull() && !state.Drift.IsUnknown() {
@@ -253,6 +261,9 @@ func identityChanges(state, plan *migrationModel) []string {
 	}
 	if !plan.Mode.IsUnknown() && !state.Mode.IsNull() && !state.Mode.Equal(plan.Mode) {
 		out = append(out, "mode")
+	}
+	if !plan.Execution.IsUnknown() && !state.Execution.IsNull() && !state.Execution.Equal(plan.Execution) {
+		out = append(out, "execution")
 	}
 	if !plan.PrecopyRounds.IsUnknown() && !state.PrecopyRounds.IsNull() && !state.PrecopyRounds.Equal(plan.PrecopyRounds) {
 		out = append(out, "precopy_rounds")

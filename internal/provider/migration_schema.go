@@ -208,6 +208,22 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"Needs the Debian packages " + backticked(convert.V2VPackages) + ".",
 				Validators: []validator.String{stringvalidator.OneOf(engine.Conversions...)},
 			},
+			"execution": schema.StringAttribute{
+				Optional: true, Computed: true,
+				// Unset: the migration keeps what it was planned with, so a
+				// new provider default moves no migration; set to another
+				// value, it is another migration.
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown(), replaceUnlessNew},
+				MarkdownDescription: "Where the disk work runs: " + backticked(engine.Executions) + ". Defaults to the provider's `execution`. " +
+					"`" + engine.ExecutionLocal + "` copies every disk into the provider's `work_dir` on the machine running Terraform, converts it there and uploads it to CDI. " +
+					"`" + engine.ExecutionCluster + "` creates each disk's DataVolume blank, then runs a Kubernetes Job per disk (from the provider's `worker_image`) that copies the disk " +
+					"over SSH straight into the DataVolume's claim, with the same journaled, verified, zero-skipping copy: no disk byte passes through the machine running Terraform, " +
+					"a runner killed mid-wave leaves the Jobs running and the next apply adopts them, and each ESXi host's `max_concurrent_migrations` bounds its copy Jobs across every workspace that shares the cluster. " +
+					"The ESXi host's address must be reachable from the cluster's pods. Cluster execution does not yet cover `mode = \"" + engine.ModeWarm + "\"`, `conversion = \"" + engine.ConversionVirtV2V + "\"`, " +
+					"Block volumes or disks on snapshots: the plan says so. The execution is recorded when the migration is validated and never changes afterwards; " +
+					"setting another value on an existing migration replaces it. See the guide for the permissions it needs.",
+				Validators: []validator.String{stringvalidator.OneOf(engine.Executions...)},
+			},
 			"transport": schema.SingleNestedAttribute{
 				Optional:            true,
 				MarkdownDescription: "How disk images reach CDI: CDI's upload proxy, as `virtctl image-upload` uses it, or an HTTP staging location you serve, imported with a DataVolume `http` source. Without it (or without `upload_proxy_url`), CDI's upload proxy at the URL the cluster publishes in CDIConfig `status.uploadProxyURL`, verified with the cluster's `cdi-uploadproxy-signer-bundle`.",

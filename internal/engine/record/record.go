@@ -89,6 +89,29 @@ const (
 	PowerActionUser       = "user"
 )
 
+// Where a migration's disk work runs (Record.Execution).
+const (
+	// ExecutionLocal copies, converts and uploads on the machine running
+	// the provider.
+	ExecutionLocal = "local"
+	// ExecutionCluster copies and converts in Kubernetes Jobs that write
+	// the DataVolumes' claims; the runner only decides, observes and
+	// records.
+	ExecutionCluster = "cluster"
+)
+
+// Executions lists the values of Record.Execution.
+var Executions = []string{ExecutionLocal, ExecutionCluster}
+
+// ExecutionOf is the execution a record says, local for records that
+// predate the field.
+func (r *Record) ExecutionOf() string {
+	if r.Execution == "" {
+		return ExecutionLocal
+	}
+	return r.Execution
+}
+
 // RecordVersion is the version of the record's JSON shape.
 const RecordVersion = 1
 
@@ -132,6 +155,11 @@ type Record struct {
 	ConversionMode string `json:"conversionMode,omitempty"`
 	// Conversion is the guest conversion's evidence, once it ran.
 	Conversion *ConversionEvidence `json:"conversion,omitempty"`
+	// Execution is where the migration's disk work runs, ExecutionLocal
+	// or ExecutionCluster: recorded when the migration is Validated and
+	// never switched afterwards. Empty in records from before cluster
+	// execution existed, which are local.
+	Execution string `json:"execution,omitempty"`
 	// Validation holds the Validating phase's check results.
 	Validation []CheckResult `json:"validation,omitempty"`
 	// Errors is the history of failed attempts, interruptions and human
@@ -330,6 +358,15 @@ type DiskEvidence struct {
 	// when it reports one.
 	DestinationSHA256 string `json:"destinationSHA256,omitempty"`
 	Imported          bool   `json:"imported"`
+
+	// CopyAttempt is, in cluster execution, the number of the disk's copy
+	// Job attempt (from 1), recorded before its Job is created so that a
+	// runner that dies after creating it adopts that Job instead of
+	// starting a second copy; CopyJob and CopyJobUID are the Job last
+	// created or adopted for it.
+	CopyAttempt int    `json:"copyAttempt,omitempty"`
+	CopyJob     string `json:"copyJob,omitempty"`
+	CopyJobUID  string `json:"copyJobUID,omitempty"`
 }
 
 // VMEvidence identifies the destination VirtualMachine.

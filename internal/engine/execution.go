@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
+)
+
+// Where a migration's disk work runs (Spec.Execution).
+//
+// Local execution copies every disk into work_dir on the machine running
+// the provider, converts it there and uploads it to CDI. Cluster execution
+// runs the same checkpoints, but the disk bytes never pass through the
+// runner: each disk's DataVolume is created blank first (its claim), a
+// copy Job per disk writes the disk straight into the claim
+// (prepare_cluster.go), and the runner only decides, observes the Jobs
+// through the API server and records their checked results.
+const (
+	ExecutionLocal   = record.ExecutionLocal
+	ExecutionCluster = record.ExecutionCluster
+	// DefaultExecution is what a migration uses when neither it nor the
+	// provider says.
+	DefaultExecution = ExecutionLocal
+)
+
+// Executions lists the values of Spec.Execution, for validators and
+// documentation.
+var Executions = record.Executions
+
+// CheckExecution is the pre-flight check that the migration can run
+// where Spec.Execution says.
+const CheckExecution = "execution"
+
+// inCluster reports whether the spec asks for cluster execution.
+func (s Spec) inCluster() bool { return s.Execution == ExecutionCluster }
+
+// inCluster reports whether this run's migration executes in the cluster:
+// as its record says once it is Validated, else as the spec asks.
+func (r *run) inCluster() bool {
+	if rec := r.rec(); rec.Execution != "" {
+		return rec.Execution == ExecutionCluster
+	}
+	return r.spec.inCluster()
+}
+
+// recordExecution fixes the migration's execution in its record (saved
+// with the Validated checkpoint's advance). A record that holds one keeps
+// it: a migration never switches where its disks are copied mid-flight.
+func (r *run) recordExecution() {
+	if rec := r.rec(); rec.Execution == "" {
+		rec.Execution = r.spec.Execution
+	}
+}
+
+// executionCheck judges whether the migration can run where it is asked
+// to, for plans and the Validated checkpoint alike. Cluster execution
+// needs the worker image, and does not yet cover everything local
+// execution does: what it cannot do is a blocker that says to run the
+// migration locally.
+func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
+	c := preflight.Check{ID: CheckExecution, Severity: preflight.Blocker, Passed: true}
+	if !spec.inCluster() {
+		c.Message = "The disks are copied, converted and uploaded on the machine running Terraform (execution \"local\")."
+		return c
+	}
+	var missing []string
+	if e.deps.WorkerImage == "" {
+		missing = append(missing, "the provider's worker_image is not set: cluster execution runs its copy Jobs from that image (see make image; pin it by digest)")
+	}
+	if spec.warm() {
+		missing = append(missing, fmt.Sprintf("mode %q is not yet available in cluster execution", ModeWarm))
+	}
+	if spec.VolumeMode == string(corev1.PersistentVolumeBlock) {
+		missing = append(missing, "Block-mode claims are not yet available in cluster execution (their journals need a claim of their own)")
+	}
+	if spec.Conversion == ConversionVirtV2V && !e.clusterConverts() {
+		missing = append(missing, fmt.Sprintf("conversion %q is not yet available in cluster execution", ConversionVirtV2V))
+	}
+	for _, d := range vm.Disks {
+		if len(chainPlan(d.Chain)) > 0 {
+			missing = append(missing, fmt.Sprintf("disk %s runs on a snapshot chain, which cluster execution does not flatten yet", d.Device))
+		}
+	}
+	if len(missing) > 0 {
+		c.Passed = false
+		c.Message = fmt.Sprintf("VM %q cannot be migrated with execution %q: %s. Set execution = %q for this migration, or fix what is listed.",
+			vm.Name, ExecutionCluster, strings.Join(missing, "; "), ExecutionLocal)
+		return c
+	}
+	c.Message = fmt.Sprintf("Kubernetes Jobs from %s copy the disks into their DataVolumes' claims; no disk byte passes through the machine running Terraform (execution %q).",
+		e.deps.WorkerImage, ExecutionCluster)
+	return c
+}
+
+// clusterConverts reports whether cluster execution can convert guests
+// with a conversion Job.
+func (e *Engine) clusterConverts() bool { return false }

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+)
+
+// The record decides the route once it says where the migration runs:
+// the spec only until then, so a changed configuration never moves a
+// migration between executions mid-flight.
+func TestItineraryFollowsRecordedExecution(t *testing.T) {
+	step := func(route []checkpoint) string {
+		switch &route[0] {
+		case &clusterItinerary[0]:
+			return "cluster"
+		case &warmItinerary[0]:
+			return "warm"
+		case &coldItinerary[0]:
+			return "cold"
+		}
+		return "?"
+	}
+	cluster := Spec{Execution: ExecutionCluster}
+	local := Spec{Execution: ExecutionLocal}
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		rec  *record.Record
+		want string
+	}{
+		{"cluster asked, nothing recorded", cluster, &record.Record{}, "cluster"},
+		{"cluster asked, no record", cluster, nil, "cluster"},
+		{"local asked, cluster recorded", local, &record.Record{Execution: ExecutionCluster}, "cluster"},
+		{"cluster asked, local recorded", cluster, &record.Record{Execution: ExecutionLocal}, "cold"},
+		{"cluster asked, local recorded warm", cluster, &record.Record{Execution: ExecutionLocal, Warm: &record.WarmEvidence{}}, "warm"},
+		{"record from before executions", cluster.WithDefaults(), &record.Record{Phase: record.PhaseImporting}, "cluster"},
+		{"local default", Spec{}.WithDefaults(), &record.Record{}, "cold"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := step(itinerary(tc.spec, tc.rec)); got != tc.want {
+				t.Errorf("itinerary = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// Every route passes the same phases in the same order.
+	for i, c := range clusterItinerary {
+		if c.phase != coldItinerary[i].phase {
+			t.Errorf("cluster checkpoint %d is %s, cold's %s", i, c.phase, coldItinerary[i].phase)
+		}
+	}
+}
+
+// Validated fixes the execution once: a record that has one keeps it.
+func TestRecordExecutionOnce(t *testing.T) {
+	r := &run{spec: Spec{Execution: ExecutionCluster}, s: &coord.Stored{}}
+	r.recordExecution()
+	if got := r.rec().Execution; got != ExecutionCluster {
+		t.Fatalf("recorded %q, want %q", got, ExecutionCluster)
+	}
+	r.spec.Execution = ExecutionLocal
+	r.recordExecution()
+	if got := r.rec().Execution; got != ExecutionCluster || !r.inCluster() {
+		t.Fatalf("after the spec changed, recorded %q (in cluster %v), want %q kept", got, r.inCluster(), ExecutionCluster)
+	}
+	if (&record.Record{}).ExecutionOf() != ExecutionLocal {
+		t.Error("a record without an execution is not read as local")
+	}
+}
+
+// What cluster execution cannot do yet is a blocker that says so and
+// points at the local execution; what it can do passes, naming the image.
+func TestExecutionCheck(t *testing.T) {
+	plain := &esxi.VM{Name: "web", Disks: []esxi.Disk{{Device: "scsi0:0", DataPath: "/vmfs/volumes/ds1/web/web-flat.vmdk"}}}
+	onChain := &esxi.VM{Name: "db", Disks: []esxi.Disk{{Device: "scsi0:0", Chain: &esxi.DiskChain{Links: []esxi.ChainLink{{DescriptorPath: "/vmfs/volumes/ds1/db/db-000001.vmdk"}}}}}}
+	base := Spec{Execution: ExecutionCluster, Conversion: ConversionNone}.WithDefaults()
+	withImage := &Engine{deps: Deps{WorkerImage: "registry.example/worker@sha256:abc"}}
+	for _, tc := range []struct {
+		name   string
+		e      *Engine
+		spec   func(Spec) Spec
+		vm     *esxi.VM
+		passed bool
+		says   string
+	}{
+		{"local always passes", &Engine{}, func(s Spec) Spec { s.Execution = ExecutionLocal; return s }, onChain, true, "local"},
+		{"cluster with the image", withImage, nil, plain, true, "registry.example/worker@sha256:abc"},
+		{"no image", &Engine{}, nil, plain, false, "worker_image is not set"},
+		{"warm", withImage, func(s Spec) Spec { s.Mode = ModeWarm; return s }, plain, false, "mode \"warm\""},
+		{"block", withImage, func(s Spec) Spec { s.VolumeMode = "Block"; return s }, plain, false, "Block-mode"},
+		{"virt-v2v", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, plain, false, "conversion \"virt-v2v\""},
+		{"snapshot chain", withImage, nil, onChain, false, "snapshot chain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base
+			if tc.spec != nil {
+				s = tc.spec(s)
+			}
+			c := tc.e.executionCheck(s, tc.vm)
+			if c.Passed != tc.passed || !strings.Contains(c.Message, tc.says) {
+				t.Errorf("check = passed %v, %q; want passed %v, saying %q", c.Passed, c.Message, tc.passed, tc.says)
+			}
+			if !c.Passed && !strings.Contains(c.Message, `execution = "local"`) {
+				t.Errorf("a blocked cluster execution does not say how to run the migration: %q", c.Message)
+			}
+			if CheckField(c.ID) != FieldExecution {
+				t.Errorf("the check points at %q, want %q", CheckField(c.ID), FieldExecution)
+			}
+		})
+	}
+}
+
+// In cluster execution a disk's DataVolume starts blank, bound at once:
+// its copy Job fills the claim.
+func TestRenderBlankDataVolume(t *testing.T) {
+	spec := Spec{Execution: ExecutionCluster, Namespace: "ns", Name: "web", StorageClass: "fast"}.WithDefaults()
+	r := &run{spec: spec, s: &coord.Stored{}}
+	dv := r.renderDataVolume(record.DiskEvidence{DataVolume: "web-disk-0", SizeBytes: 3<<20 + 1})
+	src := dv.Spec.Source
+	if src == nil || src.Blank == nil || src.Upload != nil || src.HTTP != nil {
+		t.Fatalf("source = %+v, want blank only", src)
+	}
+	if q := dv.Spec.Storage.Resources.Requests.Storage(); q.Value() != 4<<20 {
+		t.Errorf("size = %s, want 4Mi (the disk rounded up to a MiB)", q)
+	}
+	if dv.Annotations["cdi.kubevirt.io/storage.bind.immediate.requested"] != "true" {
+		t.Errorf("annotations %v: want immediate binding", dv.Annotations)
+	}
+	r.spec.Execution = ExecutionLocal
+	if dv := r.renderDataVolume(record.DiskEvidence{DataVolume: "web-disk-0"}); dv.Spec.Source.Upload == nil {
+		t.Errorf("local execution's source = %+v, want upload", dv.Spec.Source)
+	}
+}
+
+// A claim replaced under a copy forgets that copy and moves the disk to
+// a new copy attempt, whose Job writes the new claim.
+func TestClaimReplacedStartsANewAttempt(t *testing.T) {
+	r := &run{e: &Engine{deps: Deps{Clock: realClock{}}}, spec: Spec{Execution: ExecutionCluster}, s: &coord.Stored{}}
+	r.rec().Disks = []record.DiskEvidence{{Acquired: true, SourceSHA256: "ab", ZeroBytes: 5, Imported: true, CopyAttempt: 2, CopyJob: "web-disk-0-copy-2", CopyJobUID: "u"}}
+	r.claimReplaced(t.Context(), 0)
+	d := r.rec().Disks[0]
+	if d.Acquired || d.SourceSHA256 != "" || d.ZeroBytes != 0 || d.Imported || d.CopyAttempt != 3 || d.CopyJob != "" || d.CopyJobUID != "" {
+		t.Errorf("after the claim was replaced: %+v", d)
+	}
+}
