@@ -57,8 +57,8 @@ type providerModel struct {
 	VirtioWin   types.String      `tfsdk:"virtio_win"`
 	Execution   types.String      `tfsdk:"execution"`
 	WorkerImage types.String      `tfsdk:"worker_image"`
-	ESXiHosts  []esxiHostModel   `tfsdk:"esxi_host"`
-	Kubernetes []kubernetesModel `tfsdk:"kubernetes"`
+	ESXiHosts   []esxiHostModel   `tfsdk:"esxi_host"`
+	Kubernetes  []kubernetesModel `tfsdk:"kubernetes"`
 }
 
 type esxiHostModel struct {
