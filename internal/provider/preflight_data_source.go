@@ -38,6 +38,7 @@ type preflightModel struct {
 	NetworkMap     map[string]types.String `tfsdk:"network_map"`
 	PowerOffPolicy types.String            `tfsdk:"power_off_policy"`
 	Conversion     types.String            `tfsdk:"conversion"`
+	Execution      types.String            `tfsdk:"execution"`
 	Passed         types.Bool              `tfsdk:"passed"`
 	Checks         []checkModel            `tfsdk:"checks"`
 	Blockers       []types.String          `tfsdk:"blockers"`
@@ -121,6 +122,12 @@ func preflightSchema() schema.Schema {
 					"`, whose checks need virt-v2v on this machine and, for Windows, the virtio-win drivers.",
 				Validators: []validator.String{stringvalidator.OneOf(engine.Conversions...)},
 			},
+			"execution": schema.StringAttribute{
+				Optional: true, Computed: true,
+				MarkdownDescription: "The migration's `execution`: " + backticked(engine.Executions) + ". Defaults to the provider's `execution`; " +
+					"cluster execution is judged by what it can do (and needs the provider's `worker_image`).",
+				Validators: []validator.String{stringvalidator.OneOf(engine.Executions...)},
+			},
 			"passed": schema.BoolAttribute{Computed: true, MarkdownDescription: "False exactly when a blocker failed."},
 			"checks": schema.ListNestedAttribute{
 				Computed:            true,
@@ -181,6 +188,10 @@ func (d *preflightDataSource) Read(ctx context.Context, req datasource.ReadReque
 		NetworkMap: stringMap(m.NetworkMap), PowerOffPolicy: m.PowerOffPolicy.ValueString(),
 		Conversion: m.Conversion.ValueString(), WorkDir: d.clients.settings.WorkDir,
 	}
+	if m.Execution.IsNull() || m.Execution.IsUnknown() {
+		m.Execution = types.StringValue(d.clients.settings.Execution)
+	}
+	spec.Execution = m.Execution.ValueString()
 	p, err := eng.Preview(ctx, spec, engine.PreviewOptions{InventoryMaxAge: engine.DefaultInventoryMaxAge})
 	switch {
 	case err != nil && engine.FieldOf(err) != "":
