@@ -266,15 +266,12 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 		return false, err
 	}
 	if string(job.UID) != d.CopyJobUID {
-		verb := "created"
-		if !job.CreationTimestamp.IsZero() && job.CreationTimestamp.Time.Before(r.e.now().Add(-time.Minute)) || d.CopyJob == job.Name {
-			verb = "adopted"
-		}
 		d.CopyJob, d.CopyJobUID = job.Name, string(job.UID)
 		if err := r.save(ctx); err != nil {
 			return false, err
 		}
-		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: %s copy Job %s (attempt %d)", i, verb, job.Name, d.CopyAttempt)})
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: copy Job %s/%s (attempt %d, UID %s) copies the disk into the claim of DataVolume %s",
+			i, job.Namespace, job.Name, d.CopyAttempt, job.UID, d.DataVolume)})
 	}
 	switch out.State {
 	case clusterjob.Pending:
