@@ -126,6 +126,8 @@ type clusterCopy struct {
 	pendingSince map[string]time.Time
 	said         map[int]string
 	lastBytes    map[int]int64
+	// held are the slots this run holds for its Jobs.
+	held map[coord.SlotHolder]bool
 }
 
 func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
@@ -152,7 +154,7 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 			HostKeyFingerprint: fp, MaxSessions: cfg.MaxSessions},
 		owner:        r.recordOwner(),
 		hostID:       r.e.hostIdentity(r.spec.Host),
-		pendingSince: map[string]time.Time{}, said: map[int]string{}, lastBytes: map[int]int64{},
+		pendingSince: map[string]time.Time{}, said: map[int]string{}, lastBytes: map[int]int64{}, held: map[coord.SlotHolder]bool{},
 	}
 	kc := r.e.deps.Kube
 	grace := r.e.deps.SlotGrace
@@ -235,9 +237,9 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 	job, err := kc.GetJob(ctx, want.Namespace, want.Name)
 	switch {
 	case kube.IsNotFound(err):
-		// No Job yet: none may start while an older attempt's pod can
+		// No Job yet: none may start while a pod of an earlier Job can
 		// still write the claim, and none without a slot of the host.
-		if busy, err := cc.retireOlder(ctx, i, d.CopyAttempt); err != nil || busy {
+		if busy, err := cc.retireOthers(ctx, i, d.CopyAttempt); err != nil || busy {
 			return false, err
 		}
 		if ok, err := cc.takeSlot(ctx, i, holder); err != nil || !ok {
@@ -245,7 +247,7 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 		}
 	case err != nil:
 		return false, err
-	case !clusterjob.Finished(job):
+	case !clusterjob.Finished(job) && !cc.held[holder]:
 		// Running (adopted after a restart): it holds its slot, taken
 		// again here if a restart lost it; a full host does not stop a
 		// Job that runs already.
@@ -308,19 +310,25 @@ func (cc *clusterCopy) takeSlot(ctx context.Context, i int, holder coord.SlotHol
 		cc.say(ctx, i, "disk "+strconv.Itoa(i)+": waiting for a copy slot of ESXi host "+cc.r.spec.Host+": "+full.Error())
 		return false, nil
 	}
+	if err == nil {
+		cc.held[holder] = true
+	}
 	return err == nil, err
 }
 
 // releaseSlot gives the slot of a finished Job back. A release that fails
 // leaves the slot to be reclaimed: its Job has finished.
 func (cc *clusterCopy) releaseSlot(ctx context.Context, holder coord.SlotHolder) {
+	delete(cc.held, holder)
 	_, _ = cc.slots.Release(ctx, cc.hostID, holder)
 }
 
-// retireOlder makes sure no pod of an earlier attempt of disk i can still
-// write its claim: Jobs of earlier attempts that run are deleted, and
-// busy is true until their pods have stopped.
-func (cc *clusterCopy) retireOlder(ctx context.Context, i, attempt int) (busy bool, err error) {
+// retireOthers makes sure, before disk i's Job of attempt is created, that
+// no pod of another Job of the disk can still write its claim: Jobs of
+// other attempts that run are deleted, and busy is true while any pod of
+// the disk has not stopped (also one of a deleted Job of this attempt,
+// which the garbage collector is still removing).
+func (cc *clusterCopy) retireOthers(ctx context.Context, i, attempt int) (busy bool, err error) {
 	r := cc.r
 	kc := r.e.deps.Kube
 	sel := map[string]string{kube.LabelMigration: r.spec.Name, clusterjob.LabelComponent: clusterjob.ComponentCopy, clusterjob.LabelDisk: strconv.Itoa(i)}
@@ -329,11 +337,11 @@ func (cc *clusterCopy) retireOlder(ctx context.Context, i, attempt int) (busy bo
 		return false, err
 	}
 	for _, p := range pods {
-		if p.Labels[clusterjob.LabelAttempt] == strconv.Itoa(attempt) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		busy = true
-		cc.say(ctx, i, fmt.Sprintf("disk %d: waiting for pod %s of an earlier copy attempt to stop before attempt %d starts", i, p.Name, attempt))
+		cc.say(ctx, i, fmt.Sprintf("disk %d: waiting for pod %s of another copy Job (attempt %s) to stop before attempt %d starts", i, p.Name, p.Labels[clusterjob.LabelAttempt], attempt))
 	}
 	jobs, err := kc.ListJobs(ctx, r.spec.Namespace, sel)
 	if err != nil {
