@@ -22,8 +22,9 @@
 //   - workingDir, created when missing;
 //   - volumes: secret and configMap (files with the requested modes,
 //     mounted read-only), emptyDir (a folder removed with the pod) and
-//     persistentVolumeClaim (the path Options.Claims gives for the claim: a
-//     folder for volumeMounts, a file or block device for volumeDevices),
+//     persistentVolumeClaim (the path Options.Claims gives for the claim,
+//     else the hostPath of the PersistentVolume it is bound to: a folder
+//     for volumeMounts, a file or block device for volumeDevices),
 //     with subPath and readOnly honoured;
 //   - a termination log at terminationMessagePath.
 //
@@ -80,7 +81,8 @@ type Options struct {
 	// Claims maps a PersistentVolumeClaim, as "namespace/name" or just
 	// "name", to the path on this machine that backs it: a folder for a
 	// claim mounted with volumeMounts, a file or block device for one
-	// attached with volumeDevices.
+	// attached with volumeDevices. A claim not listed is mounted from the
+	// hostPath of the PersistentVolume it is bound to.
 	Claims map[string]string
 	// Dir holds the pods' volumes, termination logs and container logs.
 	// Default: a temporary folder that Stop removes.

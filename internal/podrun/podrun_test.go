@@ -281,6 +281,36 @@ func TestClaimMount(t *testing.T) {
 	}
 }
 
+// A claim the runner was not told about is mounted from the hostPath of
+// the volume the PersistentVolume binder bound it to, as a kubelet mounts
+// it: what the container writes lands in that folder.
+func TestClaimMountFromVolume(t *testing.T) {
+	e, ns := setup(t)
+	ctx := waitCtx(t)
+	dir := t.TempDir()
+	pv, err := BindClaim(ctx, e.cs, ns, "provisioned", dir, false)
+	t.Cleanup(func() {
+		_ = e.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := newJob(ns, "write", corev1.Container{Name: "main", Image: "unused:dev", WorkingDir: "/srv/podrun-test/data",
+		Command:      []string{"/bin/sh", "-c", "printf 'through the volume' > out-pv"},
+		VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/srv/podrun-test/data"}}},
+		corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "provisioned"}}})
+	if cond, pod := runJob(t, e, job); cond != batchv1.JobComplete {
+		t.Fatalf("job %s, pod %+v; want Complete", cond, pod.Status)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out-pv"))
+	if err != nil || string(b) != "through the volume" {
+		t.Errorf("volume folder's out: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.claimDir, "out-pv")); err == nil {
+		t.Error("written to the folder of another claim")
+	}
+}
+
 // waitRunning waits until the runner runs the pod's container and returns
 // its pid.
 func waitRunning(t *testing.T, ctx context.Context, e *testEnv, ns, selector string) (string, int) {

@@ -20,7 +20,7 @@ type volume struct {
 
 // prepareVolumes makes every volume of the pod: secret and configMap
 // contents written as files, emptyDir folders, claims looked up in
-// Options.Claims. An error leaves the pod Pending (the kubelet's
+// Options.Claims or through their PersistentVolumes (claimPath). An error leaves the pod Pending (the kubelet's
 // FailedMount) until a retry succeeds.
 func (w *podWorker) prepareVolumes(ctx context.Context, pod *corev1.Pod) (map[string]volume, error) {
 	vols := map[string]volume{}
@@ -56,13 +56,9 @@ func (w *podWorker) prepareVolumes(ctx context.Context, pod *corev1.Pod) (map[st
 			}
 			vols[v.Name] = volume{path: dir}
 		case v.PersistentVolumeClaim != nil:
-			name := v.PersistentVolumeClaim.ClaimName
-			p, ok := w.r.opts.Claims[pod.Namespace+"/"+name]
-			if !ok {
-				p, ok = w.r.opts.Claims[name]
-			}
-			if !ok {
-				return nil, fmt.Errorf("volume %s: claim %s/%s has no path on this machine (podrun Options.Claims)", v.Name, pod.Namespace, name)
+			p, err := w.claimPath(ctx, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 			}
 			vols[v.Name] = volume{path: p, readOnly: v.PersistentVolumeClaim.ReadOnly}
 		default:
@@ -150,4 +146,38 @@ func writeFiles(dir string, data map[string][]byte, items []corev1.KeyToPath, de
 		}
 	}
 	return nil
+}
+
+// claimPath is where claim namespace/name is on this machine: the path
+// Options.Claims gives it, else the hostPath of the PersistentVolume it is
+// bound to, which is what the kubelet mounts for a hostPath volume
+// (kubernetes v1.37.2 pkg/volume/hostpath/host_path.go: the mounter's path
+// is the volume source's path). A claim that is not bound yet, or whose
+// volume is of another kind, is an error that leaves the pod Pending, as
+// the kubelet's volume manager waits for a volume it cannot attach.
+func (w *podWorker) claimPath(ctx context.Context, namespace, name string) (string, error) {
+	if p, ok := w.r.opts.Claims[namespace+"/"+name]; ok {
+		return p, nil
+	}
+	if p, ok := w.r.opts.Claims[name]; ok {
+		return p, nil
+	}
+	pvc, err := w.r.cs.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("claim %s/%s: %w", namespace, name, err)
+	}
+	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != corev1.ClaimBound {
+		return "", fmt.Errorf("claim %s/%s is not bound to a volume yet (phase %q)", namespace, name, pvc.Status.Phase)
+	}
+	pv, err := w.r.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("claim %s/%s: volume %s: %w", namespace, name, pvc.Spec.VolumeName, err)
+	}
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.Namespace != namespace || ref.Name != name || (ref.UID != "" && ref.UID != pvc.UID) {
+		return "", fmt.Errorf("claim %s/%s: volume %s is bound to another claim", namespace, name, pv.Name)
+	}
+	if pv.Spec.HostPath == nil {
+		return "", fmt.Errorf("claim %s/%s: volume %s is not a hostPath volume, the only kind podrun mounts, nor in podrun Options.Claims", namespace, name, pv.Name)
+	}
+	return pv.Spec.HostPath.Path, nil
 }
