@@ -110,6 +110,8 @@ type diskEvidenceModel struct {
 	ConvertedSHA256 types.String `tfsdk:"converted_sha256"`
 	DataVolume      types.String `tfsdk:"data_volume"`
 	DataVolumeUID   types.String `tfsdk:"data_volume_uid"`
+	CopyJob         types.String `tfsdk:"copy_job"`
+	CopyAttempt     types.Int64  `tfsdk:"copy_attempt"`
 	Chain           types.List   `tfsdk:"chain"`
 }
 
@@ -141,6 +143,7 @@ var (
 		"index": types.Int64Type, "device": types.StringType, "source_path": types.StringType,
 		"size_bytes": types.Int64Type, "source_sha256": types.StringType, "artifact_format": types.StringType,
 		"artifact_sha256": types.StringType, "converted_sha256": types.StringType, "data_volume": types.StringType, "data_volume_uid": types.StringType,
+		"copy_job": types.StringType, "copy_attempt": types.Int64Type,
 	}}
 	conditionType = types.ObjectType{AttrTypes: map[string]attr.Type{
 		"type": types.StringType, "status": types.StringType, "reason": types.StringType, "message": types.StringType,
@@ -310,6 +313,8 @@ func diskEvidence(ctx context.Context, recDisks []record.DiskEvidence) ([]diskEv
 			ConvertedSHA256: types.StringValue(d.ConvertedSHA256),
 			DataVolume:      types.StringValue(d.DataVolume),
 			DataVolumeUID:   types.StringValue(d.DataVolumeUID),
+			CopyJob:         types.StringValue(d.CopyJob),
+			CopyAttempt:     types.Int64Value(int64(d.CopyAttempt)),
 		})
 	}
 	return disks, diags

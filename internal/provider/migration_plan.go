@@ -201,6 +201,8 @@ func (m *migrationModel) planDisks(disks []record.DiskEvidence) diag.Diagnostics
 			"artifact_sha256": types.StringUnknown(), "converted_sha256": types.StringUnknown(),
 			"data_volume":     types.StringValue(d.DataVolume),
 			"data_volume_uid": types.StringUnknown(),
+			"copy_job":        types.StringUnknown(),
+			"copy_attempt":    types.Int64Unknown(),
 			"chain":           types.ListUnknown(chainFileType),
 		})
 		diags.Append(ds...)

@@ -293,6 +293,10 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"converted_sha256": str("SHA-256 of the image after the guest conversion: what the DataVolume holds. Empty without conversion."),
 					"data_volume":      str("DataVolume name."),
 					"data_volume_uid":  str("DataVolume UID."),
+					"copy_job": str("In cluster execution, the Job that copied the disk into its DataVolume's claim (in the destination namespace; " +
+						"removed at Completed, its name kept here). Empty in local execution."),
+					"copy_attempt": schema.Int64Attribute{Computed: true, MarkdownDescription: "In cluster execution, which copy Job filled the claim: 1 for the first, " +
+						"one more for each Job that failed or was interrupted and was followed by a new one resuming from its journal. 0 in local execution."},
 					"chain": schema.ListNestedAttribute{
 						Computed: true,
 						MarkdownDescription: "For a disk that runs on a snapshot chain, every file copied from the host, the descriptor the VM runs on first and the base last, " +
