@@ -15,7 +15,6 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -149,7 +148,8 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 	if fp == "" {
 		return nil, transient("HostKeyUnknown", "the host key of ESXi host "+r.spec.Host+" is not known yet, so the copy Jobs cannot pin it", nil)
 	}
-	cc := &clusterCopy{r: r, streams: max(cfg.StreamsPerDisk, 1), privateKey: cfg.PrivateKeyPEM != "",
+	password, key := c.Credential()
+	cc := &clusterCopy{r: r, streams: max(cfg.StreamsPerDisk, 1), privateKey: key != "",
 		host: copyjob.Host{Name: r.spec.Host, Address: cfg.Address, Port: cfg.Port, User: cfg.User,
 			HostKeyFingerprint: fp, MaxSessions: cfg.MaxSessions},
 		owner:        r.recordOwner(),
@@ -165,7 +165,7 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 		Active: func(ctx context.Context, held coord.SlotHeld) (bool, error) {
 			return clusterjob.JobActive(ctx, kc, held.Holder.Namespace, held.Holder.Job, held.Since, grace, r.e.now())
 		}}
-	if err := r.ensureWorkerSecret(ctx, cfg); err != nil {
+	if err := r.ensureWorkerSecret(ctx, clusterjob.Credential{Password: password, PrivateKeyPEM: key}); err != nil {
 		return nil, err
 	}
 	return cc, nil
@@ -189,9 +189,8 @@ func workerSecretName(name string) string { return clusterjob.SecretName(coord.R
 // ensureWorkerSecret makes the migration's Secret hold the host's
 // credential as configured now (a rotated password reaches the next
 // Job).
-func (r *run) ensureWorkerSecret(ctx context.Context, cfg esxi.HostConfig) error {
-	s, err := clusterjob.RenderSecret(r.spec.Namespace, workerSecretName(r.spec.Name), r.spec.Name,
-		clusterjob.Credential{Password: cfg.Password, PrivateKeyPEM: cfg.PrivateKeyPEM}, r.recordOwner())
+func (r *run) ensureWorkerSecret(ctx context.Context, cred clusterjob.Credential) error {
+	s, err := clusterjob.RenderSecret(r.spec.Namespace, workerSecretName(r.spec.Name), r.spec.Name, cred, r.recordOwner())
 	if err != nil {
 		return needsHuman("NoCredential", "ESXi host "+r.spec.Host+" has no password or private key for the copy Jobs to log in with",
 			"set password or private_key in the provider's esxi_host block, then run apply again", err)

@@ -106,6 +106,17 @@ func (c *Client) Config() HostConfig {
 	return cfg
 }
 
+// Credential is what the client logs in with: a private key when it has
+// one, else its password (the other is empty). It is for a copy Job that
+// logs in as this client does (cluster execution hands it over in a
+// Secret); never log or print it.
+func (c *Client) Credential() (password, privateKeyPEM string) {
+	if c.cfg.PrivateKeyPEM != "" {
+		return "", c.cfg.PrivateKeyPEM
+	}
+	return c.cfg.Password, ""
+}
+
 // HostKeyFingerprint is the SHA256 fingerprint ("SHA256:<base64>") of the
 // host key this client last verified in a handshake, "" before the first.
 func (c *Client) HostKeyFingerprint() string {
