@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -259,6 +260,11 @@ func TestJournalIsAtomicJSON(t *testing.T) {
 	}
 	if err := Remove(dest); err != nil {
 		t.Errorf("second Remove: %v", err)
+	}
+	// A copy whose folder was never made (or is gone) has nothing to
+	// remove.
+	if err := Remove(filepath.Join(t.TempDir(), "never-made", "disk-0.raw")); err != nil {
+		t.Errorf("Remove in a missing folder: %v", err)
 	}
 	if st, err := Inspect(Disk{Path: "/p", SizeBytes: 3 * mib}, dest, mib); err != nil || st.State != StateAbsent {
 		t.Errorf("Inspect after Remove = %+v, %v", st, err)

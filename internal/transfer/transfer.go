@@ -757,7 +757,8 @@ func Remove(dest string) error {
 		}
 	}
 	if len(errs) == 0 {
-		if err := durable.SyncDir(filepath.Dir(dest)); err != nil {
+		// A folder that does not exist holds nothing to remove.
+		if err := durable.SyncDir(filepath.Dir(dest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
