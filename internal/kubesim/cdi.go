@@ -253,7 +253,7 @@ func (s *Sim) stepCommon(dv *cdiv1.DataVolume, scheduled cdiv1.DataVolumePhase) 
 			st.Phase = waiting
 			return false
 		}
-		if !s.ensurePrimeClaim(dv) {
+		if !s.claimProvisioned(dv) || !s.ensurePrimeClaim(dv) {
 			return false
 		}
 		if s.since(dv.UID, string(cdiv1.Pending)) < s.opts.Step {

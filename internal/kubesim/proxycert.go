@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -176,6 +177,12 @@ const CDIConfigName = "config"
 // pkg/controller/config-controller.go); with Options.NoUploadProxyURL the
 // status holds none, as on a cluster where nothing exposes the proxy.
 func (s *Sim) publishUploadProxyURL(ctx context.Context) error {
+	// Sims started side by side on one cluster write the one CDIConfig:
+	// the last one's URL stands, and a write that lost is made again.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return s.publishUploadProxyURLOnce(ctx) })
+}
+
+func (s *Sim) publishUploadProxyURLOnce(ctx context.Context) error {
 	cfg := &cdiv1.CDIConfig{ObjectMeta: metav1.ObjectMeta{Name: CDIConfigName}}
 	if err := s.cl.Get(ctx, client.ObjectKeyFromObject(cfg), cfg); apierrors.IsNotFound(err) {
 		if err := s.cl.Create(ctx, cfg); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -193,6 +200,9 @@ func (s *Sim) publishUploadProxyURL(ctx context.Context) error {
 		cfg.Status.UploadProxyURL = &u
 	}
 	if err := s.cl.Status().Update(ctx, cfg); err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
 		return fmt.Errorf("kubesim: CDIConfig %s status: %w", CDIConfigName, err)
 	}
 	return nil

@@ -89,6 +89,16 @@ type Options struct {
 	// testcluster.ToolBinary); Start fails when it is missing.
 	UploadServer string
 
+	// ProvisionVolumes makes the sim its StorageClasses' provisioner too:
+	// every claim of a DataVolume gets a hostPath PersistentVolume on the
+	// DataVolume's folder in Dir, for the real PersistentVolume binder
+	// (testcluster.Options.Controllers) to bind, and the DataVolume waits
+	// in Pending until its claim is Bound, as CDI does (provision.go). A
+	// pod that mounts the claim (podrun) then reads and writes the image
+	// the sim keeps for the DataVolume. Off: claims are never bound, which
+	// is all a cluster without the binder can show.
+	ProvisionVolumes bool
+
 	// BootGuests boots each VMI the sim starts in real QEMU (package
 	// guestboot), from the images of its DataVolumes and PVCs, with the
 	// devices its spec asks for. The VMI is Running while QEMU runs;
@@ -391,7 +401,7 @@ func (s *Sim) run() {
 	t := time.NewTicker(s.opts.Resync)
 	defer t.Stop()
 	for {
-		err := errors.Join(s.reconcileDataVolumes(s.ctx), s.reconcileVirtualMachines(s.ctx))
+		err := errors.Join(s.reconcileDataVolumes(s.ctx), s.reconcileVirtualMachines(s.ctx), s.deleteReleasedVolumes(s.ctx))
 		s.mu.Lock()
 		s.lastErr = err
 		s.mu.Unlock()

@@ -297,8 +297,21 @@ func (s *Sim) registerTokenAPI(ctx context.Context, caPEM []byte) error {
 	return s.waitAPIServiceAvailable(ctx)
 }
 
-// upsert creates obj, or updates the existing one, after mutate.
+// upsert creates obj, or updates the existing one, after mutate. Sims
+// started side by side on one cluster race for the same objects: a
+// create that finds the object made meanwhile, or an update that lost to
+// another, is tried again on what is there now.
 func upsert(ctx context.Context, cl client.Client, obj client.Object, mutate func()) error {
+	var err error
+	for range 5 {
+		if err = upsertOnce(ctx, cl, obj, mutate); !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func upsertOnce(ctx context.Context, cl client.Client, obj client.Object, mutate func()) error {
 	err := cl.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	switch {
 	case apierrors.IsNotFound(err):
