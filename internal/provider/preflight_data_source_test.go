@@ -56,6 +56,19 @@ data "vmmigration_preflight" "warn" {
   }
 }
 
+data "vmmigration_preflight" "cluster" {
+  host          = "esxi-a"
+  vm_name       = "web-01"
+  namespace     = "apps"
+  name          = "web-01"
+  storage_class = "fast"
+  execution     = "cluster"
+  network_map = {
+    "VM Network" = "pod"
+    "DMZ"        = "apps/dmz"
+  }
+}
+
 data "vmmigration_preflight" "blocked" {
   host             = "esxi-a"
   vmid             = 11
@@ -66,6 +79,7 @@ data "vmmigration_preflight" "blocked" {
 }
 `
 	const ok, warn, blocked = "data.vmmigration_preflight.ok", "data.vmmigration_preflight.warn", "data.vmmigration_preflight.blocked"
+	const inCluster = "data.vmmigration_preflight.cluster"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: acctest.ProviderFactories,
 		Steps: []resource.TestStep{{
@@ -107,6 +121,18 @@ data "vmmigration_preflight" "blocked" {
 					"blockers.#": "0",
 					"warnings.#": "1",
 					"warnings.0": `power_off_policy: VM "web-01" is poweredOn and power_off_policy is "hard": it will be powered off without a guest shutdown (like pulling the plug).`,
+				}),
+				// Cluster execution without the provider's worker_image,
+				// and with a guest conversion it does not do yet: one
+				// blocker that says both, and what to set instead. No
+				// work_dir check: nothing is staged locally.
+				attrs(inCluster, map[string]string{
+					"execution":    "cluster",
+					"passed":       "false",
+					"blockers.#":   "1",
+					"blockers.0":   `execution: VM "web-01" cannot be migrated with execution "cluster": the provider's worker_image is not set: cluster execution runs its copy Jobs from that image (see make image; pin it by digest); conversion "virt-v2v" is not yet available in cluster execution. Set execution = "local" for this migration, or fix what is listed.`,
+					"checks.#":     "17",
+					"checks.16.id": "execution",
 				}),
 				attrs(blocked, map[string]string{
 					"passed":     "false",

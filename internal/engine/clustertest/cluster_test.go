@@ -1,0 +1,280 @@
+//go:build linux
+
+package clustertest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+)
+
+const mib = 1 << 20
+
+// addVM adds a powered-on VM with a dense disk full of data and a thin
+// disk with two extents of data among zeros.
+func (e *env) addVM(name string, denseMiB int64) *esxisim.VMFiles {
+	e.t.Helper()
+	_, files, err := e.host.AddVM(esxisim.VMSpec{
+		Name: name,
+		Disks: []esxisim.DiskSpec{
+			{CapacityBytes: denseMiB * mib, Content: []esxisim.Extent{{Offset: 0, Length: denseMiB * mib, Seed: 21}}},
+			{CapacityBytes: 24 * mib, Thin: true, Content: []esxisim.Extent{
+				{Offset: 1 * mib, Length: 2 * mib, Seed: 22}, {Offset: 17 * mib, Length: 1 * mib, Seed: 23}}},
+		},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.9"},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return files
+}
+
+// mustComplete runs the migration to Completed with a new engine.
+func (e *env) mustComplete(spec engine.Spec) record.Record {
+	e.t.Helper()
+	rec, err := e.engine().Run(e.runCtx(), spec)
+	if err != nil {
+		e.t.Fatalf("Run: %v\nsim: %v", err, e.sim.LastError())
+	}
+	if rec.Phase != record.PhaseCompleted {
+		e.t.Fatalf("phase = %s, want Completed", rec.Phase)
+	}
+	return rec
+}
+
+// checkClaimsHoldSources checks that each disk's claim holds exactly its
+// source disk, as the record says.
+func (e *env) checkClaimsHoldSources(rec record.Record, files *esxisim.VMFiles) {
+	e.t.Helper()
+	for i, d := range rec.Disks {
+		want := files.Disks[i].SHA256()
+		if d.SourceSHA256 != want || d.ArtifactSHA256 != want {
+			e.t.Errorf("disk %d: recorded copy %s, image %s; source %s", i, d.SourceSHA256, d.ArtifactSHA256, want)
+		}
+		if got := fileSHA256(e.t, e.sim.ReceivedPath(e.ns, d.DataVolume), d.SizeBytes); got != want {
+			e.t.Errorf("disk %d: claim of DataVolume %s holds %s, source %s", i, d.DataVolume, got, want)
+		}
+		if !d.Acquired || !d.Imported {
+			e.t.Errorf("disk %d: acquired %v, imported %v", i, d.Acquired, d.Imported)
+		}
+	}
+}
+
+// fileSHA256 is the SHA-256 of the first size bytes of the file at path.
+func fileSHA256(t *testing.T, path string, size int64) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if n, err := io.Copy(h, io.LimitReader(f, size)); err != nil || n != size {
+		t.Fatalf("%s: read %d of %d bytes: %v", path, n, size, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// checkCleanedUp checks that nothing of cluster execution outlives the
+// migration but its DataVolumes and VM: no Job of it runs, and its Secret
+// with the ESXi credential is gone.
+func (e *env) checkCleanedUp(name string) {
+	e.t.Helper()
+	ctx := e.t.Context()
+	jobs, err := e.kube.ListJobs(ctx, e.ns, map[string]string{kube.LabelMigration: name})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.DeletionTimestamp == nil {
+			e.t.Errorf("Job %s still exists after Completed", j.Name)
+		}
+	}
+	if _, err := shared.cs.CoreV1().Secrets(e.ns).Get(ctx, clusterjob.SecretName("vmmigration-"+name), metav1.GetOptions{}); !kube.IsNotFound(err) {
+		e.t.Errorf("the migration's Secret after Completed: %v, want not found", err)
+	}
+}
+
+// A cold migration in cluster execution runs every checkpoint with copy
+// Jobs that write straight into the DataVolumes' claims: the claims hold
+// the source disks, the record has each disk's Job, attempt and checked
+// SHA-256, nothing crossed the machine running the engine (no upload, an
+// empty work_dir), the source was powered off once, and at Completed the
+// Jobs and the credential's Secret are gone.
+func TestColdMigrationInCluster(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	files := e.addVM("cx-web", 6)
+	spec := e.spec("cx-web", "cx-web")
+	rec := e.mustComplete(spec)
+
+	if rec.Execution != engine.ExecutionCluster {
+		t.Errorf("execution recorded %q, want %q", rec.Execution, engine.ExecutionCluster)
+	}
+	e.checkClaimsHoldSources(rec, files)
+	for i, d := range rec.Disks {
+		if d.CopyAttempt != 1 || d.CopyJob == "" || d.CopyJobUID == "" {
+			t.Errorf("disk %d: copy attempt %d, Job %q (UID %q); want attempt 1 with its Job", i, d.CopyAttempt, d.CopyJob, d.CopyJobUID)
+		}
+		if d.ArtifactFormat != "raw" {
+			t.Errorf("disk %d: image format %q, want raw", i, d.ArtifactFormat)
+		}
+	}
+	if rec.Disks[1].ZeroBytes < 20*mib {
+		t.Errorf("thin disk: %d zero bytes recorded, want at least 20 MiB", rec.Disks[1].ZeroBytes)
+	}
+	if n := e.sim.UploadProxyBytes(); n != 0 {
+		t.Errorf("%d bytes reached CDI's upload proxy; cluster execution uploads nothing", n)
+	}
+	if left, _ := os.ReadDir(spec.WorkDir); len(left) != 0 {
+		t.Errorf("work_dir holds %d entries; cluster execution stages nothing locally", len(left))
+	}
+	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
+		t.Errorf("%d power-off commands, want 1", n)
+	}
+	if len(e.messages("copies the disk into the claim of DataVolume")) != 2 {
+		t.Errorf("events do not name one copy Job per disk: %q", e.messages("copy Job"))
+	}
+	e.checkCleanedUp("cx-web")
+}
+
+// A runner killed while the copy Jobs run leaves them running; the next
+// run adopts each Job (same name and UID, still attempt 1) and completes,
+// without powering the source off again.
+func TestRunnerKilledWhileJobsRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	files := e.addVM("cx-db", 24)
+	// Slow reads keep the Jobs running while the runner dies.
+	e.host.SetCommandDelay(150 * time.Millisecond)
+	spec := e.spec("cx-db", "cx-db")
+
+	ctx, kill := context.WithCancel(e.runCtx())
+	defer kill()
+	watch := func(ev engine.Event) {
+		// Progress read from a running worker's log: its Job runs.
+		if ev.Kind == engine.EventProgress && strings.Contains(ev.Message, "copy Job pod") {
+			kill()
+		}
+	}
+	e.onEvent.Store(&watch)
+	_, err := e.engine().Run(ctx, spec)
+	e.onEvent.Store(nil)
+	if err == nil || !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		t.Fatalf("first run: %v, want it cut off while the Jobs run", err)
+	}
+	jobs, err := e.kube.ListJobs(t.Context(), e.ns, map[string]string{kube.LabelMigration: "cx-db"})
+	if err != nil || len(jobs) == 0 {
+		t.Fatalf("Jobs after the runner died: %d, %v; want them running", len(jobs), err)
+	}
+	uids := map[string]string{}
+	for _, j := range jobs {
+		uids[j.Name] = string(j.UID)
+	}
+
+	e.host.SetCommandDelay(0)
+	rec := e.mustComplete(spec)
+	e.checkClaimsHoldSources(rec, files)
+	for i, d := range rec.Disks {
+		if uid, ok := uids[d.CopyJob]; ok && uid != d.CopyJobUID {
+			t.Errorf("disk %d: Job %s was made again (UID %s, was %s)", i, d.CopyJob, d.CopyJobUID, uid)
+		}
+		if d.CopyAttempt != 1 {
+			t.Errorf("disk %d: attempt %d, want the first attempt adopted", i, d.CopyAttempt)
+		}
+	}
+	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
+		t.Errorf("%d power-off commands, want 1", n)
+	}
+	e.checkCleanedUp("cx-db")
+}
+
+// A worker SIGKILLed mid-copy fails its Job (exit 137); the engine never
+// runs that Job again but records attempt 2, whose Job resumes from the
+// journal in the claim: at most one chunk per stream is read again, and
+// the claim ends holding the source.
+func TestWorkerKilledMidCopy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	files := e.addVM("cx-app", 24)
+	// A host without Python reads one dd per chunk, which the host's
+	// command log shows; slow reads keep the Job running until the kill.
+	e.host.SetPython("")
+	e.host.SetCommandDelay(100 * time.Millisecond)
+	spec := e.spec("cx-app", "cx-app")
+
+	killed := make(chan string, 1)
+	var readBeforeKill int
+	watch := func(ev engine.Event) {
+		if ev.Kind != engine.EventProgress || ev.Disk != 0 || !strings.Contains(ev.Message, "copy Job pod") || ev.BytesDone < 4*mib {
+			return
+		}
+		pod := strings.Fields(strings.SplitN(ev.Message, "copy Job pod ", 2)[1])[0]
+		pid, ok := shared.runner.Pid(e.ns, pod, clusterjob.CopyContainer)
+		if !ok {
+			return
+		}
+		select {
+		case killed <- pod:
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			// The worker is dead: every read it made is logged.
+			readBeforeKill = len(e.host.DDReads())
+		default:
+		}
+	}
+	e.onEvent.Store(&watch)
+	rec, err := e.engine().Run(e.runCtx(), spec)
+	e.onEvent.Store(nil)
+	if err != nil || rec.Phase != record.PhaseCompleted {
+		// A transient stop may need one more apply, as the issue allows.
+		rec = e.mustComplete(spec)
+	}
+	select {
+	case pod := <-killed:
+		t.Logf("killed the worker of pod %s", pod)
+	default:
+		t.Fatal("no worker was killed mid-copy")
+	}
+	e.checkClaimsHoldSources(rec, files)
+	if got := rec.Disks[0].CopyAttempt; got != 2 {
+		t.Errorf("disk 0: attempt %d, want 2 (the killed Job is never run again)", got)
+	}
+	// Chunk reads only (a copy also reads the disk's last sector to
+	// check its size).
+	reads := e.host.DDReads()
+	before := map[int64]bool{}
+	for _, r := range reads[:readBeforeKill] {
+		if r.Path == files.Disks[0].Flat && r.Length == spec.CopyChunkSize {
+			before[r.Offset] = true
+		}
+	}
+	var again []int64
+	for _, r := range reads[readBeforeKill:] {
+		if r.Path == files.Disks[0].Flat && r.Length == spec.CopyChunkSize && before[r.Offset] {
+			again = append(again, r.Offset/mib)
+		}
+	}
+	t.Logf("%d chunks of disk 0 read before the kill; read again after it: %v", len(before), again)
+	if len(again) > 2 {
+		t.Errorf("chunks %v of disk 0 read again after the kill, want at most one per stream (2)", again)
+	}
+	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
+		t.Errorf("%d power-off commands, want 1", n)
+	}
+}
