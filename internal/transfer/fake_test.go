@@ -270,3 +270,61 @@ func TestJournalIsAtomicJSON(t *testing.T) {
 		t.Errorf("Inspect after Remove = %+v, %v", st, err)
 	}
 }
+
+// aheadCounter is a source that, as each chunk's read starts, counts the
+// chunks whose reads have started and that the journal on disk does not
+// hold yet: what a kill at that moment would make the next copy read
+// again.
+type aheadCounter struct {
+	src       *fakeSource
+	dest      string
+	chunkSize int64
+
+	mu      sync.Mutex
+	started map[int64]bool
+	most    int
+}
+
+func (a *aheadCounter) ReadRange(ctx context.Context, path string, off, n int64, w io.Writer) (int64, error) {
+	if n == a.chunkSize {
+		j, _ := loadJournal(a.dest)
+		a.mu.Lock()
+		a.started[off/a.chunkSize] = true
+		lost := 0
+		for i := range a.started {
+			if j == nil || int(i) >= j.VerifiedChunks && !inAhead(j, int(i)) {
+				lost++
+			}
+		}
+		a.most = max(a.most, lost)
+		a.mu.Unlock()
+	}
+	return a.src.ReadRange(ctx, path, off, n, w)
+}
+
+func inAhead(j *journal, i int) bool {
+	_, ok := j.Ahead[i]
+	return ok
+}
+
+// However slowly the journal is written, a stream never reads more than
+// one chunk ahead of its last one recorded: a kill at any moment loses
+// at most two chunks per stream.
+func TestStreamsStayWithinTwoChunksOfTheJournal(t *testing.T) {
+	const streams = 2
+	data := patterned(24 * mib)
+	dest := filepath.Join(t.TempDir(), "disk.raw")
+	src := &aheadCounter{src: &fakeSource{data: data}, dest: dest, chunkSize: mib, started: map[int64]bool{}}
+	// Recording each chunk takes a while (the Progress callback runs
+	// where the journal is written).
+	slowRecord := func(Progress) { time.Sleep(15 * time.Millisecond) }
+	res, err := Copy(context.Background(), src, Disk{Path: "/p", SizeBytes: int64(len(data))}, dest,
+		Options{ChunkSize: mib, Streams: streams, Progress: slowRecord})
+	if err != nil || res.SHA256 != sha(data) {
+		t.Fatalf("copy: %+v, %v", res, err)
+	}
+	if src.most > 2*streams {
+		t.Errorf("up to %d chunks were read and not yet in the journal, want at most %d (two per stream)", src.most, 2*streams)
+	}
+	t.Logf("at most %d chunks read ahead of the journal", src.most)
+}

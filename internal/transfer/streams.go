@@ -34,10 +34,16 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 			}
 		}
 	}()
+	// A stream hands over a chunk only once the one it handed over before
+	// is in the journal (done closed): it reads the next chunk while the
+	// last one is recorded, but never runs further ahead. So a kill -9
+	// loses at most two chunks per stream, the one being read and the one
+	// being recorded, and the next copy reads only those again.
 	type landed struct {
-		i   int
-		rec chunkRecord
-		err error
+		i    int
+		rec  chunkRecord
+		err  error
+		done chan struct{}
 	}
 	results := make(chan landed, streams)
 	var wg sync.WaitGroup
@@ -50,9 +56,14 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 		go func() {
 			defer wg.Done()
 			ring := newBufferRing()
+			var prev chan struct{}
 			for i := range todo {
 				rec, err := c.readChunkAt(ctx, src, i, ring)
-				results <- landed{i, rec, err}
+				if prev != nil {
+					<-prev // the collector closes every done it receives
+				}
+				prev = make(chan struct{})
+				results <- landed{i, rec, err, prev}
 				if err != nil {
 					return
 				}
@@ -70,12 +81,14 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 				first = l.err
 			}
 			cancel()
+			close(l.done)
 			continue
 		}
 		if err := c.land(l.i, l.rec); err != nil && first == nil {
 			first = err
 			cancel()
 		}
+		close(l.done)
 	}
 	if first != nil {
 		return first

@@ -100,6 +100,9 @@ type Options struct {
 	// own as it arrives, joins the whole-file hash in order (read back from
 	// the staging file), and the journal records every chunk that landed,
 	// so a resumed copy checks them against their hashes and skips them.
+	// A stream reads its next chunk while its last one is recorded, and no
+	// further: a copy killed at any point reads at most two chunks per
+	// stream again.
 	Streams int
 	// Sources, when set, are the readers of the streams: stream w reads
 	// through Sources[w%len(Sources)] (for example one SSH connection
