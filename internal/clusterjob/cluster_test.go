@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -91,9 +90,6 @@ func testMain(m *testing.M) int {
 		for _, d := range env.claims {
 			os.RemoveAll(d)
 		}
-		if env.bin != "" {
-			os.RemoveAll(filepath.Dir(env.bin))
-		}
 	}()
 	return m.Run()
 }
@@ -104,13 +100,9 @@ func setup(t *testing.T, test string) string {
 	t.Helper()
 	c := cluster.Get(t)
 	if env.runner == nil {
-		dir, err := os.MkdirTemp("", "clusterjob-worker-")
-		if err != nil {
+		var err error
+		if env.bin, err = testcluster.WorkerBinary(); err != nil {
 			t.Fatal(err)
-		}
-		env.bin = filepath.Join(dir, "vmmigration-worker")
-		if out, err := exec.Command("go", "build", "-o", env.bin, "github.com/vmmigration/terraform-provider-vmmigration/cmd/vmmigration-worker").CombinedOutput(); err != nil {
-			t.Fatalf("go build the worker: %v: %s", err, out)
 		}
 		env.claims, env.claimOf = map[string]string{}, map[string]string{}
 		for _, n := range claims {
@@ -318,7 +310,7 @@ func TestCopyJobCompletes(t *testing.T) {
 // A worker SIGKILLed mid-copy fails its Job (no retries of the Job's
 // own); the runner reads an interrupted outcome, and the next attempt, a
 // new Job, resumes from the journal in the claim: the disk equals the
-// source and at most one chunk per stream is read twice.
+// source and at most two chunks per stream are read twice.
 func TestKilledCopyResumesInNextAttempt(t *testing.T) {
 	const size, streams = 40 * mib, 2
 	ns := setup(t, "copy-killed")
@@ -372,8 +364,10 @@ func TestKilledCopyResumesInNextAttempt(t *testing.T) {
 	}
 	t.Logf("killed with %d chunks verified; attempt 2 skipped %d, copied %d, re-read chunks %v",
 		landed, o.Result.ChunksSkipped, o.Result.ChunksCopied, again)
-	if len(again) > streams {
-		t.Errorf("chunks %v were read by both attempts: more than one per stream", again)
+	// Per stream, the chunk being read and the one before it, not yet in
+	// the journal (transfer's runStreams).
+	if len(again) > 2*streams {
+		t.Errorf("chunks %v were read by both attempts: more than two per stream", again)
 	}
 }
 

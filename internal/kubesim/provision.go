@@ -37,14 +37,20 @@ import (
 // reads and writes the image the sim keeps for the DataVolume. The image
 // stays in Dir after the volume is deleted, for tests to inspect.
 
+// Provisioner is the provisioner name the sim answers to with
+// Options.ProvisionVolumes: claims of StorageClasses of other provisioners
+// are left to them.
+const Provisioner = "kubesim.vmmigration.io/hostpath"
+
 const (
 	annStorageProvisioner = "volume.kubernetes.io/storage-provisioner"
 	annProvisionedBy      = "pv.kubernetes.io/provisioned-by"
 )
 
 // claimProvisioned reports, with Options.ProvisionVolumes, whether dv's
-// claim is Bound, provisioning its volume when the binder asks for one.
-// Without the option it is always true.
+// claim is Bound, provisioning its volume when the binder asks the sim
+// (its class's provisioner is Provisioner). Without the option it is
+// always true.
 func (s *Sim) claimProvisioned(dv *cdiv1.DataVolume) bool {
 	if !s.opts.ProvisionVolumes {
 		return true
@@ -58,7 +64,7 @@ func (s *Sim) claimProvisioned(dv *cdiv1.DataVolume) bool {
 	}
 	setDVCondition(&dv.Status, cdiv1.DataVolumeBound, corev1.ConditionFalse, "PVC "+dv.Name+" Pending", "Pending")
 	sc, err := s.storageClassOf(s.ctx, dv)
-	if err != nil || sc == nil || pvc.Annotations[annStorageProvisioner] != sc.Provisioner {
+	if err != nil || sc == nil || sc.Provisioner != Provisioner || pvc.Annotations[annStorageProvisioner] != Provisioner {
 		return false
 	}
 	path := filepath.Dir(imagePath(s.dir, dv.Namespace, dv.Name))

@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -11,7 +12,20 @@ import (
 // it starts on first use.
 var cluster acctest.SharedCluster
 
-func TestMain(m *testing.M) { os.Exit(cluster.Main(m)) }
+// jobsCluster is a second cluster, with the real controllers and
+// scheduler that cluster execution's Jobs need, for the tests of that
+// execution only; it starts on first use.
+var jobsCluster acctest.SharedCluster
+
+func TestMain(m *testing.M) {
+	jobsCluster.RunControllers()
+	code := cluster.Main(m)
+	if err := jobsCluster.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the cluster of the Jobs' tests:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // kubeconfig returns the shared cluster and a kubernetes block of the
 // provider configuration that reaches it.

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/modroot"
 )
@@ -128,4 +130,32 @@ func ToolBinary(name, version string) (string, error) {
 		}
 	}
 	return filepath.Abs(p)
+}
+
+var worker struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// WorkerBinary builds this repository's cmd/vmmigration-worker, the
+// program of cluster execution's copy Jobs, once per test binary and
+// returns its path, for a simulated node (package podrun) to run as the
+// worker image. The folder it is built in is shared by the binary's tests
+// and left for the machine's temporary files to be cleaned.
+func WorkerBinary() (string, error) {
+	worker.once.Do(func() {
+		dir, err := os.MkdirTemp("", "vmmigration-worker-")
+		if err != nil {
+			worker.err = err
+			return
+		}
+		p := filepath.Join(dir, "vmmigration-worker")
+		if out, err := exec.Command("go", "build", "-o", p, "github.com/vmmigration/terraform-provider-vmmigration/cmd/vmmigration-worker").CombinedOutput(); err != nil {
+			worker.err = fmt.Errorf("testcluster: go build the worker: %v: %s", err, out)
+			return
+		}
+		worker.path = p
+	})
+	return worker.path, worker.err
 }

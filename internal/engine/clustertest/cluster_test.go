@@ -207,7 +207,7 @@ func TestRunnerKilledWhileJobsRun(t *testing.T) {
 
 // A worker SIGKILLed mid-copy fails its Job (exit 137); the engine never
 // runs that Job again but records attempt 2, whose Job resumes from the
-// journal in the claim: at most one chunk per stream is read again, and
+// journal in the claim: at most two chunks per stream are read again, and
 // the claim ends holding the source.
 func TestWorkerKilledMidCopy(t *testing.T) {
 	t.Parallel()
@@ -271,8 +271,10 @@ func TestWorkerKilledMidCopy(t *testing.T) {
 		}
 	}
 	t.Logf("%d chunks of disk 0 read before the kill; read again after it: %v", len(before), again)
-	if len(again) > 2 {
-		t.Errorf("chunks %v of disk 0 read again after the kill, want at most one per stream (2)", again)
+	// Per stream, the chunk being read and the one before it, not yet in
+	// the journal (transfer's runStreams): two streams here.
+	if len(again) > 4 {
+		t.Errorf("chunks %v of disk 0 read again after the kill, want at most two per stream (4)", again)
 	}
 	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
 		t.Errorf("%d power-off commands, want 1", n)

@@ -15,8 +15,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,8 +41,6 @@ import (
 const (
 	hostName     = "esx1"
 	storageClass = "cluster-exec"
-	// provisioner is the StorageClass's provisioner, which kubesim plays.
-	provisioner  = "kubesim.vmmigration.io/hostpath"
 	workerImage  = "registry.example/vmmigration-worker@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	esxiPassword = "cluster-exec'Pa55"
 )
@@ -56,7 +52,6 @@ var (
 		err    error
 		runner *podrun.Runner
 		cs     kubernetes.Interface
-		binDir string
 	}
 	nsSeq atomic.Int64
 )
@@ -71,9 +66,6 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	if shared.binDir != "" {
-		_ = os.RemoveAll(shared.binDir)
-	}
 	if err := cluster.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the test cluster:", err)
 		code = 1
@@ -85,22 +77,16 @@ func TestMain(m *testing.M) {
 func startShared(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
 	shared.once.Do(func() {
-		dir, err := os.MkdirTemp("", "clustertest-worker-")
+		bin, err := testcluster.WorkerBinary()
 		if err != nil {
 			shared.err = err
-			return
-		}
-		shared.binDir = dir
-		bin := filepath.Join(dir, "vmmigration-worker")
-		if out, err := exec.Command("go", "build", "-o", bin, "github.com/vmmigration/terraform-provider-vmmigration/cmd/vmmigration-worker").CombinedOutput(); err != nil {
-			shared.err = fmt.Errorf("go build the worker: %v: %s", err, out)
 			return
 		}
 		if shared.cs, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 			shared.err = err
 			return
 		}
-		sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: storageClass}, Provisioner: provisioner}
+		sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: storageClass}, Provisioner: kubesim.Provisioner}
 		if _, err := shared.cs.StorageV1().StorageClasses().Create(context.Background(), sc, metav1.CreateOptions{}); err != nil && !kube.IsAlreadyExists(err) {
 			shared.err = err
 			return

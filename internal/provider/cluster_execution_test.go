@@ -1,0 +1,124 @@
+package provider_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
+)
+
+// testWorkerImage is the worker image the provider is configured with;
+// the test node runs the worker built from this repository for it.
+const testWorkerImage = "registry.example/vmmigration-worker@sha256:89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567"
+
+// TestAccClusterExecution migrates a VM with execution = "cluster" through
+// the Terraform CLI, in a cluster with the real Job controller, garbage
+// collector, PersistentVolume binder and scheduler, and a node that runs
+// the copy Jobs' worker: the state holds the same evidence as a local
+// migration's plus each disk's copy Job, the claims hold the source disks
+// though nothing reached the upload proxy or work_dir, and a second plan
+// changes nothing.
+func TestAccClusterExecution(t *testing.T) {
+	t.Parallel()
+	acctest.PreCheck(t)
+	c := jobsCluster.Get(t)
+	worker, err := testcluster.WorkerBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StartNode(t, map[string]string{testWorkerImage: worker})
+	ns := fmt.Sprintf("jobs-%d", time.Now().UnixNano()%100000)
+	c.CreateNamespace(t, ns)
+	c.EnsureProvisionedStorageClass(t, "claims")
+	sim := c.StartSim(t, kubesim.Options{Namespaces: []string{ns}, Dir: t.TempDir(), ProvisionVolumes: true,
+		Step: 50 * time.Millisecond, AgentDelay: 100 * time.Millisecond})
+	host := acctest.NewESXi(t, esxisim.Options{ShutdownDelay: 300 * time.Millisecond})
+	_, files := host.AddVM(t, esxisim.VMSpec{Name: "jobs", GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{
+			{CapacityBytes: 4 * mib, Content: []esxisim.Extent{{Offset: 0, Length: 4 * mib, Seed: 31}}},
+			{CapacityBytes: 12 * mib, Thin: true, Controller: "scsi0:1", Content: []esxisim.Extent{{Offset: 5 * mib, Length: 1 * mib, Seed: 32}}},
+		},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"192.0.2.30"}})
+	workDir := t.TempDir()
+
+	cfg := acctest.ProviderConfig(fmt.Sprintf("  work_dir = %q\n  worker_image = %q\n", workDir, testWorkerImage)+
+		host.HostBlock("esxi-a")+c.KubernetesBlock(t)) + fmt.Sprintf(`
+resource "vmmigration_migration" "jobs" {
+  source = {
+    host    = "esxi-a"
+    vm_name = "jobs"
+  }
+  destination = {
+    namespace     = %q
+    name          = "jobs"
+    storage_class = "claims"
+    network_map   = { "VM Network" = "pod" }
+  }
+  conversion       = "none"
+  execution        = "cluster"
+  power_off_policy = "graceful"
+  retry = {
+    attempts        = 3
+    initial_backoff = "200ms"
+    max_backoff     = "1s"
+  }
+}
+`, ns)
+	const addr = "vmmigration_migration.jobs"
+	want := map[string]string{
+		"phase": "Completed", "execution": "cluster", "power_off_action": "graceful", "disks.#": "2",
+	}
+	for i, d := range files.Disks {
+		p := fmt.Sprintf("disks.%d.", i)
+		want[p+"data_volume"] = fmt.Sprintf("jobs-disk-%d", i)
+		want[p+"source_sha256"] = d.SHA256()
+		want[p+"artifact_format"] = "raw"
+		want[p+"artifact_sha256"] = d.SHA256()
+		want[p+"copy_job"] = fmt.Sprintf("jobs-disk-%d-copy-1", i)
+		want[p+"copy_attempt"] = "1"
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: acctest.ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			Check: resource.ComposeAggregateTestCheckFunc(
+				attrs(addr, want),
+				resource.TestCheckResourceAttrSet(addr, "timestamps.sourcePoweredOff"),
+				resource.TestCheckResourceAttrSet(addr, "timestamps.completed"),
+				resource.TestCheckResourceAttrSet(addr, "disks.0.data_volume_uid"),
+				func(*terraform.State) error {
+					for i, d := range files.Disks {
+						got := fileSHA256(t, sim.ReceivedPath(ns, fmt.Sprintf("jobs-disk-%d", i)))
+						if got != d.SHA256() {
+							return fmt.Errorf("the claim of jobs-disk-%d holds %s, the source %s", i, got, d.SHA256())
+						}
+					}
+					if n := sim.UploadProxyBytes(); n != 0 {
+						return fmt.Errorf("%d bytes reached the upload proxy; cluster execution uploads nothing", n)
+					}
+					if left, _ := os.ReadDir(workDir); len(left) != 0 {
+						return fmt.Errorf("work_dir holds %d entries; cluster execution stages nothing on this machine", len(left))
+					}
+					if n := strings.Count(strings.Join(host.Commands(), "\n"), "power.shutdown"); n != 1 {
+						return fmt.Errorf("power.shutdown sent %d times, want once", n)
+					}
+					return nil
+				},
+			),
+		}, {
+			Config:           cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+		}},
+	})
+}
