@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,13 @@ func (s *Sim) startKubelet(ctx context.Context) error {
 	return s.registerNode(ctx)
 }
 
+// simulatedKubeletTaint keeps the real scheduler (testcluster's
+// Options.Controllers) from placing pods on the sim's Node: its kubelet
+// runs only the pods the sim makes there itself, by nodeName, so a Job's
+// pod bound to it would wait forever. Pods for a node that runs them go
+// to package podrun's.
+var simulatedKubeletTaint = corev1.Taint{Key: "kubesim.vmmigration.io/simulated-kubelet", Effect: corev1.TaintEffectNoSchedule}
+
 // registerNode creates (or takes over) Node NodeName: Ready, reachable at
 // 127.0.0.1 only, its kubelet on the sim's port.
 func (s *Sim) registerNode(ctx context.Context) error {
@@ -68,8 +76,11 @@ func (s *Sim) registerNode(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName, Labels: map[string]string{
 			"kubernetes.io/hostname": NodeName, "kubevirt.io/schedulable": "true",
-		}}}
+		}}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{simulatedKubeletTaint}}}
 		err = s.cl.Create(ctx, node)
+	} else if err == nil && !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&simulatedKubeletTaint) }) {
+		node.Spec.Taints = append(node.Spec.Taints, simulatedKubeletTaint)
+		err = s.cl.Update(ctx, node)
 	}
 	if err != nil {
 		return fmt.Errorf("kubesim: node %s: %w", NodeName, err)
