@@ -1,6 +1,8 @@
 // Command vmmigration-demo runs the provider end to end on one machine, with
 // nothing to install by hand: it starts the bundled ESXi simulator with the
-// demo VMs and a real kube-apiserver + etcd on loopback, builds the provider,
+// demo VMs, a real kube-apiserver + etcd with the real controller manager
+// and scheduler on loopback, and a node that runs cluster execution's copy
+// Jobs (package podrun) with the worker built here; builds the provider,
 // runs `terraform apply` on examples/demo against them, prints what happened,
 // and stops everything it started. `make demo` runs it.
 package main
@@ -20,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,11 +34,19 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/podrun"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
 // demoNamespace is where the demo migrates to.
 const demoNamespace = "migrated"
+
+// demoWorkerImage is the worker image the demo's provider names; the
+// demo's node runs the worker built from this checkout for it.
+const demoWorkerImage = "vmmigration-worker:demo"
+
+// clusterExecutionVM is the demo VM migrated in cluster execution.
+const clusterExecutionVM = "db-two-disks"
 
 const demoPassword = "demo-Passw0rd"
 
@@ -119,8 +130,10 @@ func run(ctx context.Context, keep bool) error {
 	defer esxi.Close()
 	fmt.Printf("    listening on %s, host key %s\n", esxi.Addr(), esxi.Fingerprint())
 
-	step("starting a real kube-apiserver and etcd on loopback")
-	cluster, err := testcluster.Start(ctx, testcluster.Options{})
+	step("starting a real kube-apiserver, etcd, kube-controller-manager and kube-scheduler on loopback")
+	// The controllers (Jobs, garbage collector, volume binder) and the
+	// scheduler run the copy Jobs of the VM migrated in cluster execution.
+	cluster, err := testcluster.Start(ctx, testcluster.Options{Controllers: true})
 	if err != nil {
 		return err
 	}
@@ -134,17 +147,39 @@ func run(ctx context.Context, keep bool) error {
 	}
 	fmt.Printf("    API server %s\n", cluster.Host())
 
-	step("starting simulated KubeVirt and CDI controllers (upload proxy, aggregated upload token API)")
+	step("starting simulated KubeVirt and CDI controllers (upload proxy, aggregated upload token API, claims provisioned on this machine)")
 	// The real guest's VM boots in QEMU, on the devices the provider
 	// renders; the other demo VMs' disks hold generated data, not an OS,
-	// and their guests are simulated.
+	// and their guests are simulated. Claims of the "claims" class are
+	// provisioned as folders here, for the copy Jobs' pods to write.
 	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: cluster, Namespaces: []string{demoNamespace}, Dir: filepath.Join(work, "cdi"),
-		BootGuests: true, BootGuest: func(_, name string) bool { return name == realGuestName }})
+		BootGuests: true, BootGuest: func(_, name string) bool { return name == realGuestName }, ProvisionVolumes: true})
 	if err != nil {
 		return err
 	}
 	defer sim.Stop()
 	fmt.Printf("    upload proxy %s\n", sim.UploadProxyURL())
+
+	// One VM's disks are copied by Kubernetes Jobs (execution "cluster"),
+	// on a node that runs their pods as processes here, which takes root
+	// (private mount namespaces); without it that VM is copied here too.
+	var inCluster []string
+	if os.Geteuid() == 0 {
+		step("starting a node that runs the copy Jobs' pods (the worker built from cmd/vmmigration-worker as image %s)", demoWorkerImage)
+		worker, err := testcluster.WorkerBinary()
+		if err != nil {
+			return err
+		}
+		node, err := podrun.Start(ctx, podrun.Options{Config: cluster.RESTConfig(), Images: map[string]string{demoWorkerImage: worker},
+			Dir: filepath.Join(work, "node")})
+		if err != nil {
+			return err
+		}
+		defer node.Stop()
+		inCluster = []string{clusterExecutionVM}
+	} else {
+		step("not root: %s is copied on this machine too (the node that runs copy Jobs needs root)", clusterExecutionVM)
+	}
 
 	step("terraform apply examples/demo")
 	tfDir := filepath.Join(work, "tf")
@@ -164,6 +199,8 @@ func run(ctx context.Context, keep bool) error {
 		"upload_proxy_ca":  string(sim.UploadProxyCACertPEM()),
 		// The proxy's certificate names its Service, not 127.0.0.1.
 		"upload_proxy_server_name": sim.UploadProxyServerName(),
+		"worker_image":             demoWorkerImage,
+		"cluster_execution":        inCluster,
 	}
 	b, err := json.MarshalIndent(vars, "", "  ")
 	if err != nil {
@@ -234,13 +271,18 @@ func seedCluster(ctx context.Context, c *testcluster.Cluster) error {
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
 		return err
 	}
-	return cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "standard"}, Provisioner: "kubevirt.io.hostpath-provisioner"})
+	if err := cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "standard"}, Provisioner: "kubevirt.io.hostpath-provisioner"}); err != nil {
+		return err
+	}
+	return cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "claims"}, Provisioner: kubesim.Provisioner})
 }
 
 // watchPhases prints every migration's phase as it changes, from the
-// checkpoint records in the cluster, until ctx ends.
+// checkpoint records in the cluster, and every copy Job of cluster
+// execution as it starts and ends, until ctx ends.
 func watchPhases(ctx context.Context, cl client.Client) {
 	seen := map[string]record.Phase{}
+	seenJobs := map[string]string{}
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	start := time.Now()
@@ -260,12 +302,35 @@ func watchPhases(ctx context.Context, cl client.Client) {
 				}
 			}
 		}
+		var jobs batchv1.JobList
+		if err := cl.List(ctx, &jobs, client.InNamespace(demoNamespace), client.HasLabels{kube.LabelMigration}); err == nil {
+			for _, j := range jobs.Items {
+				st := jobState(&j)
+				if seenJobs[j.Name] != st {
+					seenJobs[j.Name] = st
+					fmt.Printf("    %6.1fs  %-20s Job %s %s\n", time.Since(start).Seconds(), j.Labels[kube.LabelMigration], j.Name, st)
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// jobState is what a copy Job is doing, in a word.
+func jobState(j *batchv1.Job) string {
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			return string(c.Type)
+		}
+	}
+	if j.Status.Active > 0 {
+		return "running"
+	}
+	return "created"
 }
 
 // verifyEndToEnd compares, for every migrated disk, the SHA-256 of the
@@ -297,6 +362,14 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 				return err
 			}
 			got, ok := sim.ReceivedSHA256(demoNamespace, d.DataVolume)
+			if d.CopyJob != "" {
+				// Cluster execution: nothing was uploaded; the copy Job
+				// wrote the claim, which holds the image.
+				if got, err = convert.FileSHA256(sim.ReceivedPath(demoNamespace, d.DataVolume)); err != nil {
+					return err
+				}
+				ok = true
+			}
 			if d.SourceSHA256 != want {
 				return fmt.Errorf("%s disk %d: source %s, copied %s: the checksums differ", rec.Identity.Name, i, want, d.SourceSHA256)
 			}
@@ -314,6 +387,11 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 			}
 			if !ok || got != want {
 				return fmt.Errorf("%s disk %d: source %s, received %s: the checksums differ", rec.Identity.Name, i, want, got)
+			}
+			if d.CopyJob != "" {
+				fmt.Printf("    %-20s disk %d  %4d MiB  sha256 %s…  source = claim of DataVolume %s, written by Job %s (attempt %d)\n",
+					rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume, d.CopyJob, d.CopyAttempt)
+				continue
 			}
 			fmt.Printf("    %-20s disk %d  %4d MiB  sha256 %s…  source = copy = DataVolume %s\n", rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume)
 		}

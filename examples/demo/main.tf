@@ -16,13 +16,20 @@ variable "work_dir" { type = string }
 variable "upload_proxy_url" { type = string }
 variable "upload_proxy_ca" { type = string }
 variable "upload_proxy_server_name" { type = string }
+variable "worker_image" { type = string }
+variable "cluster_execution" {
+  description = "VMs whose disks Kubernetes Jobs copy straight into their claims (execution \"cluster\"); the others are copied on this machine."
+  type        = set(string)
+  default     = []
+}
 variable "esxi_password" {
   type      = string
   sensitive = true
 }
 
 provider "vmmigration" {
-  work_dir = var.work_dir
+  work_dir     = var.work_dir
+  worker_image = var.worker_image
 
   esxi_host {
     name                      = "esxi-demo"
@@ -58,6 +65,10 @@ locals {
   # converts it so that it boots on virtio. The other demo VMs' disks hold
   # generated data, not an operating system: they are imported as they are.
   conversion = { for name, vm in local.vms : name => name == "debian-web" ? "virt-v2v" : "none" }
+  # Where each VM's disk work runs. In cluster execution the disks go
+  # straight into claims of a class the cluster provisions for pods.
+  execution     = { for name, vm in local.vms : name => contains(var.cluster_execution, name) ? "cluster" : "local" }
+  storage_class = { for name, vm in local.vms : name => local.execution[name] == "cluster" ? "claims" : "standard" }
 }
 
 data "vmmigration_preflight" "wave" {
@@ -67,10 +78,11 @@ data "vmmigration_preflight" "wave" {
   vmid             = each.value.vmid
   namespace        = "migrated"
   name             = each.key
-  storage_class    = "standard"
+  storage_class    = local.storage_class[each.key]
   power_off_policy = "graceful_then_hard"
   network_map      = local.network_map
   conversion       = local.conversion[each.key]
+  execution        = local.execution[each.key]
 }
 
 resource "vmmigration_migration" "wave" {
@@ -83,12 +95,13 @@ resource "vmmigration_migration" "wave" {
   destination = {
     namespace     = "migrated"
     name          = each.key
-    storage_class = "standard"
+    storage_class = local.storage_class[each.key]
     network_map   = local.network_map
   }
   power_off_policy = "graceful_then_hard"
   shutdown_timeout = "30s"
   conversion       = local.conversion[each.key]
+  execution        = local.execution[each.key]
   # The real guest's VMI runs once QEMU starts it, which on this machine
   # waits for a free guest slot and, without KVM, for cores a busy machine
   # shares: an hour for it rather than the default ten minutes. Validation
@@ -120,6 +133,8 @@ output "migrated" {
       guest_os    = m.guest_os
       downtime    = m.downtime
       data_volume = [for d in m.disks : d.data_volume]
+      execution   = m.execution
+      copy_jobs   = [for d in m.disks : d.copy_job if d.copy_job != ""]
     }
   }
 }
