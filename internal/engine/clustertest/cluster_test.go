@@ -4,10 +4,7 @@ package clustertest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"io"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -18,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -68,28 +66,14 @@ func (e *env) checkClaimsHoldSources(rec record.Record, files *esxisim.VMFiles) 
 		if d.SourceSHA256 != want || d.ArtifactSHA256 != want {
 			e.t.Errorf("disk %d: recorded copy %s, image %s; source %s", i, d.SourceSHA256, d.ArtifactSHA256, want)
 		}
-		if got := fileSHA256(e.t, e.sim.ReceivedPath(e.ns, d.DataVolume), d.SizeBytes); got != want {
-			e.t.Errorf("disk %d: claim of DataVolume %s holds %s, source %s", i, d.DataVolume, got, want)
+		// The claim's disk.img is the disk, as long as the disk.
+		if got, err := convert.FileSHA256(e.sim.ReceivedPath(e.ns, d.DataVolume)); err != nil || got != want {
+			e.t.Errorf("disk %d: claim of DataVolume %s holds %s (%v), source %s", i, d.DataVolume, got, err, want)
 		}
 		if !d.Acquired || !d.Imported {
 			e.t.Errorf("disk %d: acquired %v, imported %v", i, d.Acquired, d.Imported)
 		}
 	}
-}
-
-// fileSHA256 is the SHA-256 of the first size bytes of the file at path.
-func fileSHA256(t *testing.T, path string, size int64) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if n, err := io.Copy(h, io.LimitReader(f, size)); err != nil || n != size {
-		t.Fatalf("%s: read %d of %d bytes: %v", path, n, size, err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // checkCleanedUp checks that nothing of cluster execution outlives the
