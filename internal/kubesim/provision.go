@@ -47,12 +47,20 @@ const (
 	annProvisionedBy      = "pv.kubernetes.io/provisioned-by"
 )
 
-// claimProvisioned reports, with Options.ProvisionVolumes, whether dv's
-// claim is Bound, provisioning its volume when the binder asks the sim
-// (its class's provisioner is Provisioner). Without the option it is
-// always true.
+// claimProvisioned reports, with Options.ProvisionVolumes, whether the
+// claim of dv, whose class's provisioner is Provisioner, is Bound,
+// provisioning its volume when the binder asks the sim. Claims of other
+// classes are not the sim's to provision: as without the option, their
+// binding is not simulated and they count as bound.
 func (s *Sim) claimProvisioned(dv *cdiv1.DataVolume) bool {
 	if !s.opts.ProvisionVolumes {
+		return true
+	}
+	sc, err := s.storageClassOf(s.ctx, dv)
+	if err != nil {
+		return false
+	}
+	if sc == nil || sc.Provisioner != Provisioner {
 		return true
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
@@ -63,8 +71,7 @@ func (s *Sim) claimProvisioned(dv *cdiv1.DataVolume) bool {
 		return true
 	}
 	setDVCondition(&dv.Status, cdiv1.DataVolumeBound, corev1.ConditionFalse, "PVC "+dv.Name+" Pending", "Pending")
-	sc, err := s.storageClassOf(s.ctx, dv)
-	if err != nil || sc == nil || sc.Provisioner != Provisioner || pvc.Annotations[annStorageProvisioner] != Provisioner {
+	if pvc.Annotations[annStorageProvisioner] != Provisioner {
 		return false
 	}
 	path := filepath.Dir(imagePath(s.dir, dv.Namespace, dv.Name))
