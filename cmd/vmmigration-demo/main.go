@@ -327,10 +327,14 @@ func jobState(j *batchv1.Job) string {
 			return string(c.Type)
 		}
 	}
-	if j.Status.Active > 0 {
+	switch {
+	case j.Status.Active > 0:
 		return "running"
+	case j.Status.StartTime == nil:
+		return "created"
 	}
-	return "created"
+	// Its pod has ended; the Job controller has not said how yet.
+	return "ending"
 }
 
 // verifyEndToEnd compares, for every migrated disk, the SHA-256 of the
