@@ -89,3 +89,38 @@ func TestProvisionVolumes(t *testing.T) {
 	}
 	waitDVPhase(t, cl, ns, "ours", cdiv1.Succeeded)
 }
+
+// The sim's Node, which runs only the pods the sim puts there itself,
+// carries a NoSchedule taint, so that a scheduler never binds another
+// pod (a copy Job's) to it; a Node taken over from an earlier sim gets it
+// too.
+func TestNodeRefusesScheduledPods(t *testing.T) {
+	c := cluster.Get(t)
+	cl := c.AdminClient()
+	ns := namespace(t, cl)
+	opts := fast(c, ns)
+	opts.NoUploadProxyURL = true // the sim runs its kubelet and Node
+	for round := range 2 {
+		startSim(t, opts)
+		node := &corev1.Node{}
+		if err := cl.Get(t.Context(), client.ObjectKey{Name: NodeName}, node); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, taint := range node.Spec.Taints {
+			if taint.MatchTaint(&simulatedKubeletTaint) {
+				n++
+			}
+		}
+		if n != 1 || simulatedKubeletTaint.Effect != corev1.TaintEffectNoSchedule {
+			t.Errorf("round %d: Node %s taints %+v, want %+v once", round, NodeName, node.Spec.Taints, simulatedKubeletTaint)
+		}
+		if round == 0 {
+			// The next sim takes over this Node.
+			node.Spec.Taints = nil
+			if err := cl.Update(t.Context(), node); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
