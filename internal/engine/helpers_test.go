@@ -156,15 +156,7 @@ func (e *env) ctx(d time.Duration) context.Context {
 }
 
 // commands returns the host's logged command lines containing sub.
-func (e *env) commands(sub string) []string {
-	var out []string
-	for _, c := range e.host.CommandLog() {
-		if strings.Contains(c.Command, sub) {
-			out = append(out, c.Command)
-		}
-	}
-	return out
-}
+func (e *env) commands(sub string) []string { return e.host.CommandsContaining(sub) }
 
 var ddRe = regexp.MustCompile(`if=([^']+)' bs=(\d+) skip=(\d+) count=(\d+)`)
 

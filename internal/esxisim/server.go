@@ -489,6 +489,18 @@ func (s *Server) Commands() []string {
 	return out
 }
 
+// CommandsContaining returns the logged command lines that contain sub,
+// in order.
+func (s *Server) CommandsContaining(sub string) []string {
+	var out []string
+	for _, c := range s.Commands() {
+		if strings.Contains(c, sub) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // authConfig builds the ssh.ServerConfig for one new connection, so that a
 // host key changed with SetHostKey applies to the next connection.
 func (s *Server) authConfig() *ssh.ServerConfig {

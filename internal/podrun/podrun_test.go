@@ -257,25 +257,7 @@ func TestSecretVolume(t *testing.T) {
 // path the test gave for the claim.
 func TestClaimMount(t *testing.T) {
 	e, ns := setup(t)
-	ctx := waitCtx(t)
-	pv, err := BindClaim(ctx, e.cs, ns, "disk", e.claimDir, false)
-	t.Cleanup(func() {
-		_ = e.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := newJob(ns, "write", corev1.Container{Name: "main", Image: "unused:dev", WorkingDir: "/srv/podrun-test/disk",
-		Command:      []string{"/bin/sh", "-c", "printf 'written by the job' > out"},
-		VolumeMounts: []corev1.VolumeMount{{Name: "disk", MountPath: "/srv/podrun-test/disk"}}},
-		corev1.Volume{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "disk"}}})
-	if cond, pod := runJob(t, e, job); cond != batchv1.JobComplete {
-		t.Fatalf("job %s, pod %+v; want Complete", cond, pod.Status)
-	}
-	b, err := os.ReadFile(filepath.Join(e.claimDir, "out"))
-	if err != nil || string(b) != "written by the job" {
-		t.Errorf("claim folder's out: %q, %v", b, err)
-	}
+	writeThroughClaim(t, e, ns, "disk", e.claimDir, "out", "written by the job")
 	if _, err := os.Stat("/srv/podrun-test"); err == nil {
 		t.Error("the mount point was created on this machine")
 	}
@@ -286,28 +268,35 @@ func TestClaimMount(t *testing.T) {
 // it: what the container writes lands in that folder.
 func TestClaimMountFromVolume(t *testing.T) {
 	e, ns := setup(t)
-	ctx := waitCtx(t)
-	dir := t.TempDir()
-	pv, err := BindClaim(ctx, e.cs, ns, "provisioned", dir, false)
+	writeThroughClaim(t, e, ns, "provisioned", t.TempDir(), "out-pv", "through the volume")
+	if _, err := os.Stat(filepath.Join(e.claimDir, "out-pv")); err == nil {
+		t.Error("written to the folder of another claim")
+	}
+}
+
+// writeThroughClaim binds claim to a volume on dir, runs a Job that
+// writes text into file of the claim's mount, and checks that dir holds
+// it.
+func writeThroughClaim(t *testing.T, e *testEnv, ns, claim, dir, file, text string) {
+	t.Helper()
+	pv, err := BindClaim(waitCtx(t), e.cs, ns, claim, dir, false)
 	t.Cleanup(func() {
 		_ = e.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := newJob(ns, "write", corev1.Container{Name: "main", Image: "unused:dev", WorkingDir: "/srv/podrun-test/data",
-		Command:      []string{"/bin/sh", "-c", "printf 'through the volume' > out-pv"},
-		VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/srv/podrun-test/data"}}},
-		corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "provisioned"}}})
+	const mount = "/srv/podrun-test/claim"
+	job := newJob(ns, "write", corev1.Container{Name: "main", Image: "unused:dev", WorkingDir: mount,
+		Command:      []string{"/bin/sh", "-c", fmt.Sprintf("printf '%s' > %s", text, file)},
+		VolumeMounts: []corev1.VolumeMount{{Name: "claim", MountPath: mount}}},
+		corev1.Volume{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
 	if cond, pod := runJob(t, e, job); cond != batchv1.JobComplete {
 		t.Fatalf("job %s, pod %+v; want Complete", cond, pod.Status)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "out-pv"))
-	if err != nil || string(b) != "through the volume" {
-		t.Errorf("volume folder's out: %q, %v", b, err)
-	}
-	if _, err := os.Stat(filepath.Join(e.claimDir, "out-pv")); err == nil {
-		t.Error("written to the folder of another claim")
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil || string(b) != text {
+		t.Errorf("%s in the claim's folder: %q, %v; want %q", file, b, err, text)
 	}
 }
 

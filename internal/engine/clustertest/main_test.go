@@ -230,12 +230,4 @@ func (e *env) messages(sub string) []string {
 }
 
 // commands returns the host's logged command lines containing sub.
-func (e *env) commands(sub string) []string {
-	var out []string
-	for _, c := range e.host.CommandLog() {
-		if strings.Contains(c.Command, sub) {
-			out = append(out, c.Command)
-		}
-	}
-	return out
-}
+func (e *env) commands(sub string) []string { return e.host.CommandsContaining(sub) }
