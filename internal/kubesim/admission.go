@@ -84,34 +84,55 @@ func (s *Sim) startAdmission(ctx context.Context) error {
 			return fmt.Errorf("kubesim: %w", err)
 		}
 	}
-	a := &admission{
-		done:     make(chan struct{}),
-		suffix:   "-kubesim-" + uuid.NewString()[:8],
-		admitted: filepath.Join(dir, "admitted.jsonl"),
-		log:      filepath.Join(dir, "log"),
+	suffix := "-kubesim-" + uuid.NewString()[:8]
+	// The port is picked free and then handed to the server, so another
+	// process may take it in between: the server then exits before it
+	// registers anything, and a new port is tried.
+	for attempt := 1; ; attempt++ {
+		a := &admission{
+			done:     make(chan struct{}),
+			suffix:   suffix,
+			admitted: filepath.Join(dir, "admitted.jsonl"),
+			log:      filepath.Join(dir, "log"),
+		}
+		if a.port, err = admissionPort(); err != nil {
+			return err
+		}
+		args := []string{
+			"-listen", fmt.Sprintf("127.0.0.1:%d", a.port),
+			"-kubeconfig", filepath.Join(dir, "kubeconfig"),
+			"-tls-cert", filepath.Join(dir, "tls.crt"), "-tls-key", filepath.Join(dir, "tls.key"),
+			"-ca-bundle", filepath.Join(dir, "ca.crt"),
+			"-admitted-log", a.admitted, "-name-suffix", a.suffix,
+		}
+		if len(s.opts.Namespaces) > 0 {
+			args = append(args, "-namespaces", strings.Join(s.opts.Namespaces, ","))
+		}
+		if s.opts.DisableSerialConsoleLog {
+			args = append(args, "-disable-serial-console-log")
+		}
+		if err := a.start(bin, args); err != nil {
+			return err
+		}
+		s.admission = a
+		err = s.awaitAdmission(ctx)
+		if err == nil || attempt == admissionPortAttempts || !errors.Is(err, errAdmissionPortTaken) {
+			return err
+		}
 	}
-	if a.port, err = freePort(); err != nil {
-		return err
-	}
-	args := []string{
-		"-listen", fmt.Sprintf("127.0.0.1:%d", a.port),
-		"-kubeconfig", filepath.Join(dir, "kubeconfig"),
-		"-tls-cert", filepath.Join(dir, "tls.crt"), "-tls-key", filepath.Join(dir, "tls.key"),
-		"-ca-bundle", filepath.Join(dir, "ca.crt"),
-		"-admitted-log", a.admitted, "-name-suffix", a.suffix,
-	}
-	if len(s.opts.Namespaces) > 0 {
-		args = append(args, "-namespaces", strings.Join(s.opts.Namespaces, ","))
-	}
-	if s.opts.DisableSerialConsoleLog {
-		args = append(args, "-disable-serial-console-log")
-	}
-	if err := a.start(bin, args); err != nil {
-		return err
-	}
-	s.admission = a
-	return s.awaitAdmission(ctx)
 }
+
+// admissionPort picks the admission server's port (a test hands out a
+// taken one).
+var admissionPort = freePort
+
+// admissionPortAttempts is how many free ports the admission server is
+// given before its start fails.
+const admissionPortAttempts = 5
+
+// errAdmissionPortTaken marks an admission server that exited because its
+// port was taken before it could listen.
+var errAdmissionPortTaken = errors.New("its port was taken")
 
 func (a *admission) start(bin string, args []string) error {
 	logf, err := os.Create(a.log)
@@ -154,7 +175,11 @@ func (s *Sim) awaitAdmission(ctx context.Context) error {
 		}
 		select {
 		case <-s.admission.done:
-			return fmt.Errorf("kubesim: KubeVirt's admission webhooks exited: %s", tail(s.admission.log))
+			log := tail(s.admission.log)
+			if strings.Contains(log, "address already in use") {
+				return fmt.Errorf("kubesim: KubeVirt's admission webhooks exited, %w: %s", errAdmissionPortTaken, log)
+			}
+			return fmt.Errorf("kubesim: KubeVirt's admission webhooks exited: %s", log)
 		case <-ctx.Done():
 			return fmt.Errorf("kubesim: the API server does not call KubeVirt's admission webhooks (last probe: %v; server log: %s): %w",
 				err, tail(s.admission.log), ctx.Err())

@@ -3,7 +3,9 @@ package kubesim
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,4 +107,38 @@ func ptrText(b *bool) string {
 		return "unset"
 	}
 	return fmt.Sprint(*b)
+}
+
+// TestAdmissionPortTakenBeforeListen starts a sim whose admission server is
+// first offered a port another process holds (as happens when the port is
+// taken between being picked and being listened on): the server exits, a
+// new port is tried, and the sim admits VirtualMachines.
+func TestAdmissionPortTakenBeforeListen(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	var offers atomic.Int32
+	admissionPort = func() (int, error) {
+		if offers.Add(1) == 1 {
+			return taken.Addr().(*net.TCPAddr).Port, nil
+		}
+		return freePort()
+	}
+	t.Cleanup(func() { admissionPort = freePort })
+
+	c := cluster.Get(t)
+	cl := c.AdminClient()
+	ns := namespace(t, cl)
+	startSim(t, fast(c, ns))
+	if n := offers.Load(); n < 2 {
+		t.Fatalf("the admission server was offered %d port(s); the first was taken", n)
+	}
+	if err := cl.Create(t.Context(), virtualMachine(ns, "vm", "root", kubevirtv1.RunStrategyHalted)); err != nil {
+		t.Fatal(err)
+	}
+	if fw := getVM(cl, ns, "vm").Spec.Template.Spec.Domain.Firmware; fw == nil || fw.UUID == "" {
+		t.Errorf("firmware after create = %+v: KubeVirt's mutator did not admit the VM", fw)
+	}
 }
