@@ -28,6 +28,9 @@ func TestCommandLine(t *testing.T) {
 		{nil, copyjob.ExitUsage, "", usage + "\n"},
 		{[]string{"version", "extra"}, copyjob.ExitUsage, "", usage + "\n"},
 		{[]string{"convert"}, copyjob.ExitUsage, "", usage + "\n"},
+		{[]string{"convert", "-result", "/dev/termination-log"}, copyjob.ExitUsage, "", usage + "\n"},
+		{[]string{"convert", "-spec-json", "{}", "extra"}, copyjob.ExitUsage, "", usage + "\n"},
+		{[]string{"translate", "-spec-json", "{}"}, copyjob.ExitUsage, "", usage + "\n"},
 		{[]string{"copy"}, copyjob.ExitUsage, "", usage + "\n"},
 		{[]string{"copy", "-spec", "a.json", "-spec-json", "{}"}, copyjob.ExitUsage, "", usage + "\n"},
 	}

@@ -199,14 +199,16 @@ type Checked struct {
 // Reasons of a failed conversion (Result.Reason), the same as local
 // execution's for the same fault.
 const (
-	ReasonFailed       = "ConversionFailed"       // needs-human: virt-v2v refused the guest
-	ReasonStalled      = "ConversionStalled"      // transient: virt-v2v printed nothing for too long
-	ReasonToolsMissing = "ConversionToolsMissing" // needs-human: the image lacks virt-v2v or a tool
-	ReasonNoVirtioWin  = "VirtioWinMissing"       // needs-human: a Windows guest, no drivers
-	ReasonNoSpace      = "ConversionNoSpace"      // needs-human: a claim is full
-	ReasonOverlaysLost = "ConversionOverlaysLost" // needs-human: committing, but an overlay is gone
-	ReasonInterrupted  = "ConversionInterrupted"  // interrupted: a signal
-	ReasonBadDisk      = "ConversionBadDisk"      // permanent: a disk is not the raw image the spec says
+	ReasonFailed       = "ConversionFailed"          // needs-human: virt-v2v refused the guest
+	ReasonStalled      = "ConversionStalled"         // transient: virt-v2v printed nothing for too long
+	ReasonToolsMissing = "ConversionToolsMissing"    // needs-human: the image lacks virt-v2v or a tool
+	ReasonNoVirtioWin  = "VirtioWinMissing"          // needs-human: a Windows guest, no drivers
+	ReasonNoSpace      = "ConversionNoSpace"         // needs-human: a claim is full
+	ReasonOverlaysLost = "ConversionOverlaysLost"    // needs-human: committing, but an overlay is gone
+	ReasonInterrupted  = "ConversionInterrupted"     // interrupted: a signal
+	ReasonBadDisk      = "ConversionBadDisk"         // permanent: a disk is not the raw image the spec says
+	ReasonBadSpec      = "ConversionBadSpec"         // permanent: the spec is not valid
+	ReasonBadState     = "ConversionStateUnreadable" // needs-human: StateFile cannot be read or is not this conversion's
 )
 
 // Result is the worker's outcome. Its JSON stays under MaxResultBytes

@@ -1,0 +1,112 @@
+package convertjob
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
+)
+
+// createOverlay makes image's overlay, a qcow2 file beside it whose
+// backing file is the image by its relative name, so that the overlay
+// works wherever the claim is mounted.
+func createOverlay(ctx context.Context, image string) error {
+	return qemuImg(ctx, filepath.Dir(image), "create", "-q", "-f", "qcow2", "-F", "raw", "-b", filepath.Base(image), Overlay(image))
+}
+
+// commitOverlay writes what image's overlay holds into the image. -d
+// leaves the overlay as it was: a commit cut short is made again whole.
+func commitOverlay(ctx context.Context, image string) error {
+	return qemuImg(ctx, filepath.Dir(image), "commit", "-q", "-d", "-f", "qcow2", Overlay(image))
+}
+
+// qemuImg runs qemu-img in dir with args (never through a shell; the
+// paths it is given are absolute or plain names, never read as options).
+func qemuImg(ctx context.Context, dir string, args ...string) error {
+	cmd := exec.CommandContext(ctx, "qemu-img", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("qemu-img %s: %w", args[0], ctx.Err())
+	case errors.Is(err, exec.ErrNotFound):
+		return &fault.Error{Class: fault.NeedsHuman, Reason: ReasonToolsMissing,
+			Message: "qemu-img is not installed in the worker's image", Err: err,
+			Action: "use the vmmigration-worker image built for this provider's version"}
+	}
+	return fmt.Errorf("qemu-img %s %s: %w: %s", args[0], args[len(args)-1], err, lastLines(out.String(), 10, 2048))
+}
+
+// lastLines is the end of a tool's output: at most n lines and limit bytes.
+func lastLines(s string, n, limit int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	s = strings.Join(lines, "\n")
+	if cut := len(s) - limit; cut > 0 {
+		for cut < len(s) && !utf8.RuneStart(s[cut]) {
+			cut++
+		}
+		s = "…" + s[cut:]
+	}
+	return s
+}
+
+// fsyncPath makes a file's data durable.
+func fsyncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", p, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", p, err)
+	}
+	return nil
+}
+
+// hashImage is the SHA-256 and size of a raw image, its holes hashed as
+// the zeros they read as without being read.
+func hashImage(ctx context.Context, p string) (Checked, error) {
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	var size int64
+	err := sparsefile.WalkFile(p, func(f *os.File, off, n int64, data bool) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		size = off + n
+		if !data {
+			zerosum.Write(h, n)
+			return nil
+		}
+		got, err := io.CopyBuffer(h, io.NewSectionReader(f, off, n), buf)
+		if err == nil && got != n {
+			err = fmt.Errorf("read %d of %d bytes at %d: %w", got, n, off, io.ErrUnexpectedEOF)
+		}
+		return err
+	})
+	if err != nil {
+		return Checked{}, fmt.Errorf("hash %s: %w", p, err)
+	}
+	return Checked{SHA256: fmt.Sprintf("%x", h.Sum(nil)), Bytes: size}, nil
+}
