@@ -47,6 +47,15 @@ func (e *NotAdoptableError) FaultClass() fault.Class {
 // Job and the pods its controller made for it (by the Job's UID, so the
 // pods of an earlier Job of the same name never count).
 func EnsureCopy(ctx context.Context, kc *kube.Client, want *batchv1.Job) (Outcome, *batchv1.Job, error) {
+	return ensureJob(ctx, kc, want, ObserveCopy)
+}
+
+// EnsureConvert is EnsureCopy for a conversion Job (from RenderConvert).
+func EnsureConvert(ctx context.Context, kc *kube.Client, want *batchv1.Job) (Outcome, *batchv1.Job, error) {
+	return ensureJob(ctx, kc, want, ObserveConvert)
+}
+
+func ensureJob(ctx context.Context, kc *kube.Client, want *batchv1.Job, read func(*batchv1.Job, []corev1.Pod) Outcome) (Outcome, *batchv1.Job, error) {
 	job, _, err := kube.EnsureOwned(ctx, kc, want.DeepCopy(), kc.CreateJob, kube.LabelOwner(want.Labels[kube.LabelMigration]))
 	var notOwned *kube.NotOwnedError
 	if errors.As(err, &notOwned) {
@@ -58,17 +67,11 @@ func EnsureCopy(ctx context.Context, kc *kube.Client, want *batchv1.Job) (Outcom
 	if err := Adoptable(job, want); err != nil {
 		return Outcome{}, nil, &NotAdoptableError{Namespace: want.Namespace, Name: want.Name, Err: err}
 	}
-	out, err := ObserveJob(ctx, kc, job)
-	return out, job, err
-}
-
-// ObserveJob reads job's pods and returns its outcome.
-func ObserveJob(ctx context.Context, kc *kube.Client, job *batchv1.Job) (Outcome, error) {
 	pods, err := kc.ListPods(ctx, job.Namespace, map[string]string{batchv1.ControllerUidLabel: string(job.UID)})
 	if err != nil {
-		return Outcome{}, err
+		return Outcome{}, job, err
 	}
-	return ObserveCopy(job, pods), nil
+	return read(job, pods), job, nil
 }
 
 // EnsureSecret makes the migration's Secret (from RenderSecret) exist with

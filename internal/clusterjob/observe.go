@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
@@ -32,12 +33,14 @@ func (s State) String() string {
 	return [...]string{"Pending", "Running", "Succeeded", "Failed"}[s]
 }
 
-// Outcome is what a copy Job did.
+// Outcome is what a copy or conversion Job did.
 type Outcome struct {
 	State State
-	// Result is the worker's result from its pod's termination message
-	// (nil when there is none to read).
-	Result *copyjob.Result
+	// Result is a copy worker's result from its pod's termination
+	// message (nil when there is none to read); Conversion is a
+	// conversion worker's.
+	Result     *copyjob.Result
+	Conversion *convertjob.Result
 	// Class is the fault class of a Failed outcome: the result's, else
 	// the one the exit code or the pod's fate implies.
 	Class fault.Class
@@ -53,20 +56,43 @@ type Outcome struct {
 // terminal conditions end it: a pod that is gone or failed while the Job
 // controller has not yet decided is still Running or Pending.
 func ObserveCopy(job *batchv1.Job, pods []corev1.Pod) Outcome {
-	pod, term := lastTerminated(pods)
+	var res *copyjob.Result
+	out := observe(job, pods, CopyContainer, func(msg string) (verdict, error) {
+		r, err := copyjob.ParseResult(msg)
+		if err != nil {
+			return verdict{}, err
+		}
+		res = &r
+		return verdict{ok: r.OK, class: r.Class, err: r.Error}, nil
+	})
+	out.Result = res
+	return out
+}
+
+// verdict is what a worker's result says, whatever the Job's kind.
+type verdict struct {
+	ok         bool
+	class, err string
+}
+
+// observe reads the outcome of a Job whose worker runs in container from
+// the Job and its pods; parse reads the worker's result from a
+// termination message.
+func observe(job *batchv1.Job, pods []corev1.Pod, container string, parse func(string) (verdict, error)) Outcome {
+	pod, term := lastTerminated(pods, container)
 	out := Outcome{}
 	if pod != nil {
 		out.Pod = pod.Name
 	}
 	switch {
 	case jobCondition(job, batchv1.JobComplete):
-		return completed(out, term)
+		return completed(out, term, parse)
 	case jobCondition(job, batchv1.JobFailed) || jobCondition(job, batchv1.JobFailureTarget):
-		return failed(out, job, pod, term)
+		return failed(out, job, term, parse)
 	}
 	for _, p := range pods {
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == CopyContainer && cs.State.Running != nil {
+			if cs.Name == container && cs.State.Running != nil {
 				out.State, out.Pod = Running, p.Name
 				return out
 			}
@@ -74,28 +100,27 @@ func ObserveCopy(job *batchv1.Job, pods []corev1.Pod) Outcome {
 	}
 	out.State = Pending
 	if pod := newestPod(pods); pod != nil {
-		out.Pod, out.Reason = pod.Name, waitingReason(pod)
+		out.Pod, out.Reason = pod.Name, waitingReason(pod, container)
 	}
 	return out
 }
 
 // completed: the Job says Complete; the result must agree.
-func completed(out Outcome, term *corev1.ContainerStateTerminated) Outcome {
+func completed(out Outcome, term *corev1.ContainerStateTerminated, parse func(string) (verdict, error)) Outcome {
 	out.State, out.Class = Failed, fault.Transient
 	if term == nil {
 		// Complete with no pod left to read (deleted after the fact): the
-		// next attempt answers from the journal without reading the host.
+		// next attempt answers from what the worker kept in the claim.
 		out.Reason = "the Job completed but its pod, with the worker's result, is gone"
 		return out
 	}
-	res, err := copyjob.ParseResult(term.Message)
+	v, err := parse(term.Message)
 	if err != nil {
 		out.Reason = "the Job completed but its result cannot be used: " + err.Error()
 		return out
 	}
-	out.Result = &res
-	if !res.OK || term.ExitCode != copyjob.ExitOK {
-		out.Reason = fmt.Sprintf("the Job completed but the worker exited %d with result %q", term.ExitCode, res.Error)
+	if !v.ok || term.ExitCode != copyjob.ExitOK {
+		out.Reason = fmt.Sprintf("the Job completed but the worker exited %d with result %q", term.ExitCode, v.err)
 		return out
 	}
 	out.State, out.Class, out.Reason = Succeeded, 0, "Complete"
@@ -104,20 +129,19 @@ func completed(out Outcome, term *corev1.ContainerStateTerminated) Outcome {
 
 // failed: the Job failed; the result's class if there is one, else the
 // exit code's, else the pod's fate.
-func failed(out Outcome, job *batchv1.Job, pod *corev1.Pod, term *corev1.ContainerStateTerminated) Outcome {
+func failed(out Outcome, job *batchv1.Job, term *corev1.ContainerStateTerminated, parse func(string) (verdict, error)) Outcome {
 	out.State = Failed
 	cond := jobConditionReason(job)
 	switch {
 	case term == nil:
 		// Deleted, evicted before it started, or on a node that was lost:
-		// nothing the worker did is known; its journal is.
+		// nothing the worker did is known; what it kept in the claim is.
 		out.Class, out.Reason = fault.Interrupted, fmt.Sprintf("the Job failed (%s) with no worker exit to read: its pod was deleted or lost", cond)
 		return out
 	case term.Message != "":
-		if res, err := copyjob.ParseResult(term.Message); err == nil && !res.OK {
-			out.Result = &res
-			out.Class = classOf(res.Class)
-			out.Reason = fmt.Sprintf("the worker exited %d: %s", term.ExitCode, res.Error)
+		if v, err := parse(term.Message); err == nil && !v.ok {
+			out.Class = classOf(v.class)
+			out.Reason = fmt.Sprintf("the worker exited %d: %s", term.ExitCode, v.err)
 			return out
 		}
 	}
@@ -153,13 +177,13 @@ func classOf(name string) fault.Class {
 	return fault.Permanent
 }
 
-// lastTerminated is the newest pod whose copy container has terminated,
+// lastTerminated is the newest pod whose container has terminated,
 // and that termination.
-func lastTerminated(pods []corev1.Pod) (*corev1.Pod, *corev1.ContainerStateTerminated) {
+func lastTerminated(pods []corev1.Pod, container string) (*corev1.Pod, *corev1.ContainerStateTerminated) {
 	sorted := byNewest(pods)
 	for _, p := range sorted {
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == CopyContainer && cs.State.Terminated != nil {
+			if cs.Name == container && cs.State.Terminated != nil {
 				return p, cs.State.Terminated
 			}
 		}
@@ -192,11 +216,11 @@ func byNewest(pods []corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// waitingReason is why a pod's copy container has not started, if its
+// waitingReason is why a pod's container has not started, if its
 // status says ("" when it does not).
-func waitingReason(p *corev1.Pod) string {
+func waitingReason(p *corev1.Pod, container string) string {
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == CopyContainer && cs.State.Waiting != nil {
+		if cs.Name == container && cs.State.Waiting != nil {
 			return cs.State.Waiting.Reason + ": " + cs.State.Waiting.Message
 		}
 	}

@@ -234,3 +234,19 @@ libguestfs: trace: a line that is not the worker's
 		t.Errorf("a result line: %+v, %v", l2, err)
 	}
 }
+
+// A conversion of MaxDisks disks with full evidence (100 GiB disks, every
+// message at its bound) fits a termination message with every hash.
+func TestEncodeFitsMaxDisks(t *testing.T) {
+	r := okResult(convertjob.MaxDisks)
+	for i := range r.Disks {
+		r.Disks[i].Bytes = 100 << 30
+	}
+	b := r.Encode()
+	if len(b) > convertjob.MaxResultBytes {
+		t.Fatalf("%d bytes for %d disks, more than %d", len(b), convertjob.MaxDisks, convertjob.MaxResultBytes)
+	}
+	if got := decode(t, b); !reflect.DeepEqual(got.Disks, r.Disks) {
+		t.Errorf("decoded %d images, want %d", len(got.Disks), len(r.Disks))
+	}
+}

@@ -38,8 +38,10 @@ const (
 	OverlaySuffix = ".v2v.qcow2"
 )
 
-// MaxDisks bounds the disks of one conversion.
-const MaxDisks = 64
+// MaxDisks bounds the disks of one conversion: the result carries a
+// SHA-256 per disk within a termination message's 4096 bytes, which holds
+// 36 with full evidence (TestEncodeFitsMaxDisks).
+const MaxDisks = 32
 
 // maxSpecBytes bounds a spec.
 const maxSpecBytes = 64 << 10

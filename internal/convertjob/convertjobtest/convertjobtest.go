@@ -49,7 +49,23 @@ type Fake struct{ dir string }
 // their own (other test packages' real guests hold the machine's).
 func Install(t testing.TB, o Options) *Fake {
 	t.Helper()
-	f := &Fake{dir: t.TempDir()}
+	f, err := Write(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", f.dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv(guestslot.EnvDir, f.path("guest-slots"))
+	return f
+}
+
+// Dir is the folder of the stand-ins (to put first in PATH).
+func (f *Fake) Dir() string { return f.dir }
+
+// Write writes the stand-ins into dir, for a program that runs them with
+// dir first in its PATH (a test's own pods, which Install's PATH does not
+// reach).
+func Write(dir string, o Options) (*Fake, error) {
+	f := &Fake{dir: dir}
 	osXML := `<name>linux</name><distro>debian</distro><major_version>12</major_version><minor_version>4</minor_version><arch>x86_64</arch><osinfo>debian12</osinfo>`
 	if o.Windows {
 		osXML = `<name>windows</name><distro>windows</distro><major_version>10</major_version><minor_version>0</minor_version><arch>x86_64</arch><osinfo>win2k22</osinfo>`
@@ -89,12 +105,10 @@ echo '{ "message": "` + Converted + `", "timestamp": "", "type": "message" }'`,
 	}
 	for name, body := range tools {
 		if err := os.WriteFile(filepath.Join(f.dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
-	t.Setenv("PATH", f.dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	t.Setenv(guestslot.EnvDir, f.path("guest-slots"))
-	return f
+	return f, nil
 }
 
 func (f *Fake) path(name string) string { return filepath.Join(f.dir, name) }
