@@ -59,9 +59,10 @@ type Convert struct {
 	// Image is the worker image, digest-pinned.
 	Image string
 	// Claims are the VM's disks' claims in disk order; Sizes their
-	// images' sizes.
+	// images' sizes; IDs their DataVolumes' UIDs (convertjob.Disk.ID).
 	Claims []string
 	Sizes  []int64
+	IDs    []string
 	// KVM requests ResourceKVM.
 	KVM bool
 	// StallSeconds: see convertjob.Spec.
@@ -81,10 +82,14 @@ func (c Convert) Spec() convertjob.Spec {
 	s := convertjob.Spec{StallSeconds: c.StallSeconds}
 	for i := range c.Claims {
 		var size int64
+		var id string
 		if i < len(c.Sizes) {
 			size = c.Sizes[i]
 		}
-		s.Disks = append(s.Disks, convertjob.Disk{Path: diskDir(i) + "/" + convertjob.ImageName, SizeBytes: size})
+		if i < len(c.IDs) {
+			id = c.IDs[i]
+		}
+		s.Disks = append(s.Disks, convertjob.Disk{Path: diskDir(i) + "/" + convertjob.ImageName, SizeBytes: size, ID: id})
 	}
 	return s
 }

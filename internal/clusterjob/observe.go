@@ -79,10 +79,10 @@ type verdict struct {
 // the Job and its pods; parse reads the worker's result from a
 // termination message.
 func observe(job *batchv1.Job, pods []corev1.Pod, container string, parse func(string) (verdict, error)) Outcome {
-	pod, term := lastTerminated(pods, container)
+	tpod, term := lastTerminated(pods, container)
 	out := Outcome{}
-	if pod != nil {
-		out.Pod = pod.Name
+	if tpod != nil {
+		out.Pod = tpod.Name
 	}
 	switch {
 	case jobCondition(job, batchv1.JobComplete):
@@ -101,6 +101,9 @@ func observe(job *batchv1.Job, pods []corev1.Pod, container string, parse func(s
 	out.State = Pending
 	if pod := newestPod(pods); pod != nil {
 		out.Pod, out.Reason = pod.Name, waitingReason(pod, container)
+		if term != nil && pod == tpod && out.Reason == "" {
+			out.Reason = fmt.Sprintf("its pod %s ended (exit %d); the Job controller has not marked the Job yet", pod.Name, term.ExitCode)
+		}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,6 +57,15 @@ func run(ctx context.Context, s Spec, p *printer) Result {
 	st, err := readState(s.StatePath())
 	if err != nil {
 		return failure(ctx, err)
+	}
+	if st.Phase != "" && !slices.Equal(st.IDs, s.IDs()) {
+		// Recorded for claims since replaced: what it says of the
+		// images is not theirs. The conversion starts over.
+		p.stage(StageOverlays, len(s.Disks), fmt.Sprintf("the state in %s was recorded for other claims (%v, now %v): converting again", s.StatePath(), st.IDs, s.IDs()))
+		if err := os.Remove(s.StatePath()); err != nil && !os.IsNotExist(err) {
+			return failure(ctx, err)
+		}
+		st = State{}
 	}
 	j := &job{spec: s, out: p, state: st}
 	reused := st.Phase == PhaseDone
@@ -181,7 +191,7 @@ func (j *job) convert(ctx context.Context) error {
 	}
 	// From here on the overlays are what the images become: they are
 	// kept until the images are committed, hashed and recorded.
-	return j.writeState(State{Phase: PhaseCommitting, Evidence: evidenceOf(ev)})
+	return j.writeState(State{Phase: PhaseCommitting, IDs: j.spec.IDs(), Evidence: evidenceOf(ev)})
 }
 
 // commit commits every overlay into its image, syncs and hashes the
@@ -224,7 +234,7 @@ func (j *job) commit(ctx context.Context) error {
 		}
 		checked[i] = c
 	}
-	if err := j.writeState(State{Phase: PhaseDone, Evidence: j.state.Evidence, Disks: checked}); err != nil {
+	if err := j.writeState(State{Phase: PhaseDone, IDs: j.spec.IDs(), Evidence: j.state.Evidence, Disks: checked}); err != nil {
 		return err
 	}
 	return j.removeOverlays()

@@ -440,7 +440,7 @@ func TestRefusals(t *testing.T) {
 		{"unknown phase", func(t *testing.T, s *convertjob.Spec) { writeState(t, s, `{"phase":"converting"}`) },
 			"needs-human", convertjob.ReasonBadState},
 		{"done for other disks", func(t *testing.T, s *convertjob.Spec) {
-			writeState(t, s, fmt.Sprintf(`{"phase":"done","evidence":{"tool":"virt-v2v-in-place","converted":"x"},"disks":[{"sha256":%q,"bytes":%d}]}`,
+			writeState(t, s, fmt.Sprintf(`{"phase":"done","ids":["",""],"evidence":{"tool":"virt-v2v-in-place","converted":"x"},"disks":[{"sha256":%q,"bytes":%d}]}`,
 				strings.Repeat("a", 64), diskSize))
 		}, "needs-human", convertjob.ReasonBadState},
 	}
@@ -564,5 +564,36 @@ func TestHashImage(t *testing.T) {
 	defer cancel()
 	if _, err := convertjob.HashImage(ctx, p); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("HashImage after its context ended: %v", err)
+	}
+}
+
+// A state recorded for other claims (one of the VM's DataVolumes was
+// replaced, and its disk copied again into the new claim) is not believed:
+// the guest is converted again, and the new state names the new claims.
+func TestStateOfReplacedClaimsIsNotBelieved(t *testing.T) {
+	fake := convertjobtest.Install(t, convertjobtest.Options{})
+	c := newClaims(t, 2)
+	c.spec.Disks[0].ID, c.spec.Disks[1].ID = "uid-a", "uid-b"
+	first, _ := run(t, t.Context(), c.spec)
+	if !first.OK {
+		t.Fatalf("first conversion: %+v", first)
+	}
+	// Disk 1's claim replaced: a fresh copy of its disk.
+	if err := os.WriteFile(c.spec.Disks[1].Path, c.before[1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.spec.Disks[1].ID = "uid-c"
+	again, _ := run(t, t.Context(), c.spec)
+	if !again.OK || again.Reused {
+		t.Fatalf("after disk 1's claim was replaced: %+v, want a new conversion", again)
+	}
+	if runs := fake.Runs(t); runs != 2 {
+		t.Errorf("virt-v2v-in-place ran %d times, want 2", runs)
+	}
+	if got, want := again.Disks[1].SHA256, sha256Hex(convertjobtest.Apply(c.before[1], 1)); got != want {
+		t.Errorf("disk 1 after the new conversion: %s, want %s", got, want)
+	}
+	if st := readState(t, c.spec); st.Phase != convertjob.PhaseDone || !slices.Equal(st.IDs, []string{"uid-a", "uid-c"}) {
+		t.Errorf("state %s for %v, want done for the new claims", st.Phase, st.IDs)
 	}
 }

@@ -65,6 +65,10 @@ type Spec struct {
 type Disk struct {
 	Path      string `json:"path"`
 	SizeBytes int64  `json:"size_bytes"`
+	// ID identifies the claim's content (the DataVolume's UID): a state
+	// recorded for other IDs is another conversion's, of claims since
+	// replaced, and is started over rather than believed.
+	ID string `json:"id,omitempty"`
 }
 
 // ParseSpec decodes and validates a spec; what names it in errors.
@@ -148,6 +152,15 @@ func checkAbs(p string) error {
 // Overlay is the overlay path of disk image p.
 func Overlay(p string) string { return p + OverlaySuffix }
 
+// IDs are the disks' IDs, in order.
+func (s Spec) IDs() []string {
+	ids := make([]string, len(s.Disks))
+	for i, d := range s.Disks {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
 // StatePath is the state file of a conversion of these disks.
 func (s Spec) StatePath() string { return filepath.Join(filepath.Dir(s.Disks[0].Path), StateFile) }
 
@@ -163,7 +176,9 @@ const (
 // State is what StateFile holds (JSON, written to a temporary file,
 // synced and renamed).
 type State struct {
-	Phase    string    `json:"phase"`
+	Phase string `json:"phase"`
+	// IDs are the disks' IDs the state was recorded for.
+	IDs      []string  `json:"ids,omitempty"`
 	Evidence Evidence  `json:"evidence"`
 	Disks    []Checked `json:"disks,omitempty"` // PhaseDone only
 }
