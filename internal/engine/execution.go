@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -78,8 +79,8 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 	if spec.VolumeMode == string(corev1.PersistentVolumeBlock) {
 		missing = append(missing, "Block-mode claims are not yet available in cluster execution (their journals need a claim of their own)")
 	}
-	if spec.Conversion == ConversionVirtV2V && !e.clusterConverts() {
-		missing = append(missing, fmt.Sprintf("conversion %q is not yet available in cluster execution", ConversionVirtV2V))
+	if spec.Conversion == ConversionVirtV2V && len(vm.Disks) > convertjob.MaxDisks {
+		missing = append(missing, fmt.Sprintf("the VM has %d disks and a conversion Job converts at most %d", len(vm.Disks), convertjob.MaxDisks))
 	}
 	for _, d := range vm.Disks {
 		if len(chainPlan(d.Chain)) > 0 {
@@ -92,11 +93,11 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 			vm.Name, ExecutionCluster, strings.Join(missing, "; "), ExecutionLocal)
 		return c
 	}
-	c.Message = fmt.Sprintf("Kubernetes Jobs from %s copy the disks into their DataVolumes' claims; no disk byte passes through the machine running Terraform (execution %q).",
-		e.deps.WorkerImage, ExecutionCluster)
+	converts := ""
+	if spec.Conversion == ConversionVirtV2V {
+		converts = " and a conversion Job converts the guest there with virt-v2v-in-place"
+	}
+	c.Message = fmt.Sprintf("Kubernetes Jobs from %s copy the disks into their DataVolumes' claims%s; no disk byte passes through the machine running Terraform (execution %q).",
+		e.deps.WorkerImage, converts, ExecutionCluster)
 	return c
 }
-
-// clusterConverts reports whether cluster execution can convert guests
-// with a conversion Job.
-func (e *Engine) clusterConverts() bool { return false }

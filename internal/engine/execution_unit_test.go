@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -76,6 +77,10 @@ func TestRecordExecutionOnce(t *testing.T) {
 func TestExecutionCheck(t *testing.T) {
 	plain := &esxi.VM{Name: "web", Disks: []esxi.Disk{{Device: "scsi0:0", DataPath: "/vmfs/volumes/ds1/web/web-flat.vmdk"}}}
 	onChain := &esxi.VM{Name: "db", Disks: []esxi.Disk{{Device: "scsi0:0", Chain: &esxi.DiskChain{Links: []esxi.ChainLink{{DescriptorPath: "/vmfs/volumes/ds1/db/db-000001.vmdk"}}}}}}
+	manyDisks := &esxi.VM{Name: "big"}
+	for i := range 33 {
+		manyDisks.Disks = append(manyDisks.Disks, esxi.Disk{Device: fmt.Sprintf("scsi0:%d", i), DataPath: fmt.Sprintf("/vmfs/volumes/ds1/big/big_%d-flat.vmdk", i)})
+	}
 	base := Spec{Execution: ExecutionCluster, Conversion: ConversionNone}.WithDefaults()
 	withImage := &Engine{deps: Deps{WorkerImage: "registry.example/worker@sha256:abc"}}
 	for _, tc := range []struct {
@@ -91,8 +96,10 @@ func TestExecutionCheck(t *testing.T) {
 		{"no image", &Engine{}, nil, plain, false, "worker_image is not set"},
 		{"warm", withImage, func(s Spec) Spec { s.Mode = ModeWarm; return s }, plain, false, "mode \"warm\""},
 		{"block", withImage, func(s Spec) Spec { s.VolumeMode = "Block"; return s }, plain, false, "Block-mode"},
-		{"virt-v2v", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, plain, false, "conversion \"virt-v2v\""},
+		{"virt-v2v", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, plain, true, "a conversion Job converts the guest"},
 		{"snapshot chain", withImage, nil, onChain, false, "snapshot chain"},
+		{"more disks than a conversion takes", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, manyDisks, false, "at most 32"},
+		{"as many disks without conversion", withImage, nil, manyDisks, true, "copy the disks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := base

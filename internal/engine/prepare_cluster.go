@@ -457,4 +457,14 @@ func (r *run) claimReplaced(ctx context.Context, i int) {
 	if wasAcquired {
 		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: DataVolume %s was replaced since its copy: the disk is copied again into the new claim", i, d.DataVolume)})
 	}
+	// A conversion in the claims converted the old one: the guest is
+	// converted again, by a new Job, once the disk is copied again.
+	if rec := r.rec(); rec.ConvertAttempt > 0 {
+		rec.Conversion = nil
+		for j := range rec.Disks {
+			rec.Disks[j].ConvertedSHA256 = ""
+		}
+		rec.ConvertAttempt++
+		rec.ConvertJob, rec.ConvertJobUID = "", ""
+	}
 }

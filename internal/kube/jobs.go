@@ -86,3 +86,13 @@ func (c *Client) ListJobs(ctx context.Context, namespace string, labels map[stri
 func (c *Client) PodLogTail(ctx context.Context, namespace, pod, container string, lines, limit int) ([]byte, error) {
 	return c.podLog(ctx, namespace, pod, container, lines, limit)
 }
+
+// ListNodes lists the cluster's Nodes (cluster scope: the runner's
+// credentials may not allow it).
+func (c *Client) ListNodes(ctx context.Context) ([]corev1.Node, error) {
+	var list corev1.NodeList
+	if err := c.list(ctx, "Node", "", nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}

@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob/convertjobtest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
@@ -21,13 +23,15 @@ import (
 // the test node runs the worker built from this repository for it.
 const testWorkerImage = "registry.example/vmmigration-worker@sha256:89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567"
 
-// TestAccClusterExecution migrates a VM with execution = "cluster" through
-// the Terraform CLI, in a cluster with the real Job controller, garbage
-// collector, PersistentVolume binder and scheduler, and a node that runs
-// the copy Jobs' worker: the state holds the same evidence as a local
-// migration's plus each disk's copy Job, the claims hold the source disks
-// though nothing reached the upload proxy or work_dir, and a second plan
-// changes nothing.
+// TestAccClusterExecution migrates a VM with execution = "cluster" and
+// conversion = "virt-v2v" through the Terraform CLI, in a cluster with the
+// real Job controller, garbage collector, PersistentVolume binder and
+// scheduler, and a node that runs the Jobs' worker (with stand-ins for
+// virt-v2v's tools: the simulated disks hold no guest): the state holds
+// the same evidence as a local migration's plus each disk's copy Job and
+// the conversion Job, the claims hold the converted source disks though
+// nothing reached the upload proxy or work_dir, and a second plan changes
+// nothing.
 func TestAccClusterExecution(t *testing.T) {
 	t.Parallel()
 	acctest.PreCheck(t)
@@ -36,7 +40,14 @@ func TestAccClusterExecution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.StartNode(t, map[string]string{testWorkerImage: worker})
+	fake, entry, err := convertjobtest.Worker(worker, convertjobtest.Options{})
+	if fake != nil {
+		t.Cleanup(func() { _ = os.RemoveAll(fake.Dir()) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StartNode(t, map[string]string{testWorkerImage: entry})
 	ns := fmt.Sprintf("jobs-%d", time.Now().UnixNano()%100000)
 	c.CreateNamespace(t, ns)
 	c.EnsureProvisionedStorageClass(t, "claims")
@@ -65,7 +76,7 @@ resource "vmmigration_migration" "jobs" {
     storage_class = "claims"
     network_map   = { "VM Network" = "pod" }
   }
-  conversion       = "none"
+  conversion       = "virt-v2v"
   execution        = "cluster"
   power_off_policy = "graceful"
   retry = {
@@ -78,13 +89,21 @@ resource "vmmigration_migration" "jobs" {
 	const addr = "vmmigration_migration.jobs"
 	want := map[string]string{
 		"phase": "Completed", "execution": "cluster", "power_off_action": "graceful", "disks.#": "2",
+		"conversion_evidence.tool": "virt-v2v-in-place", "conversion_evidence.os_distro": "debian",
+		"conversion_evidence.converted": convertjobtest.Converted, "conversion_evidence.job": "vmmigration-jobs-convert-1",
 	}
+	converted := make([]string, len(files.Disks))
 	for i, d := range files.Disks {
+		b, err := os.ReadFile(d.LocalFlat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		converted[i] = fmt.Sprintf("%x", sha256.Sum256(convertjobtest.Apply(b, i)))
 		p := fmt.Sprintf("disks.%d.", i)
 		want[p+"data_volume"] = fmt.Sprintf("jobs-disk-%d", i)
 		want[p+"source_sha256"] = d.SHA256()
 		want[p+"artifact_format"] = "raw"
-		want[p+"artifact_sha256"] = d.SHA256()
+		want[p+"artifact_sha256"] = converted[i]
 		want[p+"copy_job"] = fmt.Sprintf("jobs-disk-%d-copy-1", i)
 		want[p+"copy_attempt"] = "1"
 	}
@@ -98,11 +117,14 @@ resource "vmmigration_migration" "jobs" {
 				resource.TestCheckResourceAttrSet(addr, "timestamps.completed"),
 				resource.TestCheckResourceAttrSet(addr, "disks.0.data_volume_uid"),
 				func(*terraform.State) error {
-					for i, d := range files.Disks {
+					for i := range files.Disks {
 						got := fileSHA256(t, sim.ReceivedPath(ns, fmt.Sprintf("jobs-disk-%d", i)))
-						if got != d.SHA256() {
-							return fmt.Errorf("the claim of jobs-disk-%d holds %s, the source %s", i, got, d.SHA256())
+						if got != converted[i] {
+							return fmt.Errorf("the claim of jobs-disk-%d holds %s, the converted source %s", i, got, converted[i])
 						}
+					}
+					if n := fake.Runs(t); n != 1 {
+						return fmt.Errorf("virt-v2v-in-place ran %d times, want once", n)
 					}
 					if n := sim.UploadProxyBytes(); n != 0 {
 						return fmt.Errorf("%d bytes reached the upload proxy; cluster execution uploads nothing", n)

@@ -340,7 +340,7 @@ func conditionModels(cs []record.Condition) []conditionModel {
 
 // ConversionEvidenceKeys are the keys of the conversion_evidence attribute.
 var ConversionEvidenceKeys = []string{"tool", "version", "accelerator", "os_type", "os_distro", "os_version", "osinfo", "firmware",
-	"converted", "drivers", "warnings", "seconds", "time"}
+	"converted", "drivers", "warnings", "seconds", "time", "job"}
 
 // conversionEvidenceMap is the conversion_evidence attribute of a record's
 // conversion.
@@ -350,6 +350,7 @@ func conversionEvidenceMap(c *record.ConversionEvidence) map[string]string {
 		"os_type": c.OS.Type, "os_distro": c.OS.Distro, "os_version": c.OS.Version, "osinfo": c.OS.OSInfo, "firmware": c.OS.Firmware,
 		"converted": c.Converted, "drivers": strings.Join(c.Drivers, "; "), "warnings": strings.Join(c.Warnings, "; "),
 		"seconds": strconv.FormatFloat(c.Seconds, 'f', 1, 64), "time": c.Time.UTC().Format(time.RFC3339),
+		"job": c.Job,
 	}
 }
 

@@ -276,7 +276,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 				"(`timestamps.sourcePoweredOff` to `timestamps.vmStarted`), as a duration such as `42s`. Empty until the VM has started."),
 			"guest_os": str("The guest operating system as virt-v2v inspected it, such as `debian 12.15 (debian12)`. Empty before the conversion ran, and with `conversion = \"none\"`."),
 			"conversion_evidence": schema.MapAttribute{Computed: true, ElementType: types.StringType,
-				MarkdownDescription: "What the guest conversion saw and did: " + backticked(ConversionEvidenceKeys) + ". Empty before it ran."},
+				MarkdownDescription: "What the guest conversion saw and did: " + backticked(ConversionEvidenceKeys) + " (`job`: in cluster execution, the conversion Job that converted the guest in the claims; empty locally). Empty before it ran."},
 			"power_off_action": str("What powered the source off, recorded once: " + backticked(record.PowerActions) + "."),
 			"timestamps":       schema.MapAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "RFC 3339 times of the checkpoints reached: " + backticked(record.TimestampNames) + "."},
 			"disks": schema.ListNestedAttribute{

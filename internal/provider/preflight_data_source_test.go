@@ -122,10 +122,10 @@ data "vmmigration_preflight" "blocked" {
 					"warnings.#": "1",
 					"warnings.0": `power_off_policy: VM "web-01" is poweredOn and power_off_policy is "hard": it will be powered off without a guest shutdown (like pulling the plug).`,
 				}),
-				// Cluster execution without the provider's worker_image,
-				// and with a guest conversion it does not do yet: one
-				// blocker that says both, and what to set instead. No
-				// work_dir check: nothing is staged locally.
+				// Cluster execution without the provider's worker_image:
+				// one blocker that says so, and what to set instead (the
+				// guest conversion runs in a conversion Job). No work_dir
+				// check: nothing is staged locally.
 				attrs(inCluster, map[string]string{
 					"execution":    "cluster",
 					"passed":       "false",

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestslot"
 )
@@ -208,4 +209,40 @@ func Apply(content []byte, i int) []byte {
 		out[j] = b
 	}
 	return out
+}
+
+// Worker makes an image entrypoint for a test's pods: a copy of the
+// worker binary bin that runs with the stand-ins (Write with o) first in
+// its PATH and guest slots of its own. Everything is in a new folder dir
+// outside /tmp and /var/tmp, which a conversion pod mounts scratch over (a
+// real image has its programs in /usr); the caller removes dir.
+func Worker(bin string, o Options) (f *Fake, entry string, err error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp(cache, "vmmigration-v2v-worker-")
+	if err != nil {
+		return nil, "", err
+	}
+	if f, err = Write(dir, o); err != nil {
+		return nil, "", err
+	}
+	worker := f.path("vmmigration-worker")
+	if err := convert.CopySparse(bin, worker); err != nil {
+		return f, "", err
+	}
+	if err := os.Chmod(worker, 0o755); err != nil {
+		return f, "", err
+	}
+	entry = f.path("entrypoint")
+	script := "#!/bin/sh\nPATH=" + strconv.Quote(dir) + ":$PATH " + guestslot.EnvDir + "=" + strconv.Quote(f.path("guest-slots")) +
+		" exec " + strconv.Quote(worker) + " \"$@\"\n"
+	if err := os.WriteFile(entry, []byte(script), 0o755); err != nil {
+		return f, "", err
+	}
+	return f, entry, nil
 }

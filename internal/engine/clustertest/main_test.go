@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob/convertjobtest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -42,6 +43,9 @@ const (
 	hostName     = "esx1"
 	storageClass = "cluster-exec"
 	workerImage  = "registry.example/vmmigration-worker@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	// v2vImage is the worker with stand-ins for virt-v2v's tools first in
+	// its PATH (fakeV2V): the simulated disks hold no guest to convert.
+	v2vImage = "registry.example/vmmigration-worker-v2v@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 	esxiPassword = "cluster-exec'Pa55"
 )
 
@@ -52,6 +56,9 @@ var (
 		err    error
 		runner *podrun.Runner
 		cs     kubernetes.Interface
+		// v2vDir holds the stand-ins of v2vImage.
+		v2vDir string
+		v2v    *convertjobtest.Fake
 	}
 	nsSeq atomic.Int64
 )
@@ -65,6 +72,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "stopping the runner:", err)
 			code = 1
 		}
+	}
+	if shared.v2vDir != "" {
+		_ = os.RemoveAll(shared.v2vDir)
 	}
 	if err := cluster.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the test cluster:", err)
@@ -91,10 +101,15 @@ func startShared(t *testing.T, c *testcluster.Cluster) {
 			shared.err = err
 			return
 		}
+		var v2vEntry string
+		if shared.v2vDir, v2vEntry, err = fakeV2V(bin); err != nil {
+			shared.err = err
+			return
+		}
 		// No claim is listed: each is mounted from the volume kubesim
 		// provisioned for it.
 		shared.runner, shared.err = podrun.Start(context.Background(), podrun.Options{Config: c.RESTConfig(),
-			Images: map[string]string{workerImage: bin}})
+			Images: map[string]string{workerImage: bin, v2vImage: v2vEntry}})
 	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
@@ -111,6 +126,9 @@ type env struct {
 	reg  *esxi.Registry
 	kube *kube.Client
 	ns   string
+	// image is the worker image the engine renders its Jobs with
+	// (workerImage unless a test sets it).
+	image string
 
 	mu     sync.Mutex
 	events []engine.Event
@@ -122,7 +140,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	c := cluster.Get(t)
 	startShared(t, c)
-	e := &env{t: t, c: c, ns: fmt.Sprintf("cx-%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1))}
+	e := &env{t: t, c: c, ns: fmt.Sprintf("cx-%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1)), image: workerImage}
 	ctx := t.Context()
 	if _, err := shared.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -168,7 +186,7 @@ func (e *env) engine() *engine.Engine {
 	e.t.Helper()
 	en, err := engine.New(engine.Deps{
 		ESXi: e.reg, Kube: e.kube, PollInterval: 50 * time.Millisecond, LeaseDuration: 3 * time.Second,
-		WorkerImage: workerImage,
+		WorkerImage: e.image,
 		Progress: func(ev engine.Event) {
 			e.t.Logf("%s %s disk %d: %s", ev.Phase, ev.Kind, ev.Disk, ev.Message)
 			e.mu.Lock()

@@ -155,6 +155,13 @@ type Record struct {
 	ConversionMode string `json:"conversionMode,omitempty"`
 	// Conversion is the guest conversion's evidence, once it ran.
 	Conversion *ConversionEvidence `json:"conversion,omitempty"`
+	// ConvertAttempt is, in cluster execution, the number of the VM's
+	// conversion Job attempt (from 1), recorded before its Job is
+	// created; ConvertJob and ConvertJobUID are the Job last created or
+	// adopted for it.
+	ConvertAttempt int    `json:"convertAttempt,omitempty"`
+	ConvertJob     string `json:"convertJob,omitempty"`
+	ConvertJobUID  string `json:"convertJobUID,omitempty"`
 	// Execution is where the migration's disk work runs, ExecutionLocal
 	// or ExecutionCluster: recorded when the migration is Validated and
 	// never switched afterwards. Empty in records from before cluster
@@ -494,6 +501,9 @@ type ConversionEvidence struct {
 	// Seconds is how long the conversion took.
 	Seconds float64   `json:"seconds"`
 	Time    time.Time `json:"time"`
+	// Job is, in cluster execution, the conversion Job that converted
+	// the guest in the claims.
+	Job string `json:"job,omitempty"`
 }
 
 // GuestOS is an inspected guest operating system.
