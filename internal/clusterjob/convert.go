@@ -161,7 +161,7 @@ func RenderConvert(c Convert) (*batchv1.Job, error) {
 		Args:  []string{"convert", "-spec-json", string(spec), "-result", corev1.TerminationMessagePathDefault},
 		// libguestfs keeps its helper VM's appliance in its cache; both
 		// it and virt-v2v's temporary overlays go to the pod's scratch.
-		Env: []corev1.EnvVar{{Name: "LIBGUESTFS_CACHEDIR", Value: "/var/tmp"}, {Name: "TMPDIR", Value: "/tmp"}, {Name: "HOME", Value: "/tmp"}},
+		Env:                      []corev1.EnvVar{{Name: "LIBGUESTFS_CACHEDIR", Value: "/var/tmp"}, {Name: "TMPDIR", Value: "/tmp"}, {Name: "HOME", Value: "/tmp"}},
 		ImagePullPolicy:          corev1.PullIfNotPresent,
 		VolumeMounts:             mounts,
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,

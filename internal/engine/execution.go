@@ -71,7 +71,7 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 	}
 	var missing []string
 	if e.deps.WorkerImage == "" {
-		missing = append(missing, "the provider's worker_image is not set: cluster execution runs its copy Jobs from that image (see make image; pin it by digest)")
+		missing = append(missing, "the provider's worker_image is not set: cluster execution runs its copy and conversion Jobs from that image (see make image; pin it by digest)")
 	}
 	if spec.warm() {
 		missing = append(missing, fmt.Sprintf("mode %q is not yet available in cluster execution", ModeWarm))

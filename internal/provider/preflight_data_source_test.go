@@ -130,7 +130,7 @@ data "vmmigration_preflight" "blocked" {
 					"execution":    "cluster",
 					"passed":       "false",
 					"blockers.#":   "1",
-					"blockers.0":   `execution: VM "web-01" cannot be migrated with execution "cluster": the provider's worker_image is not set: cluster execution runs its copy Jobs from that image (see make image; pin it by digest); conversion "virt-v2v" is not yet available in cluster execution. Set execution = "local" for this migration, or fix what is listed.`,
+					"blockers.0":   `execution: VM "web-01" cannot be migrated with execution "cluster": the provider's worker_image is not set: cluster execution runs its copy and conversion Jobs from that image (see make image; pin it by digest). Set execution = "local" for this migration, or fix what is listed.`,
 					"checks.#":     "17",
 					"checks.16.id": "execution",
 				}),

@@ -45,7 +45,7 @@ const (
 	workerImage  = "registry.example/vmmigration-worker@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	// v2vImage is the worker with stand-ins for virt-v2v's tools first in
 	// its PATH (fakeV2V): the simulated disks hold no guest to convert.
-	v2vImage = "registry.example/vmmigration-worker-v2v@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	v2vImage     = "registry.example/vmmigration-worker-v2v@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 	esxiPassword = "cluster-exec'Pa55"
 )
 
