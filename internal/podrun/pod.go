@@ -383,7 +383,13 @@ func (w *podWorker) setupContainer(ctx context.Context, pod *corev1.Pod, c corev
 	}
 	argv := append(append([]string{}, c.Command...), c.Args...)
 	if c.Command == nil {
-		argv = append([]string{w.r.opts.Images[c.Image]}, c.Args...)
+		// The entrypoint is in the container's own file system, as an
+		// image's is: a volume mounted over the folder that holds the
+		// program on this machine (a /tmp emptyDir) does not hide it.
+		if err := plan.ensureFile(EntrypointPath, w.r.opts.Images[c.Image]); err != nil {
+			return nil, fmt.Errorf("entrypoint: %w", err)
+		}
+		argv = append([]string{EntrypointPath}, c.Args...)
 	}
 	if len(argv) == 0 {
 		return nil, errors.New("no command")

@@ -14,8 +14,9 @@
 // without a container engine; it needs root):
 //
 //   - its command and args; without a command, the image's entrypoint,
-//     which is the local program Options.Images maps the image to (an
-//     image not mapped leaves the container Waiting in ErrImagePull);
+//     which is the local program Options.Images maps the image to, seen
+//     at EntrypointPath (an image not mapped leaves the container Waiting
+//     in ErrImagePull);
 //   - the environment from env (value and valueFrom secretKeyRef,
 //     configMapKeyRef, fieldRef of metadata.name/namespace/uid,
 //     spec.nodeName), PATH defaulted and HOSTNAME set to the pod's name;
@@ -63,6 +64,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
+
+// EntrypointPath is where a container without a command finds its
+// image's entrypoint (the program Options.Images names), bound there
+// as an image would hold it, whatever volumes are mounted.
+const EntrypointPath = "/.podrun/entrypoint"
 
 // DefaultNodeName is the Node a Runner registers unless told otherwise.
 const DefaultNodeName = "podrun-node"

@@ -32,13 +32,18 @@ var (
 	namespaces atomic.Int32
 )
 
-// shellImage is an image whose entrypoint is /bin/sh.
-const shellImage = "shell:dev"
+// shellImage is an image whose entrypoint is /bin/sh; tmpImage one whose
+// entrypoint is a script in a folder of this machine's /tmp.
+const (
+	shellImage = "shell:dev"
+	tmpImage   = "in-tmp:dev"
+)
 
 type testEnv struct {
 	runner   *Runner
 	cs       kubernetes.Interface
 	claimDir string // backs claim "disk" in every namespace
+	entryDir string // holds tmpImage's entrypoint
 }
 
 func TestMain(m *testing.M) {
@@ -51,6 +56,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 		_ = os.RemoveAll(env.claimDir)
+		_ = os.RemoveAll(env.entryDir)
 	}
 	if err := cluster.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the test cluster:", err)
@@ -69,9 +75,19 @@ func setup(t *testing.T) (*testEnv, string) {
 			envErr = err
 			return
 		}
+		entryDir, err := os.MkdirTemp("", "podrun-entry-")
+		if err != nil {
+			envErr = err
+			return
+		}
+		entry := filepath.Join(entryDir, "entry")
+		if err := os.WriteFile(entry, []byte("#!/bin/sh\nprintf 'entry %s' \"$*\" > /dev/termination-log\n"), 0o755); err != nil {
+			envErr = err
+			return
+		}
 		r, err := Start(context.Background(), Options{
 			Config: c.RESTConfig(),
-			Images: map[string]string{shellImage: "/bin/sh"},
+			Images: map[string]string{shellImage: "/bin/sh", tmpImage: entry},
 			Claims: map[string]string{"disk": claimDir},
 		})
 		if err != nil {
@@ -83,7 +99,7 @@ func setup(t *testing.T) (*testEnv, string) {
 			envErr = err
 			return
 		}
-		env = &testEnv{runner: r, cs: cs, claimDir: claimDir}
+		env = &testEnv{runner: r, cs: cs, claimDir: claimDir, entryDir: entryDir}
 	})
 	if envErr != nil {
 		t.Fatal(envErr)
@@ -213,6 +229,20 @@ func TestJobComplete(t *testing.T) {
 	b, err := e.cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "main"}).DoRaw(t.Context())
 	if want := "hello from " + pod.Name + "\n"; err != nil || string(b) != want {
 		t.Errorf("pods/log: %q, %v; want %q", b, err, want)
+	}
+}
+
+// An image's entrypoint is in the container's own file system: an
+// emptyDir mounted at /tmp does not hide it, though the program it stands
+// for is in a folder of this machine's /tmp.
+func TestEntrypointNotHiddenByVolumes(t *testing.T) {
+	e, ns := setup(t)
+	job := newJob(ns, "entry", corev1.Container{Name: "main", Image: tmpImage, Args: []string{"a", "b"},
+		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/tmp"}}},
+		corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	cond, pod := runJob(t, e, job)
+	if st := terminated(t, pod); cond != batchv1.JobComplete || st.Message != "entry a b" {
+		t.Errorf("job %s, exit %d, message %q; want Complete, %q", cond, st.ExitCode, st.Message, "entry a b")
 	}
 }
 
