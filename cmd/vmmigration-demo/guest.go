@@ -71,7 +71,11 @@ func showRealGuest(ctx context.Context, c *testcluster.Cluster) error {
 		return fmt.Errorf("%s is %s (conversion %v): the real guest was not migrated", realGuestName, rec.Phase, rec.Conversion)
 	}
 	cv := rec.Conversion
-	fmt.Printf("    %-20s converted by %s %s on %s in %.0f s: %s\n", realGuestName, cv.Tool, cv.Version, cv.Accelerator, cv.Seconds, cv.OS)
+	where := ""
+	if cv.Job != "" {
+		where = " in conversion Job " + cv.Job
+	}
+	fmt.Printf("    %-20s converted by %s %s%s on %s in %.0f s: %s\n", realGuestName, cv.Tool, cv.Version, where, cv.Accelerator, cv.Seconds, cv.OS)
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: realGuestName}, vmi); err != nil {
 		return err

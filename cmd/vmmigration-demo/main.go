@@ -45,7 +45,8 @@ const demoNamespace = "migrated"
 // demo's node runs the worker built from this checkout for it.
 const demoWorkerImage = "vmmigration-worker:demo"
 
-// clusterExecutionVM is the demo VM migrated in cluster execution.
+// clusterExecutionVM is a demo VM migrated in cluster execution, beside
+// the real guest (realGuestName), whose conversion Job runs virt-v2v.
 const clusterExecutionVM = "db-two-disks"
 
 const demoPassword = "demo-Passw0rd"
@@ -160,12 +161,14 @@ func run(ctx context.Context, keep bool) error {
 	defer sim.Stop()
 	fmt.Printf("    upload proxy %s\n", sim.UploadProxyURL())
 
-	// One VM's disks are copied by Kubernetes Jobs (execution "cluster"),
-	// on a node that runs their pods as processes here, which takes root
-	// (private mount namespaces); without it that VM is copied here too.
+	// Two VMs' disks are copied by Kubernetes Jobs (execution "cluster"),
+	// and the real guest is converted by a conversion Job (the machine's
+	// virt-v2v, as the worker image holds it), on a node that runs their
+	// pods as processes here, which takes root (private mount
+	// namespaces); without it those VMs are migrated here too.
 	var inCluster []string
 	if os.Geteuid() == 0 {
-		step("starting a node that runs the copy Jobs' pods (the worker built from cmd/vmmigration-worker as image %s)", demoWorkerImage)
+		step("starting a node that runs the copy and conversion Jobs' pods (the worker built from cmd/vmmigration-worker as image %s)", demoWorkerImage)
 		worker, err := testcluster.WorkerBinary()
 		if err != nil {
 			return err
@@ -176,9 +179,9 @@ func run(ctx context.Context, keep bool) error {
 			return err
 		}
 		defer node.Stop()
-		inCluster = []string{clusterExecutionVM}
+		inCluster = []string{clusterExecutionVM, realGuestName}
 	} else {
-		step("not root: %s is copied on this machine too (the node that runs copy Jobs needs root)", clusterExecutionVM)
+		step("not root: %s and %s are migrated on this machine too (the node that runs the Jobs needs root)", clusterExecutionVM, realGuestName)
 	}
 
 	step("terraform apply examples/demo")
@@ -278,8 +281,8 @@ func seedCluster(ctx context.Context, c *testcluster.Cluster) error {
 }
 
 // watchPhases prints every migration's phase as it changes, from the
-// checkpoint records in the cluster, and every copy Job of cluster
-// execution as it starts and ends, until ctx ends.
+// checkpoint records in the cluster, and every copy and conversion Job of
+// cluster execution as it starts and ends, until ctx ends.
 func watchPhases(ctx context.Context, cl client.Client) {
 	seen := map[string]record.Phase{}
 	seenJobs := map[string]string{}
@@ -320,7 +323,7 @@ func watchPhases(ctx context.Context, cl client.Client) {
 	}
 }
 
-// jobState is what a copy Job is doing, in a word.
+// jobState is what a Job is doing, in a word.
 func jobState(j *batchv1.Job) string {
 	for _, c := range j.Status.Conditions {
 		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
