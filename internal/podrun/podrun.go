@@ -305,10 +305,22 @@ func (r *Runner) Pid(namespace, pod, container string) (int, bool) {
 // Stop kills every container (SIGKILL), stops serving, deletes the Node if
 // it is still the runner's, and removes Options.Dir when the runner made
 // it. Pods are left as they are.
-func (r *Runner) Stop() error {
+func (r *Runner) Stop() error { return r.stop(true) }
+
+// Crash stops the runner as a machine that is lost does: every container
+// killed, nothing more said to the API server (its Node and pods keep the
+// status they had, until a controller or a person acts on them), and
+// Options.Dir removed when the runner made it.
+func (r *Runner) Crash() error { return r.stop(false) }
+
+func (r *Runner) stop(deleteNode bool) error {
 	r.cancel()
 	r.wg.Wait()
 	var errs []error
+	if r.server != nil && !deleteNode {
+		r.server.close()
+		r.server = nil
+	}
 	if r.server != nil {
 		r.server.close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -20,6 +20,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/podrun"
 )
 
 const mib = 1 << 20
@@ -288,6 +289,70 @@ func copyInterrupted(t *testing.T, interrupt func(e *env, pod string, pid int) e
 	// the journal (transfer's runStreams): two streams here.
 	if len(again) > 4 {
 		t.Errorf("chunks %v of disk 0 read again by the second Job, want at most two per stream (4)", again)
+	}
+	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
+		t.Errorf("%d power-off commands, want 1", n)
+	}
+}
+
+// A node lost while its copy Job runs (the machine gone: its containers
+// dead, nothing more said to the API server, its Node deleted as a cloud's
+// node controller deletes it) fails the Job once the pod garbage collector
+// has failed and deleted its pod; the next attempt runs on another node
+// and resumes from the journal in the claim. The migration ends Completed
+// with the claims equal to the sources and one power-off. The test is not
+// parallel: it loses the node the package's other tests share, and
+// starts the next one.
+func TestNodeLost(t *testing.T) {
+	e := newEnv(t)
+	files := e.addVM("cx-lost", 24)
+	e.host.SetPython("")
+	e.host.SetCommandDelay(100 * time.Millisecond)
+	spec := e.spec("cx-lost", "cx-lost")
+
+	var lost atomic.Bool
+	replaced := make(chan error, 1)
+	watch := func(ev engine.Event) {
+		if ev.Kind != engine.EventProgress || ev.Disk != 0 || !strings.Contains(ev.Message, "copy Job pod") || ev.BytesDone < 4*mib || !lost.CompareAndSwap(false, true) {
+			return
+		}
+		go func() {
+			old := shared.runner
+			node := old.NodeName()
+			if err := old.Crash(); err != nil {
+				replaced <- err
+				return
+			}
+			if err := shared.cs.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}); err != nil {
+				replaced <- err
+				return
+			}
+			r, err := podrun.Start(context.Background(), podrun.Options{Config: e.c.RESTConfig(), Images: shared.images, NodeName: "podrun-node-2"})
+			if err == nil {
+				shared.runner = r
+			}
+			replaced <- err
+		}()
+	}
+	e.onEvent.Store(&watch)
+	rec, err := e.engine().Run(e.runCtx(), spec)
+	e.onEvent.Store(nil)
+	if !lost.Load() {
+		t.Fatal("no node was lost")
+	}
+	if err := <-replaced; err != nil {
+		t.Fatalf("losing the node: %v", err)
+	}
+	if err != nil || rec.Phase != record.PhaseCompleted {
+		t.Logf("first run: %v", err)
+		rec = e.mustComplete(spec)
+	}
+	e.checkClaimsHoldSources(rec, files)
+	if got := rec.Disks[0].CopyAttempt; got != 2 {
+		t.Errorf("disk 0: attempt %d, want 2 (the lost node's Job is never run again)", got)
+	}
+	if len(e.messages("no worker exit to read: its pod was deleted or lost")) == 0 {
+		t.Errorf("the lost Job's failure was not read as a lost pod: %q", e.messages("copy Job"))
 	}
 	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
 		t.Errorf("%d power-off commands, want 1", n)

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,13 +60,17 @@ var (
 		// v2vDir holds the stand-ins of v2vImage.
 		v2vDir string
 		v2v    *convertjobtest.Fake
+		images map[string]string
 	}
 	nsSeq atomic.Int64
 )
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	cluster.Options = testcluster.Options{Controllers: true}
+	// The pod garbage collector too: it fails and deletes the pods of a
+	// Node that is gone (TestNodeLost).
+	cluster.Options = testcluster.Options{Controllers: true,
+		ControllerNames: append(slices.Clone(testcluster.DefaultControllers), "pod-garbage-collector-controller")}
 	code := m.Run()
 	if shared.runner != nil {
 		if err := shared.runner.Stop(); err != nil {
@@ -108,8 +113,8 @@ func startShared(t *testing.T, c *testcluster.Cluster) {
 		}
 		// No claim is listed: each is mounted from the volume kubesim
 		// provisioned for it.
-		shared.runner, shared.err = podrun.Start(context.Background(), podrun.Options{Config: c.RESTConfig(),
-			Images: map[string]string{workerImage: bin, v2vImage: v2vEntry}})
+		shared.images = map[string]string{workerImage: bin, v2vImage: v2vEntry}
+		shared.runner, shared.err = podrun.Start(context.Background(), podrun.Options{Config: c.RESTConfig(), Images: shared.images})
 	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
