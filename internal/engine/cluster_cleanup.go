@@ -13,7 +13,7 @@ import (
 
 // removeClusterWork deletes what cluster execution made for the migration
 // namespace/name besides its DataVolumes: its Jobs (with their pods), the
-// host slots they held, and its Secret with the ESXi credential. It says
+// host and conversion slots they held, and its Secret with the ESXi credential. It says
 // what it did; objects already gone are fine. host is the migration's
 // configured host ("" when unknown: the slots of its Jobs are then
 // reclaimed by the next copy that needs one).
@@ -33,10 +33,14 @@ func (e *Engine) removeClusterWork(ctx context.Context, namespace, name, host st
 			}
 			actions = append(actions, "deleted the Job "+namespace+"/"+job.Name)
 		}
+		holder := coord.SlotHolder{Namespace: namespace, Job: job.Name}
 		if host != "" {
-			if _, err := slots.Release(ctx, e.hostIdentity(host), coord.SlotHolder{Namespace: namespace, Job: job.Name}); err != nil {
+			if _, err := slots.Release(ctx, e.hostIdentity(host), holder); err != nil {
 				return actions, err
 			}
+		}
+		if _, err := slots.Release(ctx, coord.ConversionSlotsID, holder); err != nil {
+			return actions, err
 		}
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: workerSecretName(name)}}

@@ -88,7 +88,7 @@ func (r *run) convertInCluster(ctx context.Context) error {
 				return err
 			}
 		}
-		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx)}
+		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx), slots: r.conversionSlots()}
 		wait := r.poller()
 		for {
 			done, err := cv.step(ctx)
@@ -114,6 +114,29 @@ func (r *run) convertInCluster(ctx context.Context) error {
 	return r.save(ctx)
 }
 
+// DefaultMaxConcurrentConversions is how many conversion Jobs run at once
+// in a cluster unless the provider says: each runs a helper VM of about
+// 1.5 GiB and keeps a core busy for minutes.
+const DefaultMaxConcurrentConversions = 4
+
+// conversionSlots are the cluster's conversion slots (coord's pseudo-host
+// ConversionSlotsID): a conversion Job holds one while it runs.
+func (r *run) conversionSlots() coord.HostSlots {
+	kc := r.e.deps.Kube
+	grace := r.e.deps.SlotGrace
+	if grace <= 0 {
+		grace = DefaultSlotGrace
+	}
+	limit := r.e.deps.MaxConcurrentConversions
+	if limit <= 0 {
+		limit = DefaultMaxConcurrentConversions
+	}
+	return coord.HostSlots{Kube: kc, Namespace: r.e.claimNamespace(), Limit: limit, Now: r.e.now,
+		Active: func(ctx context.Context, held coord.SlotHeld) (bool, error) {
+			return clusterjob.JobActive(ctx, kc, held.Holder.Namespace, held.Holder.Job, held.Since, grace, r.e.now())
+		}}
+}
+
 // kvmOffered reports whether any Node offers KubeVirt's KVM device to
 // pods. Credentials that may not list Nodes read as no: the conversion
 // then runs under TCG, slower but the same.
@@ -134,6 +157,8 @@ func (e *Engine) kvmOffered(ctx context.Context) bool {
 type clusterConvert struct {
 	r            *run
 	kvm          bool
+	slots        coord.HostSlots
+	held         bool
 	pendingSince time.Time
 	said         string
 }
@@ -167,16 +192,32 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 		return false, permanent("ConversionJobInvalid", "the conversion Job cannot be rendered", "", err)
 	}
 	kc := r.e.deps.Kube
-	if _, err := kc.GetJob(ctx, want.Namespace, want.Name); kube.IsNotFound(err) {
+	holder := coord.SlotHolder{Namespace: want.Namespace, Job: want.Name}
+	job, err := kc.GetJob(ctx, want.Namespace, want.Name)
+	switch {
+	case kube.IsNotFound(err):
+		// No Job yet: none starts while a pod of an earlier attempt can
+		// still write the claims, nor without one of the cluster's
+		// conversion slots.
 		if busy, err := cv.retireOthers(ctx); err != nil || busy {
 			return false, err
 		}
-	} else if err != nil {
+		if ok, err := cv.takeSlot(ctx, holder); err != nil || !ok {
+			return false, err
+		}
+	case err != nil:
 		return false, err
+	case !clusterjob.Finished(job) && !cv.held:
+		// Running (adopted after a restart): it holds its slot, taken
+		// again if a restart lost it, even beyond the limit.
+		if _, err := cv.takeSlot(ctx, holder); err != nil {
+			return false, err
+		}
 	}
 	out, job, err := clusterjob.EnsureConvert(ctx, kc, want)
 	var na *clusterjob.NotAdoptableError
 	if errors.As(err, &na) && !na.Foreign {
+		cv.releaseSlot(ctx, holder)
 		return false, cv.nextAttempt(ctx, "the Job "+want.Name+" there is not the one this configuration renders: "+na.Error())
 	}
 	if err != nil {
@@ -198,9 +239,18 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 	case clusterjob.Pending:
 		return false, cv.pending(ctx, job, out)
 	case clusterjob.Running:
-		cv.say(ctx, fmt.Sprintf("conversion Job %s: pod %s converts the guest", job.Name, out.Pod))
+		msg := fmt.Sprintf("conversion Job %s: pod %s converts the guest", job.Name, out.Pod)
+		// Its stage, from the last lines of the worker's log (progress
+		// only: the outcome is read from the Job).
+		if log, err := kc.PodLogTail(ctx, r.spec.Namespace, out.Pod, clusterjob.ConvertContainer, progressLogLines, progressLogBytes); err == nil {
+			if l, ok := convertjob.LastStage(log); ok {
+				msg += " (" + l.Stage + ": " + l.Message + ")"
+			}
+		}
+		cv.say(ctx, msg)
 		return false, nil
 	case clusterjob.Succeeded:
+		cv.releaseSlot(ctx, holder)
 		if err := clusterjob.CheckConversion(c, *out.Conversion); err != nil {
 			return false, errors.Join(cv.nextAttempt(ctx, "its result was not accepted"),
 				transient("ConversionResultRejected", fmt.Sprintf("conversion Job %s completed, but its result was not accepted: %v", job.Name, err), nil))
@@ -216,7 +266,28 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("conversion Job %s converted %s%s: %s", job.Name, rec.Conversion.OS, reused, rec.Conversion.Converted)})
 		return true, nil
 	}
+	cv.releaseSlot(ctx, holder)
 	return false, errors.Join(cv.nextAttempt(ctx, "it failed"), cv.failed(job, out))
+}
+
+// takeSlot holds one of the cluster's conversion slots for holder. It
+// reports false, having said so once, while all are held by others.
+func (cv *clusterConvert) takeSlot(ctx context.Context, holder coord.SlotHolder) (bool, error) {
+	_, err := cv.slots.Acquire(ctx, coord.ConversionSlotsHost, coord.ConversionSlotsID, holder)
+	var full *coord.SlotsFullError
+	if errors.As(err, &full) {
+		cv.say(ctx, "waiting for a conversion slot: "+full.Error())
+		return false, nil
+	}
+	cv.held = err == nil
+	return err == nil, err
+}
+
+// releaseSlot gives the slot of a finished Job back; one whose release
+// fails is reclaimed by the next conversion that needs it.
+func (cv *clusterConvert) releaseSlot(ctx context.Context, holder coord.SlotHolder) {
+	cv.held = false
+	_, _ = cv.slots.Release(ctx, coord.ConversionSlotsID, holder)
 }
 
 // record keeps a checked conversion's evidence: the converted images'

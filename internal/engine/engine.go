@@ -78,6 +78,10 @@ type Deps struct {
 	// provider's worker_image, pinned by digest); cluster execution is
 	// refused by the pre-flight checks without it.
 	WorkerImage string
+	// MaxConcurrentConversions bounds the conversion Jobs of cluster
+	// execution running at once in the cluster, across every runner
+	// (DefaultMaxConcurrentConversions when zero).
+	MaxConcurrentConversions int
 	// SlotGrace is how long a host slot taken for a copy Job whose Job
 	// does not exist yet stays its holder's (DefaultSlotGrace when zero).
 	SlotGrace time.Duration

@@ -95,7 +95,7 @@ func (c *clients) engine() (*engine.Engine, diag.Diagnostics) {
 		limits[h.Name] = h.MaxConcurrentMigrations
 	}
 	eng, err := engine.New(engine.Deps{ESXi: c.esxi, Kube: c.kube, HostLimits: limits, Progress: c.routeProgress, VirtioWin: c.settings.VirtioWin,
-		WorkerImage: c.settings.WorkerImage})
+		WorkerImage: c.settings.WorkerImage, MaxConcurrentConversions: c.settings.MaxConcurrentConversions})
 	if err != nil {
 		diags.AddError("Error starting the migration engine", err.Error())
 		return nil, diags

@@ -32,6 +32,9 @@ type settings struct {
 	// execution's Jobs run.
 	Execution   string
 	WorkerImage string
+	// MaxConcurrentConversions is cluster execution's conversion limit (0:
+	// the engine's default).
+	MaxConcurrentConversions int
 }
 
 // hostSettings is one ESXi host: how to reach it, and how many migrations
@@ -65,6 +68,7 @@ func (m providerModel) settings(env func(string) (string, bool), final bool) (se
 	s.VirtioWin = m.VirtioWin.ValueString()
 	s.Execution = stringOr(m.Execution, env, envExecution, engine.DefaultExecution)
 	s.WorkerImage = stringOr(m.WorkerImage, env, envWorkerImage, "")
+	s.MaxConcurrentConversions = int(m.MaxConcurrentConversions.ValueInt64())
 	if s.Execution == engine.ExecutionCluster && s.WorkerImage == "" && !m.WorkerImage.IsUnknown() {
 		diags.AddAttributeError(path.Root("worker_image"), "No worker image for cluster execution",
 			"execution is \""+engine.ExecutionCluster+"\", whose Kubernetes Jobs run the worker image: set worker_image (or $"+envWorkerImage+

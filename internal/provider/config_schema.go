@@ -53,12 +53,14 @@ var (
 )
 
 type providerModel struct {
-	WorkDir     types.String      `tfsdk:"work_dir"`
-	VirtioWin   types.String      `tfsdk:"virtio_win"`
-	Execution   types.String      `tfsdk:"execution"`
-	WorkerImage types.String      `tfsdk:"worker_image"`
-	ESXiHosts   []esxiHostModel   `tfsdk:"esxi_host"`
-	Kubernetes  []kubernetesModel `tfsdk:"kubernetes"`
+	WorkDir     types.String `tfsdk:"work_dir"`
+	VirtioWin   types.String `tfsdk:"virtio_win"`
+	Execution   types.String `tfsdk:"execution"`
+	WorkerImage types.String `tfsdk:"worker_image"`
+	// MaxConcurrentConversions bounds cluster execution's conversion Jobs.
+	MaxConcurrentConversions types.Int64       `tfsdk:"max_concurrent_conversions"`
+	ESXiHosts                []esxiHostModel   `tfsdk:"esxi_host"`
+	Kubernetes               []kubernetesModel `tfsdk:"kubernetes"`
 }
 
 type esxiHostModel struct {
@@ -124,6 +126,13 @@ func providerSchema() schema.Schema {
 				MarkdownDescription: "The image cluster execution's Jobs run (`make image` builds it), in a registry the cluster pulls from, pinned by digest: " +
 					"`registry.example.com/vmmigration/worker@sha256:...`. Required for `execution = \"" + engine.ExecutionCluster + "\"`. Defaults to `$" + envWorkerImage + "`.",
 				Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"max_concurrent_conversions": schema.Int64Attribute{
+				Optional: true,
+				MarkdownDescription: fmt.Sprintf("Most guest conversions running at once in the cluster in cluster execution, counted across every "+
+					"Terraform run that uses the cluster (each holds one of the cluster's conversion slots, Leases in `vmmigration-system`, "+
+					"while its conversion Job runs; each Job runs a helper VM of about 1.5 GiB). Defaults to `%d`.", engine.DefaultMaxConcurrentConversions),
+				Validators: []validator.Int64{int64validator.Between(1, 256)},
 			},
 		},
 		Blocks: map[string]schema.Block{

@@ -25,10 +25,11 @@ import (
 // fakeV2V makes the entrypoint of v2vImage: the worker bin with
 // stand-ins for virt-v2v's tools (convertjobtest). While the file "hold"
 // is in their folder, virt-v2v-in-place, having written into the
-// overlays, touches "held" and waits to be killed.
+// overlays, touches "held" and waits until it is removed (or it is
+// killed).
 func fakeV2V(bin string) (dir, entry string, err error) {
 	var f *convertjobtest.Fake
-	f, entry, err = convertjobtest.Worker(bin, convertjobtest.Options{Then: `d=$(dirname "$0"); if [ -e "$d/hold" ]; then : > "$d/held"; sleep 600 & wait; fi`})
+	f, entry, err = convertjobtest.Worker(bin, convertjobtest.Options{Then: `d=$(dirname "$0"); if [ -e "$d/hold" ]; then : > "$d/held"; while [ -e "$d/hold" ]; do sleep 0.1; done; fi`})
 	if f != nil {
 		dir = f.Dir()
 	}
@@ -162,16 +163,18 @@ func TestConversionKilledMidway(t *testing.T) {
 					t.Errorf("disk %d: the claim changed while virt-v2v ran (%s, copy %s): it must write only the overlay", i, got, d.SHA256())
 				}
 			}
-			_ = os.Remove(hold)
 			pid, ok := shared.runner.Pid(e.ns, pod, clusterjob.ConvertContainer)
 			if !ok {
 				t.Errorf("no process for pod %s", pod)
+				_ = os.Remove(hold)
 				return
 			}
 			killed.Store(true)
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Errorf("killing the worker: %v", err)
 			}
+			// The next attempt converts to the end.
+			_ = os.Remove(hold)
 		}()
 	}
 	e.onEvent.Store(&watch)
@@ -194,3 +197,75 @@ func TestConversionKilledMidway(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Conversions are bounded across runners: with max_concurrent_conversions
+// 1, two runners (two workspaces) migrating a VM each into one cluster
+// never run two conversion Jobs at once: the second waits for the
+// cluster's conversion slot, saying so, and converts once the first is
+// done. Both end Completed.
+func TestConversionSlotsHeldAcrossRunners(t *testing.T) {
+	e := newEnv(t)
+	e.image, e.maxConversions = v2vImage, 1
+	files := map[string]*esxisim.VMFiles{"cx-slot-a": e.addVM("cx-slot-a", 2), "cx-slot-b": e.addVM("cx-slot-b", 2)}
+	hold := filepath.Join(shared.v2vDir, "hold")
+	held := filepath.Join(shared.v2vDir, "held")
+	_ = os.Remove(held)
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(hold)
+
+	var waited atomic.Int32
+	released := make(chan struct{})
+	watch := func(ev engine.Event) {
+		if !strings.HasPrefix(ev.Message, "waiting for a conversion slot") || waited.Add(1) != 1 {
+			return
+		}
+		go func() {
+			defer close(released)
+			// One conversion runs (held) while the other waits: exactly
+			// one conversion Job exists.
+			for !fileExists(held) {
+				if t.Context().Err() != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			jobs, err := e.kube.ListJobs(t.Context(), e.ns, map[string]string{clusterjob.LabelComponent: clusterjob.ComponentConvert})
+			if err != nil || len(jobs) != 1 {
+				t.Errorf("%d conversion Jobs (%v) while one runs and one waits for the slot, want 1", len(jobs), err)
+			}
+			_ = os.Remove(hold)
+		}()
+	}
+	e.onEvent.Store(&watch)
+	recs := make(chan record.Record, 2)
+	for name := range files {
+		spec := e.spec(name, name)
+		spec.Conversion = engine.ConversionVirtV2V
+		go func() {
+			// Each its own runner, as two Terraform workspaces are.
+			rec, err := e.engine().Run(e.runCtx(), spec)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			recs <- rec
+		}()
+	}
+	for range files {
+		rec := <-recs
+		if rec.Phase != record.PhaseCompleted {
+			t.Errorf("%s: phase %s, want Completed", rec.Identity.Name, rec.Phase)
+			continue
+		}
+		e.checkConverted(rec, files[rec.Identity.Name])
+	}
+	e.onEvent.Store(nil)
+	if waited.Load() == 0 {
+		t.Fatal("no runner waited for the conversion slot")
+	}
+	<-released
+	if len(e.messages("all 1 conversion slots of the cluster are held")) == 0 {
+		t.Errorf("the wait does not name the held slot: %q", e.messages("conversion slot"))
+	}
+}

@@ -132,8 +132,10 @@ type env struct {
 	kube *kube.Client
 	ns   string
 	// image is the worker image the engine renders its Jobs with
-	// (workerImage unless a test sets it).
-	image string
+	// (workerImage unless a test sets it); maxConversions its conversion
+	// limit (the engine's default when zero).
+	image          string
+	maxConversions int
 
 	mu     sync.Mutex
 	events []engine.Event
@@ -141,7 +143,10 @@ type env struct {
 	onEvent atomic.Pointer[func(engine.Event)]
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with kubesim's options changed by mod.
+func newEnvWith(t *testing.T, mod func(*kubesim.Options)) *env {
 	t.Helper()
 	c := cluster.Get(t)
 	startShared(t, c)
@@ -150,8 +155,12 @@ func newEnv(t *testing.T) *env {
 	if _, err := shared.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: c, Namespaces: []string{e.ns}, ProvisionVolumes: true,
-		Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond, AgentDelay: 100 * time.Millisecond})
+	opts := kubesim.Options{Cluster: c, Namespaces: []string{e.ns}, ProvisionVolumes: true,
+		Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond, AgentDelay: 100 * time.Millisecond}
+	if mod != nil {
+		mod(&opts)
+	}
+	sim, err := kubesim.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +200,7 @@ func (e *env) engine() *engine.Engine {
 	e.t.Helper()
 	en, err := engine.New(engine.Deps{
 		ESXi: e.reg, Kube: e.kube, PollInterval: 50 * time.Millisecond, LeaseDuration: 3 * time.Second,
-		WorkerImage: e.image,
+		WorkerImage: e.image, MaxConcurrentConversions: e.maxConversions,
 		Progress: func(ev engine.Event) {
 			e.t.Logf("%s %s disk %d: %s", ev.Phase, ev.Kind, ev.Disk, ev.Message)
 			e.mu.Lock()

@@ -50,6 +50,15 @@ import (
 // created when missing. The provider's credentials need get, list, create
 // and delete on Leases (coordination.k8s.io) there.
 
+// Conversion slots: the same mechanism bounds the conversion Jobs running
+// in the cluster at once, across every runner (the provider's
+// max_concurrent_conversions), as the slots of one pseudo-host whose
+// identity is ConversionSlotsID and whose name is ConversionSlotsHost.
+const (
+	ConversionSlotsID   = "vmmigration.io/conversions"
+	ConversionSlotsHost = "conversions"
+)
+
 // Labels and annotations of a host slot's Lease. LabelClaimNamespace and
 // LabelSlotJob name its holder; labelClaimKind is slotKindValue.
 const (
@@ -131,7 +140,9 @@ type SlotsFullError struct {
 
 func (e *SlotsFullError) Error() string {
 	var b strings.Builder
-	if len(e.Held) > e.Limit {
+	if e.HostID == ConversionSlotsID {
+		fmt.Fprintf(&b, "all %d conversion slots of the cluster are held (max_concurrent_conversions)", e.Limit)
+	} else if len(e.Held) > e.Limit {
 		fmt.Fprintf(&b, "%d copies from ESXi host %s are running, more than its limit of %d", len(e.Held), e.Host, e.Limit)
 	} else {
 		fmt.Fprintf(&b, "all %d copy slots of ESXi host %s are held", e.Limit, e.Host)
@@ -149,7 +160,11 @@ func (e *SlotsFullError) Error() string {
 			fmt.Fprintf(&b, " (whether it still runs cannot be told: %v)", s.Unknown)
 		}
 	}
-	b.WriteString("; this copy starts when one is released")
+	if e.HostID == ConversionSlotsID {
+		b.WriteString("; this conversion starts when one is released")
+	} else {
+		b.WriteString("; this copy starts when one is released")
+	}
 	return b.String()
 }
 
