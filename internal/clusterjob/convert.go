@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/utils/ptr"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
@@ -167,36 +166,9 @@ func RenderConvert(c Convert) (*batchv1.Job, error) {
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Resources:                res,
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser:                ptr.To[int64](0),
-			RunAsNonRoot:             ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"DAC_OVERRIDE"}},
-		},
+		SecurityContext:          workerSecurity(),
 	}
-	job := &batchv1.Job{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ConvertJobName(c.Base, c.Attempt), Labels: labels},
-		Spec: batchv1.JobSpec{
-			BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					RestartPolicy:                corev1.RestartPolicyNever,
-					AutomountServiceAccountToken: ptr.To(false),
-					EnableServiceLinks:           ptr.To(false),
-					Containers:                   []corev1.Container{ctr},
-					Volumes:                      vols,
-				},
-			},
-		},
-	}
-	if c.Owner != nil {
-		job.OwnerReferences = []metav1.OwnerReference{*c.Owner}
-	}
-	job.Annotations = map[string]string{AnnotationSpecHash: SpecHash(job)}
-	return job, nil
+	return workerJob(c.Namespace, ConvertJobName(c.Base, c.Attempt), labels, ctr, vols, c.Owner), nil
 }
 
 // ObserveConvert reads the outcome of a conversion Job, as ObserveCopy

@@ -191,15 +191,7 @@ func RenderCopy(c Copy) (*batchv1.Job, error) {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: copyCPURequest, corev1.ResourceMemory: copyMemoryRequest},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: copyMemoryLimit},
 		},
-		// Root, as CDI's importer writes a claim, so that any claim's
-		// file or device is writable; no other privilege.
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser:                ptr.To[int64](0),
-			RunAsNonRoot:             ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"DAC_OVERRIDE"}},
-		},
+		SecurityContext: workerSecurity(),
 	}
 	if c.Block {
 		ctr.VolumeDevices = []corev1.VolumeDevice{{Name: "disk", DevicePath: DevicePath}}
@@ -208,9 +200,28 @@ func RenderCopy(c Copy) (*batchv1.Job, error) {
 	} else {
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "disk", MountPath: DataDir})
 	}
+	return workerJob(c.Namespace, CopyJobName(c.Claim, c.Attempt), labels, ctr, vols, c.Owner), nil
+}
+
+// workerSecurity is the worker container's security context: root, as
+// CDI's importer writes a claim, so that any claim's file or device is
+// writable; no other privilege.
+func workerSecurity() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser:                ptr.To[int64](0),
+		RunAsNonRoot:             ptr.To(false),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"DAC_OVERRIDE"}},
+	}
+}
+
+// workerJob is a Job of one worker pod: never restarted, no retries of its
+// own, owned by owner when set, with its spec-hash annotation.
+func workerJob(namespace, name string, labels map[string]string, ctr corev1.Container, vols []corev1.Volume, owner *metav1.OwnerReference) *batchv1.Job {
 	job := &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: CopyJobName(c.Claim, c.Attempt), Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec: batchv1.JobSpec{
 			// The runner owns retries: a failed pod fails the Job, and the
 			// next attempt is a new Job with its own recorded number.
@@ -227,11 +238,11 @@ func RenderCopy(c Copy) (*batchv1.Job, error) {
 			},
 		},
 	}
-	if c.Owner != nil {
-		job.OwnerReferences = []metav1.OwnerReference{*c.Owner}
+	if owner != nil {
+		job.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
 	job.Annotations = map[string]string{AnnotationSpecHash: SpecHash(job)}
-	return job, nil
+	return job
 }
 
 func secretKey(privateKey bool) string {

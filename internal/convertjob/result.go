@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -170,21 +169,7 @@ func truncate(s string, limit int) string {
 
 // WriteResult writes r to p (a termination-message file: written in
 // place, not renamed, since Kubernetes mounts that one file) and fsyncs it.
-func WriteResult(p string, r Result) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("write result: %w", err)
-	}
-	if _, err := f.Write(r.Encode()); err != nil {
-		f.Close()
-		return fmt.Errorf("write result %s: %w", p, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync result %s: %w", p, err)
-	}
-	return f.Close()
-}
+func WriteResult(p string, r Result) error { return copyjob.WriteTerminationMessage(p, r.Encode()) }
 
 // ParseResult reads a worker's result back from a termination message:
 // the result file's JSON, or, when the kubelet fell back to the log's

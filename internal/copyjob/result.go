@@ -107,12 +107,16 @@ func (r Result) Encode() []byte {
 
 // WriteResult writes r to p (a termination-message file: written in
 // place, not renamed, since Kubernetes mounts that one file) and fsyncs it.
-func WriteResult(p string, r Result) error {
+func WriteResult(p string, r Result) error { return WriteTerminationMessage(p, r.Encode()) }
+
+// WriteTerminationMessage writes a worker's encoded result b to p, the
+// termination-message file, in place, and fsyncs it.
+func WriteTerminationMessage(p string, b []byte) error {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("write result: %w", err)
 	}
-	if _, err := f.Write(r.Encode()); err != nil {
+	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return fmt.Errorf("write result %s: %w", p, err)
 	}
