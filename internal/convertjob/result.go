@@ -191,7 +191,7 @@ func ParseResult(msg string) (Result, error) {
 		}
 	}
 	if !found {
-		return Result{}, fmt.Errorf("no conversion result in %q", shorten(msg, 200))
+		return Result{}, fmt.Errorf("no conversion result in %q", copyjob.Shorten(msg, 200))
 	}
 	return r, r.check()
 }
@@ -201,7 +201,7 @@ func (r Result) check() error {
 	switch {
 	case r.OK && len(r.Disks) == 0:
 		return fmt.Errorf("conversion result says OK without images: %+v", r)
-	case !r.OK && !slices.Contains(resultClasses, r.Class):
+	case !r.OK && !slices.Contains(copyjob.FailureClasses, r.Class):
 		return fmt.Errorf("conversion result is a failure of unknown class %q", r.Class)
 	}
 	if r.OK {
@@ -222,16 +222,3 @@ func (c Checked) check() error {
 	return nil
 }
 
-// resultClasses are the classes a failed Result may carry.
-var resultClasses = []string{fault.Transient.String(), fault.Permanent.String(), fault.NeedsHuman.String(), fault.Interrupted.String()}
-
-// shorten cuts s to at most n bytes, at a character boundary.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}

@@ -147,7 +147,7 @@ func ParseResult(msg string) (Result, error) {
 		}
 	}
 	if !found {
-		return Result{}, fmt.Errorf("no worker result in %q", shorten(msg, 200))
+		return Result{}, fmt.Errorf("no worker result in %q", Shorten(msg, 200))
 	}
 	return r, r.check()
 }
@@ -159,17 +159,17 @@ func (r Result) check() error {
 		return fmt.Errorf("worker result says OK without a SHA-256 and a size: %+v", r)
 	case r.OK && (r.ZeroBytes < 0 || r.ZeroBytes > r.Bytes || r.ChunksCopied < 0 || r.ChunksSkipped < 0):
 		return fmt.Errorf("worker result has impossible counts: %+v", r)
-	case !r.OK && !slices.Contains(resultClasses, r.Class):
+	case !r.OK && !slices.Contains(FailureClasses, r.Class):
 		return fmt.Errorf("worker result is a failure of unknown class %q", r.Class)
 	}
 	return nil
 }
 
-// resultClasses are the classes a failed Result may carry.
-var resultClasses = []string{fault.Transient.String(), fault.Permanent.String(), fault.NeedsHuman.String(), fault.Interrupted.String()}
+// FailureClasses are the classes a worker's failed result may carry.
+var FailureClasses = []string{fault.Transient.String(), fault.Permanent.String(), fault.NeedsHuman.String(), fault.Interrupted.String()}
 
-// shorten cuts s to at most n bytes, at a character boundary.
-func shorten(s string, n int) string {
+// Shorten cuts s to at most n bytes, at a character boundary.
+func Shorten(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
