@@ -221,4 +221,3 @@ func (c Checked) check() error {
 	}
 	return nil
 }
-
