@@ -358,3 +358,67 @@ func TestNodeLost(t *testing.T) {
 		t.Errorf("%d power-off commands, want 1", n)
 	}
 }
+
+// The API server restarted while the copy Jobs run (an upgrade, a crash:
+// every client sees connection errors, watches break, the workers keep
+// copying) costs at most one more run: the Jobs made before the restart
+// are adopted (same names and UIDs, attempt 1), none is made twice, the
+// claims hold the sources and the source is powered off once. The test is
+// not parallel: the package's other tests share the API server.
+func TestAPIServerRestartedWhileJobsRun(t *testing.T) {
+	e := newEnv(t)
+	files := e.addVM("cx-restart", 24)
+	e.host.SetCommandDelay(60 * time.Millisecond)
+	spec := e.spec("cx-restart", "cx-restart")
+
+	var restarting atomic.Bool
+	restarted := make(chan error, 1)
+	uids := map[string]string{}
+	watch := func(ev engine.Event) {
+		if ev.Kind != engine.EventProgress || !strings.Contains(ev.Message, "copy Job pod") || ev.BytesDone < 4*mib || !restarting.CompareAndSwap(false, true) {
+			return
+		}
+		jobs, err := e.kube.ListJobs(context.Background(), e.ns, map[string]string{kube.LabelMigration: "cx-restart"})
+		if err != nil {
+			restarted <- err
+			return
+		}
+		for _, j := range jobs {
+			uids[j.Name] = string(j.UID)
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadlineOf(t)))
+			defer cancel()
+			restarted <- e.c.RestartAPIServer(ctx)
+		}()
+	}
+	e.onEvent.Store(&watch)
+	rec, err := e.engine().Run(e.runCtx(), spec)
+	e.onEvent.Store(nil)
+	if !restarting.Load() {
+		t.Fatal("the API server was not restarted while the Jobs ran")
+	}
+	if err := <-restarted; err != nil {
+		t.Fatalf("restarting the API server: %v", err)
+	}
+	if err != nil || rec.Phase != record.PhaseCompleted {
+		t.Logf("first run: %v", err)
+		rec = e.mustComplete(spec)
+	}
+	e.checkClaimsHoldSources(rec, files)
+	if len(uids) == 0 {
+		t.Fatal("no copy Job was listed before the restart")
+	}
+	for i, d := range rec.Disks {
+		if d.CopyAttempt != 1 {
+			t.Errorf("disk %d: attempt %d, want the Job made before the restart adopted", i, d.CopyAttempt)
+		}
+		if uid, ok := uids[d.CopyJob]; ok && uid != d.CopyJobUID {
+			t.Errorf("disk %d: Job %s was made again (UID %s, was %s)", i, d.CopyJob, d.CopyJobUID, uid)
+		}
+	}
+	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
+		t.Errorf("%d power-off commands, want 1", n)
+	}
+	e.checkCleanedUp("cx-restart")
+}
