@@ -35,7 +35,14 @@
 # (allocated bytes / the link's rate as `ssh cat` sees it) and the warm
 # downtime as a share of the cold, all in the same run; then one more cold
 # migration, "sim-cold", from the simulator's own SSH server behind the
-# same link, on a line of its own, for comparison only.
+# same link, on a line of its own, for comparison only. Then cluster
+# execution, with the real kube-controller-manager and kube-scheduler and a
+# simulated node running the Jobs' pods (the worker binary as the image):
+# the same VM cold ("cluster-cold", its dense copy against `ssh cat`, its
+# downtime against the link), and a wave of BENCH_MODE_WAVE small VMs
+# (default 40) from the two hosts in local execution, then as many in
+# cluster execution: the runner's CPU seconds, bytes read and peak RSS in
+# each, and the most copy pods seen running at once per host.
 #
 # Needs root. BENCH_SMOKE=1 uses tiny files (a couple of minutes).
 # BENCH_COPIES=0 skips the stream comparison, BENCH_VM=0 the migrations.
@@ -76,6 +83,10 @@ reads=${BENCH_READS:-1}
 copies=${BENCH_COPIES:-1}
 vms=${BENCH_VM:-1}
 wave=${BENCH_WAVE:-4}
+# BENCH_MODE_WAVE: VMs of the wave migrated in each execution, local then
+# cluster, spread over the two hosts (the real sshd and the simulator's).
+mode_wave=${BENCH_MODE_WAVE:-40}
+[[ $smoke == 1 ]] && mode_wave=${BENCH_MODE_WAVE:-2}
 python=${BENCH_PYTHON:-python3}
 
 ns=vmmbench$$
@@ -132,6 +143,7 @@ sync
 
 echo "== building the reader and the migration driver"
 (cd "$repo" && go build -o "$work/diskread" ./scripts/bench/diskread && go build -o "$work/migrate" ./scripts/bench/migrate &&
+	go build -o "$work/vmmigration-worker" ./cmd/vmmigration-worker &&
 	CGO_ENABLED=0 go build -o "$root/bin/esxitool" ./scripts/bench/esxitool)
 # The host's control commands, answered by the simulator (see esxitool).
 for b in vim-cmd vmware; do ln -s esxitool "$root/bin/$b"; done
@@ -306,5 +318,6 @@ if [[ $vms == 1 ]]; then
 	"$work/migrate" run -work "$work/migrate.d" -root "$root/vmfs/volumes" -listen "$esxi_ip:2222" \
 		-sshd "$esxi_ip:22" -sshd-key "$work/sshd/client_key" -sshd-host-key "$work/sshd/host_key.pub" \
 		-sshd-pid "$sshd_pid" -chroot "$root" \
-		-netns-exec "ip netns exec $ns" -ssh-cat "ssh ${ssh_opts[*]} root@$esxi_ip" -wave "$wave" "${smoke_flag[@]}"
+		-netns-exec "ip netns exec $ns" -ssh-cat "ssh ${ssh_opts[*]} root@$esxi_ip" -wave "$wave" "${smoke_flag[@]}" \
+		-worker "$work/vmmigration-worker" -mode-wave "$mode_wave"
 fi

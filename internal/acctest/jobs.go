@@ -3,9 +3,11 @@ package acctest
 import (
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/podrun"
@@ -52,4 +54,14 @@ func (c *Cluster) EnsureProvisionedStorageClass(t testing.TB, name string) {
 	if err := c.cl.Create(t.Context(), sc); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create StorageClass %s: %v", name, err)
 	}
+}
+
+// Jobs lists the Jobs in namespace.
+func (c *Cluster) Jobs(t testing.TB, namespace string) []batchv1.Job {
+	t.Helper()
+	var l batchv1.JobList
+	if err := c.cl.List(t.Context(), &l, client.InNamespace(namespace)); err != nil {
+		t.Fatalf("listing Jobs in %s: %v", namespace, err)
+	}
+	return l.Items
 }

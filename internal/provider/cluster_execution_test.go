@@ -35,7 +35,6 @@ const testWorkerImage = "registry.example/vmmigration-worker@sha256:89abcdef0123
 func TestAccClusterExecution(t *testing.T) {
 	t.Parallel()
 	acctest.PreCheck(t)
-	c := jobsCluster.Get(t)
 	worker, err := testcluster.WorkerBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -47,12 +46,7 @@ func TestAccClusterExecution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.StartNode(t, map[string]string{testWorkerImage: entry})
-	ns := fmt.Sprintf("jobs-%d", time.Now().UnixNano()%100000)
-	c.CreateNamespace(t, ns)
-	c.EnsureProvisionedStorageClass(t, "claims")
-	sim := c.StartSim(t, kubesim.Options{Namespaces: []string{ns}, Dir: t.TempDir(), ProvisionVolumes: true,
-		Step: 50 * time.Millisecond, AgentDelay: 100 * time.Millisecond})
+	c, ns, sim := jobsWorld(t, "jobs", entry)
 	host := acctest.NewESXi(t, esxisim.Options{ShutdownDelay: 300 * time.Millisecond})
 	_, files := host.AddVM(t, esxisim.VMSpec{Name: "jobs", GuestOS: "rhel9-64",
 		Disks: []esxisim.DiskSpec{
@@ -143,4 +137,20 @@ resource "vmmigration_migration" "jobs" {
 			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 		}},
 	})
+}
+
+// jobsWorld is what a cluster execution test runs in: the cluster with the
+// real controllers, a node running the worker image as entry, a
+// namespace named after prefix, the "claims" StorageClass and kubesim
+// provisioning its claims.
+func jobsWorld(t *testing.T, prefix, entry string) (*acctest.Cluster, string, *kubesim.Sim) {
+	t.Helper()
+	c := jobsCluster.Get(t)
+	c.StartNode(t, map[string]string{testWorkerImage: entry})
+	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%100000)
+	c.CreateNamespace(t, ns)
+	c.EnsureProvisionedStorageClass(t, "claims")
+	sim := c.StartSim(t, kubesim.Options{Namespaces: []string{ns}, Dir: t.TempDir(), ProvisionVolumes: true,
+		Step: 50 * time.Millisecond, AgentDelay: 100 * time.Millisecond})
+	return c, ns, sim
 }

@@ -44,6 +44,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +112,14 @@ func (d diskLayout) extents() []esxisim.Extent {
 		ex = append(ex, esxisim.Extent{Offset: int64(i) * stride, Length: d.RunBytes, Seed: d.Seed + uint64(i)})
 	}
 	return ex
+}
+
+// kind says "dense", or "thin, <its data> of data".
+func (d diskLayout) kind() string {
+	if !d.Thin {
+		return "dense"
+	}
+	return "thin, " + gib(d.allocated()) + " of data"
 }
 
 func (d diskLayout) allocated() int64 {
@@ -292,12 +301,13 @@ type clusterInfo struct {
 func clusterMain(args []string) error {
 	fl := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	dir := fl.String("dir", "", "working directory")
+	worker := fl.String("worker", "", "the worker binary: run the controllers and a node for cluster execution's Jobs")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := testcluster.Start(ctx, testcluster.Options{})
+	c, err := testcluster.Start(ctx, testcluster.Options{Controllers: *worker != ""})
 	if err != nil {
 		return err
 	}
@@ -313,11 +323,22 @@ func clusterMain(args []string) error {
 	if err := cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: storageClass}, Provisioner: "kubevirt.io.hostpath-provisioner"}); err != nil {
 		return err
 	}
-	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: c, Namespaces: []string{namespace}, Dir: filepath.Join(*dir, "cdi")})
+	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: c, Namespaces: []string{namespace}, Dir: filepath.Join(*dir, "cdi"),
+		ProvisionVolumes: *worker != ""})
 	if err != nil {
 		return err
 	}
 	defer sim.Stop()
+	if *worker != "" {
+		if err := cl.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: claimsClass}, Provisioner: kubesim.Provisioner}); err != nil {
+			return err
+		}
+		node, err := startJobs(ctx, c, *worker)
+		if err != nil {
+			return err
+		}
+		defer node.Stop()
+	}
 	b, err := json.Marshal(clusterInfo{Kubeconfig: kc, Context: testcluster.ContextName, ProxyURL: sim.UploadProxyURL(), ProxyCA: string(sim.UploadProxyCACertPEM()),
 		ProxyName: sim.UploadProxyServerName()})
 	if err != nil {
@@ -328,6 +349,10 @@ func clusterMain(args []string) error {
 	// the claim: the SHA-256 of its content and the bytes that arrived.
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
+		if dv, ok := strings.CutPrefix(in.Text(), "claim "); ok {
+			fmt.Println(claimAnswer(sim, dv))
+			continue
+		}
 		dv, ok := strings.CutPrefix(in.Text(), "received ")
 		r, got := sim.ReceivedImage(namespace, dv)
 		if !ok || !got {
@@ -475,7 +500,12 @@ type runFlags struct {
 	work, root, listen, netnsExec, sshCat string
 	smoke                                 bool
 	wave                                  int
-	cpuProfile, warmCPUProfile            string
+	// worker is the worker binary for cluster execution's Jobs (none:
+	// local execution only); modeWave the VMs of the wave migrated in
+	// each execution.
+	worker                     string
+	modeWave                   int
+	cpuProfile, warmCPUProfile string
 	// The real sshd playing the host: its address, the client's private
 	// key, its host public key (pinned), its pid (for its CPU time) and its
 	// chroot (for the control socket and vmInventory.xml).
@@ -493,6 +523,8 @@ func runMain(args []string) error {
 	fl.StringVar(&f.sshCat, "ssh-cat", "", "ssh command line (without the remote command) for the `ssh cat` baseline")
 	fl.BoolVar(&f.smoke, "smoke", false, "tiny disks")
 	fl.IntVar(&f.wave, "wave", 4, "VMs in the wave")
+	fl.StringVar(&f.worker, "worker", "", "the worker binary (cmd/vmmigration-worker): also migrate in cluster execution, its Jobs run by a simulated node")
+	fl.IntVar(&f.modeWave, "mode-wave", 40, "with -worker, VMs of the wave migrated in each execution, local then cluster, spread over the hosts")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the provider's CPU profile of the cold migration to this file")
 	fl.StringVar(&f.warmCPUProfile, "warm-cpuprofile", "", "write the provider's CPU profile of the warm migration's cutover (from the power-off) to this file")
 	fl.StringVar(&f.sshd, "sshd", "", "address:port of a real sshd serving -root as /vmfs/volumes (the migrations' host; the simulator's own SSH server then migrates only \"sim-cold\")")
@@ -512,8 +544,11 @@ func runMain(args []string) error {
 // 8 GiB thin disk with 512 MiB of data in 64 runs); the wave's VMs each
 // have a 512 MiB dense disk and an 8 GiB thin disk with 5% data. With
 // simCold, "sim-cold", last, is the benchmark's VM again, migrated from
-// the simulator's own SSH server for comparison.
-func benchLayout(smoke bool, wave int, simCold bool) layout {
+// the simulator's own SSH server for comparison. With jobs, "cluster-cold"
+// is the benchmark's VM again, migrated in cluster execution, and the
+// local and cluster waves' VMs ("wl-N", "wc-N") each have a 16 MiB dense
+// disk and a 256 MiB thin disk with 5% data.
+func benchLayout(smoke bool, wave int, simCold, jobs bool, modeWave int) layout {
 	MiB := int64(1 << 20)
 	dense, thin, runLen, waveDense, waveRun := 2048*MiB, 8192*MiB, 8*MiB, 512*MiB, thinFivePercent(8192*MiB)
 	if smoke {
@@ -529,6 +564,17 @@ func benchLayout(smoke bool, wave int, simCold bool) layout {
 	for i := 0; i < wave; i++ {
 		l.VMs = append(l.VMs, vm(fmt.Sprintf("wave-%d", i), uint64(10+i), waveDense, thin, waveRun))
 	}
+	if jobs {
+		l.VMs = append(l.VMs, vm("cluster-cold", 4, dense, thin, runLen))
+		mwDense, mwThin := 16*MiB, 256*MiB
+		if smoke {
+			mwDense, mwThin = 2*MiB, 64*MiB
+		}
+		for i := 0; i < modeWave; i++ {
+			l.VMs = append(l.VMs, vm(fmt.Sprintf("wl-%d", i), uint64(100+i), mwDense, mwThin, thinFivePercent(mwThin)),
+				vm(fmt.Sprintf("wc-%d", i), uint64(200+i), mwDense, mwThin, thinFivePercent(mwThin)))
+		}
+	}
 	if simCold {
 		l.VMs = append(l.VMs, vm("sim-cold", 3, dense, thin, runLen))
 	}
@@ -543,7 +589,7 @@ func thinFivePercent(capacity int64) int64 {
 
 func run(ctx context.Context, f runFlags) error {
 	realSSHD := f.sshd != ""
-	lay := benchLayout(f.smoke, f.wave, realSSHD)
+	lay := benchLayout(f.smoke, f.wave, realSSHD, f.worker != "", f.modeWave)
 	coldCache = !f.smoke
 	lb, err := json.Marshal(lay)
 	if err != nil {
@@ -561,7 +607,12 @@ func run(ctx context.Context, f runFlags) error {
 	if err := os.MkdirAll(filepath.Join(f.work, "cluster"), 0o755); err != nil {
 		return err
 	}
-	cl, err := startChild(ctx, self, "cluster", "-dir", filepath.Join(f.work, "cluster"))
+	clusterArgs := []string{"cluster", "-dir", filepath.Join(f.work, "cluster")}
+	if f.worker != "" {
+		fmt.Println("   with the real kube-controller-manager and kube-scheduler, and a node running cluster execution's Jobs")
+		clusterArgs = append(clusterArgs, "-worker", f.worker)
+	}
+	cl, err := startChild(ctx, self, clusterArgs...)
 	if err != nil {
 		return err
 	}
@@ -629,7 +680,7 @@ func run(ctx context.Context, f runFlags) error {
 		hooks  []func(engine.Event)
 	)
 	lastPrint := map[string]time.Time{}
-	en, err := engine.New(engine.Deps{ESXi: reg, Kube: kc, HostLimits: map[string]int{hostName: 2, simHostName: 2},
+	en, err := engine.New(engine.Deps{ESXi: reg, Kube: kc, HostLimits: map[string]int{hostName: 2, simHostName: 2}, WorkerImage: workerImage,
 		Progress: func(ev engine.Event) {
 			evMu.Lock()
 			events = append(events, ev)
@@ -640,7 +691,8 @@ func run(ctx context.Context, f runFlags) error {
 				lastPrint[key] = time.Now()
 			}
 			evMu.Unlock()
-			if show || ev.Kind == engine.EventPhase {
+			// Cluster execution's steps (claims, Jobs) for its one cold VM.
+			if show || ev.Kind == engine.EventPhase || ev.Name == "cluster-cold" && ev.Kind == engine.EventInfo {
 				fmt.Printf("   %s %-8s %s\n", ev.Time.Format("15:04:05"), ev.Name, ev.Message)
 			}
 			for _, h := range hs {
@@ -791,6 +843,8 @@ func run(ctx context.Context, f runFlags) error {
 		}
 	}
 
+	// The peak so far: the cluster execution part below measures its own.
+	peak := getUsage().maxRSS
 	GiB := float64(1 << 30)
 	fmt.Println()
 	if realSSHD {
@@ -835,12 +889,8 @@ func run(ctx context.Context, f runFlags) error {
 			if sec <= 0 {
 				continue
 			}
-			kind := "dense"
-			if d.Thin {
-				kind = "thin, " + gib(d.allocated()) + " of data"
-			}
 			r := float64(d.Capacity) / sec
-			fmt.Printf("   disk %d (%s %s): copy %.1f s, %.1f MB/s = %.2f x `ssh cat` (%.1f MB/s)\n", i, gib(d.Capacity), kind, sec, r/1e6, r/catRates[i], catRates[i]/1e6)
+			fmt.Printf("   disk %d (%s %s): copy %.1f s, %.1f MB/s = %.2f x `ssh cat` (%.1f MB/s)\n", i, gib(d.Capacity), d.kind(), sec, r/1e6, r/catRates[i], catRates[i]/1e6)
 			if st, ok := diskCopyStages(events, "cold", i); ok {
 				fmt.Printf("      %s\n", stagesLine(st))
 			}
@@ -879,9 +929,21 @@ func run(ctx context.Context, f runFlags) error {
 		}
 		fmt.Printf("migrations at once on the host: at most %d (max_concurrent_migrations 2)\n", en.MaxConcurrent(hostName))
 	}
-	rss := float64(getUsage().maxRSS) / (1 << 20)
+	rss := float64(peak) / (1 << 20)
 	fmt.Printf("provider peak RSS: %.0f MiB (goal <= 150 MiB: %s)\n", rss, verdict(rss <= 150))
-	return nil
+	if f.worker == "" {
+		return nil
+	}
+	hosts := []string{hostName}
+	if realSSHD {
+		hosts = append(hosts, simHostName)
+	}
+	return runJobs(ctx, jobsRun{en: en, kc: kc, cluster: cl, hostCPU: hostCPU, spec: spec, lay: lay, hosts: hosts,
+		catRates: catRates, linkRate: linkRate, root: f.root, events: func() []engine.Event {
+			evMu.Lock()
+			defer evMu.Unlock()
+			return slices.Clone(events)
+		}})
 }
 
 func verdict(ok bool) string {
@@ -1064,6 +1126,14 @@ func measure(ctx context.Context, en *engine.Engine, cluster *child, hostCPU fun
 	}
 	var sent int64
 	for _, d := range rec.Disks {
+		if spec.Execution == engine.ExecutionCluster {
+			// The copy Job wrote the claim; nothing was uploaded.
+			got, err := cluster.ask("claim " + d.DataVolume)
+			if err != nil || len(got) != 1 || got[0] != d.SourceSHA256 || d.SourceSHA256 == "" {
+				return result{}, fmt.Errorf("%s disk %d: the claim of DataVolume %s holds %v (%v), the source %q", spec.Name, d.Index, d.DataVolume, got, err, d.SourceSHA256)
+			}
+			continue
+		}
 		got, err := cluster.ask("received " + d.DataVolume)
 		if err != nil || len(got) != 2 {
 			return result{}, fmt.Errorf("%s disk %d: DataVolume %s: %v", spec.Name, d.Index, d.DataVolume, err)
