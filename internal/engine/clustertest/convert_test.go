@@ -142,9 +142,11 @@ func TestConversionKilledMidway(t *testing.T) {
 	}
 	defer os.Remove(hold)
 
-	var killed atomic.Bool
+	// One killer for the first pod seen converting, however many of its
+	// stages are reported before the kill.
+	var killed, started atomic.Bool
 	watch := func(ev engine.Event) {
-		if !strings.HasPrefix(ev.Message, "conversion Job ") || !strings.Contains(ev.Message, ": pod ") || killed.Load() {
+		if !strings.HasPrefix(ev.Message, "conversion Job ") || !strings.Contains(ev.Message, ": pod ") || !started.CompareAndSwap(false, true) {
 			return
 		}
 		pod := strings.Fields(strings.SplitN(ev.Message, ": pod ", 2)[1])[0]
