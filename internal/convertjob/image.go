@@ -3,10 +3,8 @@ package convertjob
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
 // createOverlay makes image's overlay, a qcow2 file beside it whose
@@ -87,26 +84,9 @@ func fsyncPath(p string) error {
 // hashImage is the SHA-256 and size of a raw image, its holes hashed as
 // the zeros they read as without being read.
 func hashImage(ctx context.Context, p string) (Checked, error) {
-	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	var size int64
-	err := sparsefile.WalkFile(p, func(f *os.File, off, n int64, data bool) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		size = off + n
-		if !data {
-			zerosum.Write(h, n)
-			return nil
-		}
-		got, err := io.CopyBuffer(h, io.NewSectionReader(f, off, n), buf)
-		if err == nil && got != n {
-			err = fmt.Errorf("read %d of %d bytes at %d: %w", got, n, off, io.ErrUnexpectedEOF)
-		}
-		return err
-	})
+	s, err := sparsefile.Hash(ctx, p)
 	if err != nil {
-		return Checked{}, fmt.Errorf("hash %s: %w", p, err)
+		return Checked{}, err
 	}
-	return Checked{SHA256: fmt.Sprintf("%x", h.Sum(nil)), Bytes: size}, nil
+	return Checked{SHA256: s.SHA256, Bytes: s.Bytes}, nil
 }

@@ -4,9 +4,16 @@
 package sparsefile
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"syscall"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
 // seekData and seekHole are lseek's SEEK_DATA and SEEK_HOLE on Linux; on
@@ -82,4 +89,41 @@ func HoleLen(f *os.File, off, end int64) int64 {
 		return 0
 	}
 	return max(min(data, end)-off, 0)
+}
+
+// Sum is a file's content digest as Hash computes it.
+type Sum struct {
+	// SHA256 is the hex SHA-256 of the whole file.
+	SHA256 string
+	// Bytes is the file's size; HoleBytes how many of them are holes.
+	Bytes, HoleBytes int64
+}
+
+// Hash is the SHA-256 of the file at path, its holes hashed as the zeros
+// they read as without being read.
+func Hash(ctx context.Context, path string) (Sum, error) {
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	var s Sum
+	err := WalkFile(path, func(f *os.File, off, n int64, data bool) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.Bytes = off + n
+		if !data {
+			s.HoleBytes += n
+			zerosum.Write(h, n)
+			return nil
+		}
+		got, err := io.CopyBuffer(h, io.NewSectionReader(f, off, n), buf)
+		if err == nil && got != n {
+			err = fmt.Errorf("read %d of %d bytes at %d: %w", got, n, off, io.ErrUnexpectedEOF)
+		}
+		return err
+	})
+	if err != nil {
+		return Sum{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	s.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return s, nil
 }

@@ -11,16 +11,6 @@ const (
 	fallocPunchHole = 0x2
 )
 
-// punch turns [off, off+n) of f into a hole: it reads as zeros and takes no
-// space, and the file keeps its size.
-func punch(f *os.File, off, n int64) error {
-	err := syscall.Fallocate(int(f.Fd()), fallocPunchHole|fallocKeepSize, off, n)
-	if err == syscall.EOPNOTSUPP || err == syscall.ENOSYS {
-		return zeroFill(f, off, n)
-	}
-	return err
-}
-
 // zeroBlockRange makes [off, off+n) of a block device read as zeros
 // without writing it: fallocate(PUNCH_HOLE|KEEP_SIZE) on a block device is
 // the kernel's zero-out without fallback (unmap or a write-zeroes offload,

@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 )
 
 // A copy's destination is a regular file (the staging file of a local
@@ -109,7 +111,7 @@ func (c *copier) resetBlockFrom(off int64) error {
 // clears nothing.
 func (c *copier) clear(off, n int64) error {
 	if !c.block {
-		return punch(c.f, off, n)
+		return sparsefile.Punch(c.f, off, n)
 	}
 	if n <= 0 || c.verifyZeros.Load() {
 		return nil
@@ -127,5 +129,5 @@ func (c *copier) clear(off, n int64) error {
 	} else {
 		aligned = 0
 	}
-	return zeroFill(c.f, off+aligned, n-aligned)
+	return sparsefile.ZeroFill(c.f, off+aligned, n-aligned)
 }

@@ -418,15 +418,3 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 	}
 	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero + w.out.zero}, w.n, w.localErr
 }
-
-// zeroFill writes zeros over [off, off+n) of f.
-func zeroFill(f *os.File, off, n int64) error {
-	for n > 0 {
-		k := min(n, int64(len(zeroBlock)))
-		if _, err := f.WriteAt(zeroBlock[:k], off); err != nil {
-			return err
-		}
-		off, n = off+k, n-k
-	}
-	return nil
-}
