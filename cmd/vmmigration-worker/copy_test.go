@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,7 +68,7 @@ func TestCopyIntoFileClaim(t *testing.T) {
 	for _, l := range lines[:len(lines)-1] {
 		rated = rated || (l.Event == "progress" && l.RateBytesPerSecond > 0 && l.BytesTotal == size)
 	}
-	if last := lines[len(lines)-1]; last.Event != "result" || last.Result == nil || *last.Result != res || !rated {
+	if last := lines[len(lines)-1]; last.Event != "result" || last.Result == nil || !reflect.DeepEqual(*last.Result, res) || !rated {
 		t.Errorf("stdout: %d lines, last %+v, a progress line with a rate: %v", len(lines), last, rated)
 	}
 	// Run again: the journal answers, nothing is read.

@@ -63,6 +63,28 @@ func TestSpecValidate(t *testing.T) {
 		{"journal under /dev", func(s *Spec) { s.JournalPath = "/dev/shm/j" }, "/dev"},
 		{"journal is the target", func(s *Spec) { s.JournalPath = s.Target.Path }, "target itself"},
 		{"result relative", func(s *Spec) { s.ResultPath = "termination-log" }, "result_path"},
+		{"deltas", func(s *Spec) {
+			s.Deltas = []Delta{{Path: "/vmfs/volumes/ds1/web/web-000001-sesparse.vmdk", Format: "seSparse", SizeBytes: 1 << 20}}
+		}, ""},
+		{"delta format", func(s *Spec) {
+			s.Deltas = []Delta{{Path: "/vmfs/volumes/ds1/web/web-000001-delta.vmdk", Format: "vmfs", SizeBytes: 512}}
+		}, "deltas[0].format"},
+		{"delta path", func(s *Spec) {
+			s.Deltas = []Delta{{Path: "/vmfs/volumes/ds1/../x.vmdk", Format: "seSparse", SizeBytes: 512}}
+		}, "deltas[0].path"},
+		{"delta size", func(s *Spec) {
+			s.Deltas = []Delta{{Path: "/vmfs/volumes/ds1/w/w-000001-delta.vmdk", Format: "vmfsSparse", SizeBytes: 100}}
+		}, "deltas[0].size_bytes"},
+		{"delta is the base", func(s *Spec) { s.Deltas = []Delta{{Path: s.Disk.Path, Format: "vmfsSparse", SizeBytes: 512}} }, "twice"},
+		{"too many deltas", func(s *Spec) {
+			for k := range MaxDeltas + 1 {
+				s.Deltas = append(s.Deltas, Delta{Path: fmt.Sprintf("/vmfs/volumes/ds1/w/w-%06d-delta.vmdk", k+1), Format: "vmfsSparse", SizeBytes: 512})
+			}
+		}, "at most 32"},
+		{"deltas on a block target", func(s *Spec) {
+			s.Target, s.JournalPath = Target{Kind: TargetBlock, Path: "/dev/xvda"}, "/journal/j"
+			s.Deltas = []Delta{{Path: "/vmfs/volumes/ds1/w/w-000001-delta.vmdk", Format: "vmfsSparse", SizeBytes: 512}}
+		}, "applied to a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := validSpec()
@@ -214,5 +236,23 @@ func TestLastProgress(t *testing.T) {
 	}
 	if _, ok := LastProgress([]byte("{\"event\":\"progress\",\"bytes_done\":200,\"bytes_total\":100}\n")); ok {
 		t.Error("progress beyond the total was believed")
+	}
+}
+
+// The result of a flattened chain of the most deltas a copy applies fits
+// a termination message whole.
+func TestChainResultFitsTerminationMessage(t *testing.T) {
+	r := Result{OK: true, SHA256: strings.Repeat("a", 64), BaseSHA256: strings.Repeat("b", 64), Bytes: 1 << 50, ZeroBytes: 1 << 49,
+		ChunksCopied: 1 << 30, ChunksSkipped: 1 << 30, HostKeyFingerprint: "SHA256:" + strings.Repeat("A", 43)}
+	for range MaxDeltas {
+		r.Deltas = append(r.Deltas, DeltaResult{SHA256: strings.Repeat("c", 64), Bytes: 1 << 50})
+	}
+	b := r.Encode()
+	if len(b) > MaxResultBytes {
+		t.Fatalf("%d bytes, more than %d", len(b), MaxResultBytes)
+	}
+	back, err := ParseResult(string(b))
+	if err != nil || len(back.Deltas) != MaxDeltas || back.BaseSHA256 != r.BaseSHA256 {
+		t.Fatalf("parsed back %+v, %v", back, err)
 	}
 }

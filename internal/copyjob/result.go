@@ -41,6 +41,11 @@ type Result struct {
 	ZeroBytes     int64 `json:"zero_bytes,omitempty"`
 	ChunksCopied  int   `json:"chunks_copied,omitempty"`
 	ChunksSkipped int   `json:"chunks_skipped,omitempty"`
+	// BaseSHA256 and Deltas are set for a disk on snapshots: the base's
+	// copy and each delta file's, oldest first; SHA256 is then the
+	// guest-visible disk's, after every delta was applied.
+	BaseSHA256 string        `json:"base_sha256,omitempty"`
+	Deltas     []DeltaResult `json:"deltas,omitempty"`
 	// HostKeyFingerprint is the host key this copy verified ("" when it
 	// never connected, as when the journal already held the whole copy).
 	HostKeyFingerprint string `json:"host_key_fingerprint,omitempty"`
@@ -48,6 +53,12 @@ type Result struct {
 	// Class is fault.Class's name: transient, permanent, needs-human or
 	// interrupted.
 	Class string `json:"class,omitempty"`
+}
+
+// DeltaResult is the evidence of one applied delta file.
+type DeltaResult struct {
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
 }
 
 // succeeded is the Result of a completed copy.

@@ -45,6 +45,14 @@ func run(ctx context.Context, s Spec, p *progressPrinter) Result {
 	}
 	opts := transfer.Options{ChunkSize: s.ChunkSize, Streams: cfg.StreamsPerDisk, Sources: sources,
 		JournalPath: s.Journal(), Progress: p.progress}
+	if len(s.Deltas) > 0 {
+		res, err := runChain(ctx, s, c, opts)
+		if err != nil {
+			return Failed(ctx, err, c.HostKeyFingerprint())
+		}
+		res.HostKeyFingerprint = c.HostKeyFingerprint()
+		return res
+	}
 	r, err := transfer.Copy(ctx, c, transfer.Disk{Path: s.Disk.Path, SizeBytes: s.Disk.SizeBytes}, s.Target.Path, opts)
 	if err != nil {
 		return Failed(ctx, err, c.HostKeyFingerprint())

@@ -22,6 +22,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
 // Target kinds.
@@ -44,13 +45,17 @@ const (
 // opened or sent to the host. The credential is not in it: only the path
 // of the file (a mounted Secret) that holds it.
 type Spec struct {
-	Host        Host   `json:"host"`
-	Disk        Disk   `json:"disk"`
-	ChunkSize   int64  `json:"chunk_size,omitempty"`
-	Streams     int    `json:"streams,omitempty"`
-	Target      Target `json:"target"`
-	JournalPath string `json:"journal_path,omitempty"`
-	ResultPath  string `json:"result_path,omitempty"`
+	Host Host `json:"host"`
+	Disk Disk `json:"disk"`
+	// Deltas are the snapshot deltas the disk runs on, oldest first: Disk
+	// is then the chain's base (its flat extent), and the worker applies
+	// each delta's grains over the base's copy in order (chain.go).
+	Deltas      []Delta `json:"deltas,omitempty"`
+	ChunkSize   int64   `json:"chunk_size,omitempty"`
+	Streams     int     `json:"streams,omitempty"`
+	Target      Target  `json:"target"`
+	JournalPath string  `json:"journal_path,omitempty"`
+	ResultPath  string  `json:"result_path,omitempty"`
 }
 
 // Host is the ESXi host and how to log in to it.
@@ -76,6 +81,20 @@ type Disk struct {
 	Path      string `json:"path"`
 	SizeBytes int64  `json:"size_bytes"`
 }
+
+// Delta is one snapshot delta's extent file on the host.
+type Delta struct {
+	// Path is the extent file, e.g. /vmfs/volumes/ds1/vm/vm-000001-sesparse.vmdk.
+	Path string `json:"path"`
+	// Format is the link's createType: "vmfsSparse" or "seSparse".
+	Format string `json:"format"`
+	// SizeBytes is the file's length, a multiple of 512.
+	SizeBytes int64 `json:"size_bytes"`
+}
+
+// MaxDeltas is the most snapshot deltas a copy applies: ESXi's 32
+// snapshots per VM.
+const MaxDeltas = 32
 
 // Target is where the disk is written.
 type Target struct {
@@ -138,7 +157,38 @@ func (s Spec) Validate() error {
 	if s.Streams < 0 || s.Streams > maxStreams {
 		errs = append(errs, fmt.Errorf("streams %d is out of range 1-%d", s.Streams, maxStreams))
 	}
-	errs = append(errs, s.validatePaths())
+	errs = append(errs, s.validatePaths(), s.validateDeltas())
+	return errors.Join(errs...)
+}
+
+// validateDeltas checks the snapshot deltas: their number, paths, formats
+// and sizes, and a target they can be applied to.
+func (s Spec) validateDeltas() error {
+	if len(s.Deltas) == 0 {
+		return nil
+	}
+	var errs []error
+	if len(s.Deltas) > MaxDeltas {
+		errs = append(errs, fmt.Errorf("%d deltas: at most %d are applied", len(s.Deltas), MaxDeltas))
+	}
+	if s.Target.Kind != TargetFile {
+		errs = append(errs, fmt.Errorf("deltas are applied to a %q target only", TargetFile))
+	}
+	seen := map[string]bool{s.Disk.Path: true}
+	for k, d := range s.Deltas {
+		if err := ValidateDiskPath(d.Path); err != nil {
+			errs = append(errs, fmt.Errorf("deltas[%d].path: %w", k, err))
+		} else if seen[d.Path] {
+			errs = append(errs, fmt.Errorf("deltas[%d].path %s appears twice in the chain", k, d.Path))
+		}
+		seen[d.Path] = true
+		if f := vmdk.Format(d.Format); f != vmdk.VMFSSparse && f != vmdk.SESparse {
+			errs = append(errs, fmt.Errorf("deltas[%d].format %q is neither %q nor %q", k, d.Format, vmdk.VMFSSparse, vmdk.SESparse))
+		}
+		if d.SizeBytes <= 0 || d.SizeBytes%512 != 0 {
+			errs = append(errs, fmt.Errorf("deltas[%d].size_bytes %d is not a positive multiple of 512", k, d.SizeBytes))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,129 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
+)
+
+// addChainDisk adds a VM whose one disk runs on two snapshot deltas (an
+// seSparse under a vmfsSparse) and returns the disk and a spec flattening
+// it into target.
+func (h *host) addChainDisk(t *testing.T, name string, size int64, target string) (esxisim.DiskFiles, copyjob.Spec) {
+	t.Helper()
+	cs, err := esxisim.SnapshotChainSpec("datastore1", name, name, size, vmdk.SESparse, vmdk.VMFSSparse, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, files, err := h.srv.AddVM(esxisim.VMSpec{Name: name, Snapshots: true,
+		Disks: []esxisim.DiskSpec{{CapacityBytes: size, Thin: true, Content: cs.Base, Deltas: cs.Deltas}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := files.Disks[0]
+	s := h.spec(t, disk, copyjob.Target{Kind: copyjob.TargetFile, Path: target})
+	links := disk.Chain.Links // top first, base last
+	s.Disk.Path = links[len(links)-1].Extent
+	for k := len(links) - 2; k >= 0; k-- {
+		fi, err := os.Stat(links[k].LocalExtent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Deltas = append(s.Deltas, copyjob.Delta{Path: links[k].Extent, Format: string(links[k].Format), SizeBytes: fi.Size()})
+	}
+	return disk, s
+}
+
+// A disk on snapshots is flattened into the claim's disk.img as the guest
+// sees it: the result's SHA-256 is the chain's guest-visible content, the
+// base's and each delta's copies are accounted for, no delta copy is left
+// beside the disk, and a second run reads nothing from the host.
+func TestChainFlattenedIntoFileClaim(t *testing.T) {
+	const size = 32 * mib
+	h := newHost(t, esxisim.HostPython())
+	target := filepath.Join(t.TempDir(), "disk.img")
+	disk, s := h.addChainDisk(t, "snap", size, target)
+	code, lines, res := runInProcess(t, h.writeSpec(t, s))
+	if code != copyjob.ExitOK || !res.OK {
+		t.Fatalf("exit %d, result %+v", code, res)
+	}
+	if res.SHA256 != disk.SHA256() || sha256Of(t, target, size) != disk.SHA256() {
+		t.Fatalf("result sha %s, file sha %s, chain sha %s", res.SHA256, sha256Of(t, target, size), disk.SHA256())
+	}
+	if res.BaseSHA256 == "" || res.BaseSHA256 == res.SHA256 || len(res.Deltas) != 2 || res.Bytes != size {
+		t.Errorf("result %+v: want the base's and two deltas' evidence", res)
+	}
+	chunks := int64(size / mib)
+	for _, d := range s.Deltas {
+		chunks += (d.SizeBytes + mib - 1) / mib
+	}
+	if got := int64(res.ChunksCopied + res.ChunksSkipped); got != chunks {
+		t.Errorf("%d chunks copied and verified, the chain's files have %d", got, chunks)
+	}
+	left, _ := filepath.Glob(target + ".delta-*")
+	if len(left) != 0 {
+		t.Errorf("delta copies left in the claim: %v", left)
+	}
+	if last := lines[len(lines)-2]; last.Event != "progress" || last.BytesTotal != size+s.Deltas[0].SizeBytes+s.Deltas[1].SizeBytes {
+		t.Errorf("last progress line %+v: want the whole chain's bytes as the total", last)
+	}
+	h.srv.ResetStats()
+	if code, _, again := runInProcess(t, h.writeSpec(t, s)); code != 0 || again.SHA256 != res.SHA256 || h.srv.Stats().Execs != 0 {
+		t.Errorf("second run: exit %d, %+v, %d commands on the host", code, again, h.srv.Stats().Execs)
+	}
+}
+
+// A worker killed after applying a delta but before recording it applies
+// it again from its copy (the same bytes at the same places), reading only
+// that delta from the host again; a state left by another chain is never
+// built on: the claim starts over.
+func TestChainResumesAndStartsOver(t *testing.T) {
+	const size = 32 * mib
+	h := newHost(t, esxisim.HostPython())
+	target := filepath.Join(t.TempDir(), "disk.img")
+	disk, s := h.addChainDisk(t, "snap", size, target)
+	spec := h.writeSpec(t, s)
+	if code, _, res := runInProcess(t, spec); code != 0 || res.SHA256 != disk.SHA256() {
+		t.Fatalf("first run: exit %d, %+v", code, res)
+	}
+	// As if killed between applying the top delta and recording it.
+	statePath := target + ".chain"
+	var st map[string]any
+	b, err := os.ReadFile(statePath)
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("state: %v %s", err, b)
+	}
+	st["applied"] = st["applied"].([]any)[:1]
+	b, _ = json.Marshal(st)
+	if err := os.WriteFile(statePath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.ResetStats()
+	code, _, res := runInProcess(t, spec)
+	if code != 0 || res.SHA256 != disk.SHA256() || sha256Of(t, target, size) != disk.SHA256() {
+		t.Fatalf("resumed run: exit %d, %+v; file %s, chain %s", code, res, sha256Of(t, target, size), disk.SHA256())
+	}
+	for _, r := range h.srv.DDReads() {
+		if r.Path != s.Deltas[1].Path {
+			t.Errorf("the resumed run read %s at %d: only the unrecorded delta is read again", r.Path, r.Offset)
+		}
+	}
+	// A state of another base: everything starts over.
+	st["base"] = "/vmfs/volumes/datastore1/other/other-flat.vmdk"
+	b, _ = json.Marshal(st)
+	if err := os.WriteFile(statePath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.ResetStats()
+	code, _, res = runInProcess(t, spec)
+	if code != 0 || res.SHA256 != disk.SHA256() || res.ChunksCopied == 0 {
+		t.Fatalf("run over another chain's state: exit %d, %+v", code, res)
+	}
+}

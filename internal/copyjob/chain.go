@@ -1,0 +1,253 @@
+package copyjob
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
+)
+
+// A disk that runs on snapshots is flattened into the claim as the guest
+// sees it, with room for one delta file beside the disk, never a second
+// copy of the disk:
+//
+//  1. the base (its flat extent) is copied into the target with the
+//     journaled copy, exactly as a disk without snapshots;
+//  2. each delta, oldest first, is copied whole into <target>.delta-<k>
+//     (its own journal beside it), its grains are written over the target
+//     (vmdk.ApplyDelta), the target is fsynced, and only then the state
+//     file <target>.chain records the delta as applied and the delta's
+//     copy is removed;
+//  3. the guest-visible SHA-256 is hashed from the target.
+//
+// The state file is written after the base's copy completed and after
+// each delta was applied, never before: a worker killed at any instant
+// finds either no state (nothing applied: the base's journal resumes the
+// base), or the deltas applied so far, and a delta killed mid-apply is
+// applied again from its copy, which the journal kept (applying is
+// idempotent). A state that describes another chain (a snapshot taken or
+// removed since, a claim reused) is never built on: the target, its
+// journal and the state start over.
+
+// chainState is <target>.chain.
+type chainState struct {
+	// Base and Size name the base the target was copied from.
+	Base string `json:"base"`
+	Size int64  `json:"size"`
+	// BaseSHA256 and BaseChunks are the base copy's evidence.
+	BaseSHA256 string `json:"base_sha256"`
+	BaseChunks int    `json:"base_chunks"`
+	// Applied are the deltas applied over it, oldest first.
+	Applied []appliedDelta `json:"applied,omitempty"`
+}
+
+type appliedDelta struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+	Chunks int    `json:"chunks"`
+}
+
+// chainStatePath is the state file of a target.
+func chainStatePath(target string) string { return target + ".chain" }
+
+// deltaCopyPath is where delta k is copied before it is applied.
+func deltaCopyPath(target string, k int) string { return target + ".delta-" + strconv.Itoa(k) }
+
+// builtOn reports whether st describes the base and a prefix of the
+// deltas of s: the target can be finished from it.
+func (st *chainState) builtOn(s Spec) bool {
+	if st.Base != s.Disk.Path || st.Size != s.Disk.SizeBytes || st.BaseSHA256 == "" || len(st.Applied) > len(s.Deltas) {
+		return false
+	}
+	for k, a := range st.Applied {
+		if a.Path != s.Deltas[k].Path || a.Bytes != s.Deltas[k].SizeBytes {
+			return false
+		}
+	}
+	return true
+}
+
+func loadChainState(p string) (*chainState, error) {
+	b, err := os.ReadFile(p)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	var st chainState
+	if err := json.Unmarshal(b, &st); err != nil {
+		// Written by durable.WriteFile: a torn file is not ours.
+		return nil, nil
+	}
+	return &st, nil
+}
+
+func (st *chainState) save(p string) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return durable.WriteFile(p, b)
+}
+
+// chainCopy flattens the spec's chain into its target (see above).
+type chainCopy struct {
+	s     Spec
+	src   transfer.RangeReader
+	opts  transfer.Options
+	total int64 // bytes of every file of the chain, for progress
+	done  int64 // bytes of the files finished before the current one
+	print func(transfer.Progress)
+}
+
+// runChain flattens s's chain into its target and returns the result.
+func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transfer.Options) (Result, error) {
+	c := &chainCopy{s: s, src: src, opts: opts, total: s.Disk.SizeBytes, print: opts.Progress}
+	for _, d := range s.Deltas {
+		c.total += d.SizeBytes
+	}
+	c.opts.Progress = c.progress
+	state := chainStatePath(s.Target.Path)
+	st, err := loadChainState(state)
+	if err != nil {
+		return Result{}, err
+	}
+	if st != nil && !st.builtOn(s) {
+		if err := c.startOver(); err != nil {
+			return Result{}, err
+		}
+		st = nil
+	}
+	res := Result{}
+	if st == nil {
+		r, err := transfer.Copy(ctx, src, transfer.Disk{Path: s.Disk.Path, SizeBytes: s.Disk.SizeBytes}, s.Target.Path, c.opts)
+		if err != nil {
+			return Result{}, err
+		}
+		res.ChunksCopied, res.ChunksSkipped = r.ChunksCopied, r.ChunksSkipped
+		st = &chainState{Base: s.Disk.Path, Size: s.Disk.SizeBytes, BaseSHA256: r.SHA256, BaseChunks: r.ChunksCopied + r.ChunksSkipped}
+		if err := st.save(state); err != nil {
+			return Result{}, err
+		}
+	} else {
+		res.ChunksSkipped += st.BaseChunks
+	}
+	c.done = s.Disk.SizeBytes
+	for k, a := range st.Applied {
+		// Applied in an earlier run; its copy may have outlived the state.
+		if err := removeCopy(deltaCopyPath(s.Target.Path, k)); err != nil {
+			return Result{}, err
+		}
+		res.ChunksSkipped += a.Chunks
+		c.done += a.Bytes
+	}
+	for k := len(st.Applied); k < len(s.Deltas); k++ {
+		a, r, err := c.apply(ctx, k)
+		if err != nil {
+			return Result{}, err
+		}
+		res.ChunksCopied += r.ChunksCopied
+		res.ChunksSkipped += r.ChunksSkipped
+		st.Applied = append(st.Applied, a)
+		if err := st.save(state); err != nil {
+			return Result{}, err
+		}
+		if err := removeCopy(deltaCopyPath(s.Target.Path, k)); err != nil {
+			return Result{}, err
+		}
+		c.done += a.Bytes
+	}
+	sum, err := sparsefile.Hash(ctx, s.Target.Path)
+	if err != nil {
+		return Result{}, err
+	}
+	if sum.Bytes != s.Disk.SizeBytes {
+		return Result{}, fmt.Errorf("the flattened disk %s is %d bytes, the base %d", s.Target.Path, sum.Bytes, s.Disk.SizeBytes)
+	}
+	res.OK, res.SHA256, res.Bytes, res.ZeroBytes, res.BaseSHA256 = true, sum.SHA256, sum.Bytes, sum.HoleBytes, st.BaseSHA256
+	for _, a := range st.Applied {
+		res.Deltas = append(res.Deltas, DeltaResult{SHA256: a.SHA256, Bytes: a.Bytes})
+	}
+	return res, nil
+}
+
+// apply copies delta k beside the target, applies it and syncs the
+// target.
+func (c *chainCopy) apply(ctx context.Context, k int) (appliedDelta, transfer.Result, error) {
+	d := c.s.Deltas[k]
+	cp := deltaCopyPath(c.s.Target.Path, k)
+	opts := c.opts
+	opts.JournalPath = "" // beside the delta's copy
+	r, err := transfer.Copy(ctx, c.src, transfer.Disk{Path: d.Path, SizeBytes: d.SizeBytes}, cp, opts)
+	if err != nil {
+		return appliedDelta{}, r, err
+	}
+	f, err := os.OpenFile(c.s.Target.Path, os.O_RDWR, 0)
+	if err != nil {
+		return appliedDelta{}, r, err
+	}
+	defer f.Close()
+	if _, err := vmdk.ApplyDelta(ctx, cp, vmdk.Format(d.Format), f); err != nil {
+		if ctx.Err() != nil {
+			return appliedDelta{}, r, err
+		}
+		// The copy's journal verified it against the host: a delta that
+		// does not parse is what the host holds.
+		return appliedDelta{}, r, classed(fault.Permanent, fmt.Errorf("snapshot delta %s: %w", d.Path, err))
+	}
+	if err := f.Sync(); err != nil {
+		return appliedDelta{}, r, fmt.Errorf("fsync %s: %w", c.s.Target.Path, err)
+	}
+	return appliedDelta{Path: d.Path, SHA256: r.SHA256, Bytes: d.SizeBytes, Chunks: r.ChunksCopied + r.ChunksSkipped}, r, nil
+}
+
+// progress reports a file's progress as the whole chain's.
+func (c *chainCopy) progress(p transfer.Progress) {
+	if c.print == nil {
+		return
+	}
+	p.BytesDone += c.done
+	p.BytesTotal = c.total
+	p.Percent = float64(p.BytesDone) * 100 / float64(c.total)
+	c.print(p)
+}
+
+// startOver removes the target, its journal, the state and every delta
+// copy: they were built on another chain.
+func (c *chainCopy) startOver() error {
+	t := c.s.Target.Path
+	paths := []string{t, t + transfer.JournalSuffix, chainStatePath(t)}
+	for k := range MaxDeltas {
+		paths = append(paths, deltaCopyPath(t, k), deltaCopyPath(t, k)+transfer.JournalSuffix)
+	}
+	if c.s.JournalPath != "" && !slices.Contains(paths, c.s.JournalPath) {
+		paths = append(paths, c.s.JournalPath)
+	}
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeCopy removes an applied delta's copy and its journal.
+func removeCopy(p string) error {
+	for _, q := range []string{p, p + transfer.JournalSuffix} {
+		if err := os.Remove(q); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
