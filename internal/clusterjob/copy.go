@@ -102,8 +102,11 @@ type Copy struct {
 	PrivateKey bool
 	// Host, Source, ChunkSize and Streams are the copy itself. Host's
 	// credential file fields are set by Render.
-	Host      copyjob.Host
-	Source    copyjob.Disk
+	Host   copyjob.Host
+	Source copyjob.Disk
+	// Deltas are the snapshot deltas over Source (its chain's base),
+	// oldest first; the worker applies them in the claim.
+	Deltas    []copyjob.Delta
 	ChunkSize int64
 	Streams   int
 	// Owner, when set, owns the Job (the migration's record), so that the
@@ -120,7 +123,7 @@ func (c Copy) Spec() copyjob.Spec {
 	} else {
 		h.PasswordFile = CredentialDir + "/" + SecretKeyPassword
 	}
-	s := copyjob.Spec{Host: h, Disk: c.Source, ChunkSize: c.ChunkSize, Streams: c.Streams,
+	s := copyjob.Spec{Host: h, Disk: c.Source, Deltas: c.Deltas, ChunkSize: c.ChunkSize, Streams: c.Streams,
 		Target: copyjob.Target{Kind: copyjob.TargetFile, Path: DataDir + "/disk.img"}}
 	if c.Block {
 		s.Target = copyjob.Target{Kind: copyjob.TargetBlock, Path: DevicePath}

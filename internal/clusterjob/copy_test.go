@@ -302,3 +302,34 @@ func TestCheckResult(t *testing.T) {
 		}
 	}
 }
+
+// A flattened chain's result is believed only with the base's evidence
+// and every delta of the spec applied, each at the size the runner saw.
+func TestCheckResultOfChain(t *testing.T) {
+	c := sampleCopy()
+	c.Source.SizeBytes = 128 << 20
+	c.Deltas = []copyjob.Delta{{Path: "/vmfs/volumes/ds1/web/web-000001-sesparse.vmdk", Format: "seSparse", SizeBytes: 3 << 20},
+		{Path: "/vmfs/volumes/ds1/web/web-000002-delta.vmdk", Format: "vmfsSparse", SizeBytes: 70 << 20}}
+	good := copyjob.Result{OK: true, SHA256: strings.Repeat("ab", 32), BaseSHA256: strings.Repeat("cd", 32), Bytes: 128 << 20,
+		ChunksCopied: 5, HostKeyFingerprint: c.Host.HostKeyFingerprint,
+		Deltas: []copyjob.DeltaResult{{SHA256: strings.Repeat("01", 32), Bytes: 3 << 20}, {SHA256: strings.Repeat("02", 32), Bytes: 70 << 20}}}
+	if err := clusterjob.CheckResult(c, good); err != nil {
+		t.Fatalf("a good result: %v", err)
+	}
+	for name, change := range map[string]func(*copyjob.Result){
+		"no base":         func(r *copyjob.Result) { r.BaseSHA256 = "" },
+		"a delta missing": func(r *copyjob.Result) { r.Deltas = r.Deltas[:1]; r.ChunksCopied = 4 },
+		"delta resized":   func(r *copyjob.Result) { r.Deltas = []copyjob.DeltaResult{r.Deltas[0], {SHA256: r.Deltas[1].SHA256, Bytes: 71 << 20}} },
+		"delta unhashed":  func(r *copyjob.Result) { r.Deltas = []copyjob.DeltaResult{r.Deltas[0], {Bytes: 70 << 20}} },
+		"delta chunks":    func(r *copyjob.Result) { r.ChunksCopied = 2 },
+	} {
+		r := good
+		change(&r)
+		if err := clusterjob.CheckResult(c, r); err == nil {
+			t.Errorf("%s: believed %+v", name, r)
+		}
+	}
+	if _, err := clusterjob.RenderCopy(c); err != nil {
+		t.Errorf("render: %v", err)
+	}
+}

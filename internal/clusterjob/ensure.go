@@ -118,6 +118,12 @@ func CheckResult(c Copy, r copyjob.Result) error {
 		chunk = transfer.DefaultChunkSize
 	}
 	chunks := transfer.NumChunks(size, chunk)
+	for _, d := range c.Deltas {
+		chunks += transfer.NumChunks(d.SizeBytes, chunk)
+	}
+	if err := checkDeltas(c, r); err != nil {
+		return err
+	}
 	switch {
 	case !r.OK:
 		return fmt.Errorf("the copy did not succeed: %s", r.Error)
@@ -129,6 +135,23 @@ func CheckResult(c Copy, r copyjob.Result) error {
 		return fmt.Errorf("the copy reports %d zero bytes of %d", r.ZeroBytes, size)
 	case r.HostKeyFingerprint != "" && r.HostKeyFingerprint != c.Host.HostKeyFingerprint:
 		return fmt.Errorf("the copy verified host key %s, not the pinned %s", r.HostKeyFingerprint, c.Host.HostKeyFingerprint)
+	}
+	return nil
+}
+
+// checkDeltas checks a flattened chain's evidence: the base's SHA-256 and
+// one applied delta per delta of the spec, each of its size.
+func checkDeltas(c Copy, r copyjob.Result) error {
+	if !r.OK || len(c.Deltas) == 0 {
+		return nil
+	}
+	if len(r.BaseSHA256) != 64 || len(r.Deltas) != len(c.Deltas) {
+		return fmt.Errorf("the copy reports %d of the %d snapshot deltas applied (base SHA-256 %q)", len(r.Deltas), len(c.Deltas), r.BaseSHA256)
+	}
+	for k, d := range r.Deltas {
+		if d.Bytes != c.Deltas[k].SizeBytes || len(d.SHA256) != 64 {
+			return fmt.Errorf("the copy reports delta %d as %d bytes (SHA-256 %q), the host's file %s has %d", k, d.Bytes, d.SHA256, c.Deltas[k].Path, c.Deltas[k].SizeBytes)
+		}
 	}
 	return nil
 }

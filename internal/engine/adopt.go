@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -333,7 +334,7 @@ func (e *Engine) readDestDisk(ctx context.Context, namespace, name, claim string
 			q, ok = dv.Spec.PVC.Resources.Requests[corev1.ResourceStorage]
 		}
 		if ok {
-			d.size = q.Value()
+			d.size = q.Value() - scratchOf(dv.Annotations, q.Value())
 			return d, nil
 		}
 	case !kube.IsNotFound(err):
@@ -355,7 +356,24 @@ func (e *Engine) readDestDisk(ctx context.Context, namespace, name, claim string
 	} else if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 		d.size = q.Value()
 	}
+	ann := pvc.Annotations
+	if d.dv != nil {
+		ann = d.dv.Annotations
+	}
+	d.size -= scratchOf(ann, d.size)
 	return d, nil
+}
+
+// scratchOf is the room beside the disk that a claim of size bytes was
+// asked for (AnnotationScratchBytes): 0 when absent, or when it is not a
+// number of whole MiB below the size (the annotation can be edited by
+// anyone, so it never makes a disk read as larger or negative).
+func scratchOf(ann map[string]string, size int64) int64 {
+	n, err := strconv.ParseInt(ann[AnnotationScratchBytes], 10, 64)
+	if err != nil || n <= 0 || n%(1<<20) != 0 || n >= size {
+		return 0
+	}
+	return n
 }
 
 // adoptCandidates reads every host's inventory (in parallel, one batched

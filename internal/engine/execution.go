@@ -83,8 +83,11 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 		missing = append(missing, fmt.Sprintf("the VM has %d disks and a conversion Job converts at most %d", len(vm.Disks), convertjob.MaxDisks))
 	}
 	for _, d := range vm.Disks {
-		if len(chainPlan(d.Chain)) > 0 {
-			missing = append(missing, fmt.Sprintf("disk %s runs on a snapshot chain, which cluster execution does not flatten yet", d.Device))
+		if d.Chain == nil {
+			continue
+		}
+		if p := clusterChainProblem(d.Chain); p != "" {
+			missing = append(missing, fmt.Sprintf("disk %s: %s", d.Device, p))
 		}
 	}
 	if len(missing) > 0 {

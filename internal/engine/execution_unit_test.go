@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
@@ -76,7 +78,23 @@ func TestRecordExecutionOnce(t *testing.T) {
 // points at the local execution; what it can do passes, naming the image.
 func TestExecutionCheck(t *testing.T) {
 	plain := &esxi.VM{Name: "web", Disks: []esxi.Disk{{Device: "scsi0:0", DataPath: "/vmfs/volumes/ds1/web/web-flat.vmdk"}}}
-	onChain := &esxi.VM{Name: "db", Disks: []esxi.Disk{{Device: "scsi0:0", Chain: &esxi.DiskChain{Links: []esxi.ChainLink{{DescriptorPath: "/vmfs/volumes/ds1/db/db-000001.vmdk"}}}}}}
+	link := func(name, createType string, extents ...string) esxi.ChainLink {
+		return esxi.ChainLink{DescriptorPath: "/vmfs/volumes/ds1/db/" + name + ".vmdk", CreateType: createType, ExtentPaths: extents}
+	}
+	chainVM := func(links ...esxi.ChainLink) *esxi.VM {
+		return &esxi.VM{Name: "db", Disks: []esxi.Disk{{Device: "scsi0:0", Chain: &esxi.DiskChain{Links: links}}}}
+	}
+	onChain := chainVM(link("db-000002", "vmfsSparse", "/vmfs/volumes/ds1/db/db-000002-delta.vmdk"),
+		link("db-000001", "seSparse", "/vmfs/volumes/ds1/db/db-000001-sesparse.vmdk"), link("db", "vmfs", "/vmfs/volumes/ds1/db/db-flat.vmdk"))
+	twoExtents := chainVM(link("db-000001", "vmfsSparse", "/vmfs/volumes/ds1/db/db-000001-delta.vmdk"),
+		link("db", "vmfs", "/vmfs/volumes/ds1/db/db-f001.vmdk", "/vmfs/volumes/ds1/db/db-f002.vmdk"))
+	sparseBase := chainVM(link("db-000001", "vmfsSparse", "/vmfs/volumes/ds1/db/db-000001-delta.vmdk"),
+		link("db", "monolithicSparse", "/vmfs/volumes/ds1/db/db.vmdk"))
+	deep := []esxi.ChainLink{link("db", "vmfs", "/vmfs/volumes/ds1/db/db-flat.vmdk")}
+	for k := range 33 {
+		n := fmt.Sprintf("db-%06d", k+1)
+		deep = append([]esxi.ChainLink{link(n, "seSparse", "/vmfs/volumes/ds1/db/"+n+"-sesparse.vmdk")}, deep...)
+	}
 	manyDisks := &esxi.VM{Name: "big"}
 	for i := range 33 {
 		manyDisks.Disks = append(manyDisks.Disks, esxi.Disk{Device: fmt.Sprintf("scsi0:%d", i), DataPath: fmt.Sprintf("/vmfs/volumes/ds1/big/big_%d-flat.vmdk", i)})
@@ -97,7 +115,10 @@ func TestExecutionCheck(t *testing.T) {
 		{"warm", withImage, func(s Spec) Spec { s.Mode = ModeWarm; return s }, plain, false, "mode \"warm\""},
 		{"block", withImage, func(s Spec) Spec { s.VolumeMode = "Block"; return s }, plain, false, "Block-mode"},
 		{"virt-v2v", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, plain, true, "a conversion Job converts the guest"},
-		{"snapshot chain", withImage, nil, onChain, false, "snapshot chain"},
+		{"snapshot chain", withImage, nil, onChain, true, "copy the disks"},
+		{"a chain link of two extents", withImage, nil, twoExtents, false, "has 2 extent files"},
+		{"a sparse base", withImage, nil, sparseBase, false, `type "monolithicSparse"`},
+		{"more deltas than a copy Job applies", withImage, nil, chainVM(deep...), false, "33 snapshot deltas"},
 		{"more disks than a conversion takes", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, manyDisks, false, "at most 32"},
 		{"as many disks without conversion", withImage, nil, manyDisks, true, "copy the disks"},
 	} {
@@ -151,5 +172,37 @@ func TestClaimReplacedStartsANewAttempt(t *testing.T) {
 	d := r.rec().Disks[0]
 	if d.Acquired || d.SourceSHA256 != "" || d.ZeroBytes != 0 || d.Imported || d.CopyAttempt != 3 || d.CopyJob != "" || d.CopyJobUID != "" {
 		t.Errorf("after the claim was replaced: %+v", d)
+	}
+}
+
+// A disk on snapshots gets a claim with room for its largest delta's copy
+// beside the disk, and says how much; adoption reads the disk's size back
+// without that room, and an annotation anyone edited never makes a disk
+// larger, negative or odd.
+func TestClaimRoomForSnapshotDeltas(t *testing.T) {
+	spec := Spec{Execution: ExecutionCluster, Namespace: "ns", Name: "db", StorageClass: "fast"}.WithDefaults()
+	r := &run{spec: spec, s: &coord.Stored{}}
+	d := record.DiskEvidence{DataVolume: "db-disk-0", SizeBytes: 64 << 20, Chain: []record.ChainFileEvidence{
+		{Link: 0, Kind: record.ChainFileDescriptor, Format: "vmfsSparse"},
+		{Link: 0, Kind: record.ChainFileExtent, Format: "vmfsSparse", Bytes: 3<<20 + 512},
+		{Link: 1, Kind: record.ChainFileExtent, Format: "seSparse", Bytes: 9 << 20},
+		{Link: 2, Kind: record.ChainFileExtent, Format: "vmfs", Bytes: 64 << 20},
+	}}
+	dv := r.renderDataVolume(d)
+	q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+	if q.Value() != 73<<20 || dv.Annotations[AnnotationScratchBytes] != fmt.Sprint(9<<20) {
+		t.Fatalf("request %s, scratch %q; want 73 MiB with 9 MiB of room", q.String(), dv.Annotations[AnnotationScratchBytes])
+	}
+	if got := q.Value() - scratchOf(dv.Annotations, q.Value()); !sizeMatches(d.SizeBytes, got) {
+		t.Errorf("adoption reads the disk as %d bytes, the source has %d", got, d.SizeBytes)
+	}
+	d.Chain = nil
+	if dv := r.renderDataVolume(d); dv.Annotations[AnnotationScratchBytes] != "" {
+		t.Errorf("a disk on no snapshot gets room: %v", dv.Annotations)
+	}
+	for _, v := range []string{"", "x", "-1048576", "1000", fmt.Sprint(73 << 20), fmt.Sprint(1 << 40)} {
+		if n := scratchOf(map[string]string{AnnotationScratchBytes: v}, 73<<20); n != 0 {
+			t.Errorf("scratch %q read as %d, want 0", v, n)
+		}
 	}
 }

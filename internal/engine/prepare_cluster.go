@@ -65,6 +65,15 @@ func (r *run) stepPrepareCluster(ctx context.Context) error {
 	if err := r.ensurePoweredOff(ctx, vm); err != nil {
 		return err
 	}
+	changed := false
+	for i := range r.rec().Disks {
+		changed = r.chainChanged(ctx, vm, i) || changed
+	}
+	if changed {
+		if err := r.save(ctx); err != nil {
+			return err
+		}
+	}
 	return r.copyInCluster(ctx)
 }
 
@@ -76,6 +85,10 @@ func (r *run) copyInCluster(ctx context.Context) error {
 		return err
 	}
 	rec := r.rec()
+	// Each claim has room for its disk's largest snapshot delta.
+	if err := r.sizeClusterChains(ctx); err != nil {
+		return err
+	}
 	// Claims first: every DataVolume created, then each waited for until
 	// CDI has made its claim (blank) and is done with it.
 	for _, stage := range []importStage{importCreated, importDone} {
@@ -204,9 +217,12 @@ func (r *run) ensureWorkerSecret(ctx context.Context, cred clusterjob.Credential
 func (cc *clusterCopy) copyOf(i int) clusterjob.Copy {
 	r := cc.r
 	d := r.rec().Disks[i]
+	src := copyjob.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}
+	var deltas []copyjob.Delta
+	r.chainCopy(i, &src, &deltas)
 	return clusterjob.Copy{Namespace: r.spec.Namespace, Migration: r.spec.Name, Disk: i, Attempt: d.CopyAttempt,
 		Image: r.e.deps.WorkerImage, Claim: d.DataVolume, Secret: workerSecretName(r.spec.Name), PrivateKey: cc.privateKey,
-		Host: cc.host, Source: copyjob.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes},
+		Host: cc.host, Source: src, Deltas: deltas,
 		ChunkSize: r.chunkSize(), Streams: cc.streams, Owner: cc.owner}
 }
 
@@ -287,6 +303,7 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 				transient("CopyResultRejected", fmt.Sprintf("disk %d: copy Job %s completed, but its result was not accepted: %v", i, job.Name, err), nil))
 		}
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = out.Result.SHA256, out.Result.ZeroBytes, true
+		r.recordChainCopy(i, *out.Result)
 		if err := r.save(ctx); err != nil {
 			return false, err
 		}
@@ -449,7 +466,11 @@ func (cc *clusterCopy) jobFailed(i int, job *batchv1.Job, out clusterjob.Outcome
 func (r *run) claimReplaced(ctx context.Context, i int) {
 	d := &r.rec().Disks[i]
 	wasAcquired := d.Acquired
-	d.Acquired, d.SourceSHA256, d.ZeroBytes, d.Imported = false, "", 0, false
+	d.Acquired, d.SourceSHA256, d.ZeroBytes, d.Imported, d.GuestSHA256 = false, "", 0, false, ""
+	// The chain's files are sized again for the new claim.
+	for k := range d.Chain {
+		d.Chain[k].Bytes, d.Chain[k].SHA256 = 0, ""
+	}
 	if d.CopyAttempt > 0 {
 		d.CopyAttempt++
 		d.CopyJob, d.CopyJobUID = "", ""

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,10 +60,26 @@ func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 	vm := corev1.PersistentVolumeMode(s.VolumeMode)
 	sc := s.StorageClass
 	src := &cdiv1beta1.DataVolumeSource{}
+	annotations := map[string]string{
+		AnnotationSourceHost:   r.rec().Identity.Host,
+		AnnotationSourceVM:     r.rec().Identity.VMName,
+		AnnotationSourcePath:   d.SourcePath,
+		AnnotationSourceSHA256: d.SourceSHA256,
+		// Bind and fill the claim now even where the StorageClass
+		// waits for a first consumer: the VM is created Halted, so
+		// no pod would ever consume it.
+		cdi.AnnImmediateBinding: "true",
+	}
+	size := roundUpMiB(d.SizeBytes)
 	switch {
 	case r.inCluster():
-		// An empty claim, which the disk's copy Job fills.
+		// An empty claim, which the disk's copy Job fills; with room
+		// for a snapshot delta's copy when it flattens a chain there.
 		src.Blank = &cdiv1beta1.DataVolumeBlankImage{}
+		if room := scratchBytes(d); room > 0 {
+			size += room
+			annotations[AnnotationScratchBytes] = strconv.FormatInt(room, 10)
+		}
 	case s.Transport.Kind == TransportHTTP:
 		src.HTTP = &cdiv1beta1.DataVolumeSourceHTTP{URL: d.ArtifactURL}
 		if s.Transport.StagingCAPEM != "" {
@@ -74,16 +91,7 @@ func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 	return &cdiv1beta1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: s.Namespace, Name: d.DataVolume, Labels: s.labels(),
-			Annotations: map[string]string{
-				AnnotationSourceHost:   r.rec().Identity.Host,
-				AnnotationSourceVM:     r.rec().Identity.VMName,
-				AnnotationSourcePath:   d.SourcePath,
-				AnnotationSourceSHA256: d.SourceSHA256,
-				// Bind and fill the claim now even where the StorageClass
-				// waits for a first consumer: the VM is created Halted, so
-				// no pod would ever consume it.
-				cdi.AnnImmediateBinding: "true",
-			},
+			Annotations: annotations,
 		},
 		Spec: cdiv1beta1.DataVolumeSpec{
 			Source: src,
@@ -92,7 +100,7 @@ func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 				VolumeMode:       &vm,
 				StorageClassName: &sc,
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceStorage: *resource.NewQuantity(roundUpMiB(d.SizeBytes), resource.BinarySI),
+					corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI),
 				}},
 			},
 		},
