@@ -319,9 +319,11 @@ func TestCheckResultOfChain(t *testing.T) {
 	for name, change := range map[string]func(*copyjob.Result){
 		"no base":         func(r *copyjob.Result) { r.BaseSHA256 = "" },
 		"a delta missing": func(r *copyjob.Result) { r.Deltas = r.Deltas[:1]; r.ChunksCopied = 4 },
-		"delta resized":   func(r *copyjob.Result) { r.Deltas = []copyjob.DeltaResult{r.Deltas[0], {SHA256: r.Deltas[1].SHA256, Bytes: 71 << 20}} },
-		"delta unhashed":  func(r *copyjob.Result) { r.Deltas = []copyjob.DeltaResult{r.Deltas[0], {Bytes: 70 << 20}} },
-		"delta chunks":    func(r *copyjob.Result) { r.ChunksCopied = 2 },
+		"delta resized": func(r *copyjob.Result) {
+			r.Deltas = []copyjob.DeltaResult{r.Deltas[0], {SHA256: r.Deltas[1].SHA256, Bytes: 71 << 20}}
+		},
+		"delta unhashed": func(r *copyjob.Result) { r.Deltas = []copyjob.DeltaResult{r.Deltas[0], {Bytes: 70 << 20}} },
+		"delta chunks":   func(r *copyjob.Result) { r.ChunksCopied = 2 },
 	} {
 		r := good
 		change(&r)
