@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
@@ -73,7 +72,10 @@ func (r *run) chainExtents(i int) []*record.ChainFileEvidence {
 // sizeClusterChains records the size of every extent file of the chains
 // not yet sized, in one call to the host. Sizes recorded earlier are kept:
 // the Job of the recorded attempt was rendered from them.
-func (r *run) sizeClusterChains(ctx context.Context) error {
+//
+// With frozenOnly (a precopy round) the delta the running source writes to
+// (link 0) is left unsized: it is sized once the source is off.
+func (r *run) sizeClusterChains(ctx context.Context, frozenOnly bool) error {
 	rec := r.rec()
 	var paths []string
 	for i := range rec.Disks {
@@ -81,7 +83,7 @@ func (r *run) sizeClusterChains(ctx context.Context) error {
 			continue
 		}
 		for _, f := range r.chainExtents(i) {
-			if f.Bytes == 0 {
+			if f.Bytes == 0 && (!frozenOnly || f.Link > 0) {
 				paths = append(paths, f.SourcePath)
 			}
 		}
@@ -99,7 +101,7 @@ func (r *run) sizeClusterChains(ctx context.Context) error {
 	}
 	for i := range rec.Disks {
 		for _, f := range r.chainExtents(i) {
-			if f.Bytes != 0 || rec.Disks[i].Acquired {
+			if f.Bytes != 0 || rec.Disks[i].Acquired || frozenOnly && f.Link == 0 {
 				continue
 			}
 			n := sizes[f.SourcePath]
@@ -125,11 +127,15 @@ func scratchBytes(d record.DiskEvidence) int64 {
 	return roundUpMiB(most)
 }
 
-// chainCopy fills c with disk i's base and deltas.
-func (r *run) chainCopy(i int, src *copyjob.Disk, deltas *[]copyjob.Delta) {
+// chainCopy fills c with disk i's base and deltas; with frozenOnly
+// without the delta the running source writes to.
+func (r *run) chainCopy(i int, src *copyjob.Disk, deltas *[]copyjob.Delta, frozenOnly bool) {
 	ext := r.chainExtents(i)
 	if len(ext) == 0 {
 		return
+	}
+	if frozenOnly && ext[len(ext)-1].Link == 0 {
+		ext = ext[:len(ext)-1]
 	}
 	src.Path = ext[0].SourcePath
 	for _, f := range ext[1:] {
@@ -169,6 +175,10 @@ func (r *run) chainChanged(ctx context.Context, vm *esxi.VM, i int) bool {
 		d.CopyAttempt++
 		d.CopyJob, d.CopyJobUID = "", ""
 	}
-	r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: the source's snapshot chain changed (%d files recorded, %s now): the disk is flattened again from the new chain", i, was, strconv.Itoa(len(plan)))})
+	if r.rec().Warm != nil && len(plan) > was {
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: the precopy's snapshot added a link to the chain (%d files now): copy Job attempt %d applies what it froze", i, len(plan), d.CopyAttempt)})
+	} else {
+		r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: the source's snapshot chain changed (%d files recorded, %d now): the disk is flattened again from the new chain", i, was, len(plan))})
+	}
 	return true
 }

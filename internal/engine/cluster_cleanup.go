@@ -63,8 +63,24 @@ func (e *Engine) removeClusterWork(ctx context.Context, namespace, name, host st
 // stepCompleteCluster: nothing of cluster execution outlives the
 // migration but its DataVolumes and VM (the record keeps the evidence).
 func (r *run) stepCompleteCluster(ctx context.Context) error {
+	if err := r.removeClusterWork(ctx); err != nil {
+		return err
+	}
+	return r.stepComplete(ctx)
+}
+
+// stepCompleteWarmCluster is Completed of a warm migration in cluster
+// execution: the Jobs and Secret go, then the migration's snapshots.
+func (r *run) stepCompleteWarmCluster(ctx context.Context) error {
+	if err := r.removeClusterWork(ctx); err != nil {
+		return err
+	}
+	return r.stepCompleteWarm(ctx)
+}
+
+func (r *run) removeClusterWork(ctx context.Context) error {
 	if _, err := r.e.removeClusterWork(ctx, r.spec.Namespace, r.spec.Name, r.spec.Host); err != nil {
 		return transient("CleanupFailed", "cannot remove the migration's Jobs and Secret", err)
 	}
-	return r.stepComplete(ctx)
+	return nil
 }

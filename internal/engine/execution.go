@@ -73,9 +73,6 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 	if e.deps.WorkerImage == "" {
 		missing = append(missing, "the provider's worker_image is not set: cluster execution runs its copy and conversion Jobs from that image (see make image; pin it by digest)")
 	}
-	if spec.warm() {
-		missing = append(missing, fmt.Sprintf("mode %q is not yet available in cluster execution", ModeWarm))
-	}
 	if spec.VolumeMode == string(corev1.PersistentVolumeBlock) {
 		missing = append(missing, "Block-mode claims are not yet available in cluster execution (their journals need a claim of their own)")
 	}

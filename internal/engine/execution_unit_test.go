@@ -112,7 +112,7 @@ func TestExecutionCheck(t *testing.T) {
 		{"local always passes", &Engine{}, func(s Spec) Spec { s.Execution = ExecutionLocal; return s }, onChain, true, "local"},
 		{"cluster with the image", withImage, nil, plain, true, "registry.example/worker@sha256:abc"},
 		{"no image", &Engine{}, nil, plain, false, "worker_image is not set"},
-		{"warm", withImage, func(s Spec) Spec { s.Mode = ModeWarm; return s }, plain, false, "mode \"warm\""},
+		{"warm", withImage, func(s Spec) Spec { s.Mode = ModeWarm; return s }, plain, true, "copy the disks"},
 		{"block", withImage, func(s Spec) Spec { s.VolumeMode = "Block"; return s }, plain, false, "Block-mode"},
 		{"virt-v2v", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, plain, true, "a conversion Job converts the guest"},
 		{"snapshot chain", withImage, nil, onChain, true, "copy the disks"},

@@ -80,13 +80,30 @@ func (r *run) stepPrepareCluster(ctx context.Context) error {
 // copyInCluster makes every disk's claim, then has a copy Job per disk
 // fill it, until every disk is Acquired.
 func (r *run) copyInCluster(ctx context.Context) error {
+	if err := r.runCopyJobs(ctx, false); err != nil {
+		return err
+	}
+	rec := r.rec()
+	now := r.now()
+	stamp(&rec.Timestamps.Acquired, now)
+	rec.SetCondition(now, record.CondDiskAcquired, true, "Copied",
+		fmt.Sprintf("%d disk(s) copied into their DataVolumes' claims by copy Jobs and checksummed", len(rec.Disks)))
+	return nil
+}
+
+// runCopyJobs makes every disk's claim, then has a copy Job per disk fill
+// it: until every disk is Acquired, or with precopy (a warm migration's
+// round, the source running) until each disk's Job has applied the
+// frozen part of its chain.
+func (r *run) runCopyJobs(ctx context.Context, precopy bool) error {
 	cc, err := r.newClusterCopy(ctx)
 	if err != nil {
 		return err
 	}
+	cc.precopy = precopy
 	rec := r.rec()
 	// Each claim has room for its disk's largest snapshot delta.
-	if err := r.sizeClusterChains(ctx); err != nil {
+	if err := r.sizeClusterChains(ctx, precopy); err != nil {
 		return err
 	}
 	// Claims first: every DataVolume created, then each waited for until
@@ -117,10 +134,6 @@ func (r *run) copyInCluster(ctx context.Context) error {
 			return err
 		}
 	}
-	now := r.now()
-	stamp(&rec.Timestamps.Acquired, now)
-	rec.SetCondition(now, record.CondDiskAcquired, true, "Copied",
-		fmt.Sprintf("%d disk(s) copied into their DataVolumes' claims by copy Jobs and checksummed", len(rec.Disks)))
 	return nil
 }
 
@@ -140,6 +153,10 @@ type clusterCopy struct {
 	lastBytes    map[int]int64
 	// held are the slots this run holds for its Jobs.
 	held map[coord.SlotHolder]bool
+	// precopy: the Jobs apply the frozen part of each chain while the
+	// source runs; precopied are the disks whose Job did.
+	precopy   bool
+	precopied map[int]bool
 }
 
 func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
@@ -168,6 +185,7 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 		owner:        r.recordOwner(),
 		hostID:       r.e.hostIdentity(r.spec.Host),
 		pendingSince: map[string]time.Time{}, said: map[int]string{}, lastBytes: map[int]int64{}, held: map[coord.SlotHolder]bool{},
+		precopied: map[int]bool{},
 	}
 	kc := r.e.deps.Kube
 	grace := r.e.deps.SlotGrace
@@ -219,7 +237,7 @@ func (cc *clusterCopy) copyOf(i int) clusterjob.Copy {
 	d := r.rec().Disks[i]
 	src := copyjob.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}
 	var deltas []copyjob.Delta
-	r.chainCopy(i, &src, &deltas)
+	r.chainCopy(i, &src, &deltas, cc.precopy)
 	return clusterjob.Copy{Namespace: r.spec.Namespace, Migration: r.spec.Name, Disk: i, Attempt: d.CopyAttempt,
 		Image: r.e.deps.WorkerImage, Claim: d.DataVolume, Secret: workerSecretName(r.spec.Name), PrivateKey: cc.privateKey,
 		Host: cc.host, Source: src, Deltas: deltas,
@@ -231,7 +249,9 @@ func (cc *clusterCopy) copyOf(i int) clusterjob.Copy {
 func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 	r := cc.r
 	d := &r.rec().Disks[i]
-	if d.Acquired {
+	if d.Acquired || cc.precopied[i] || cc.precopy && !d.OnChain() {
+		// A disk on no snapshot has nothing frozen to precopy (a warm
+		// migration's snapshot takes every disk it copies).
 		return true, nil
 	}
 	if d.CopyAttempt == 0 {
@@ -301,6 +321,12 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 		if err := clusterjob.CheckResult(c, *out.Result); err != nil {
 			return false, errors.Join(cc.nextAttempt(ctx, i, "its result was not accepted"),
 				transient("CopyResultRejected", fmt.Sprintf("disk %d: copy Job %s completed, but its result was not accepted: %v", i, job.Name, err), nil))
+		}
+		if cc.precopy {
+			cc.precopied[i] = true
+			r.report(ctx, Event{Kind: EventInfo, Disk: i, Message: fmt.Sprintf("disk %d: precopy Job %s applied %d snapshot delta(s) over the base in the claim while the source runs (%d chunks copied, %d verified from the claim)",
+				i, job.Name, len(out.Result.Deltas), out.Result.ChunksCopied, out.Result.ChunksSkipped)})
+			return true, nil
 		}
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = out.Result.SHA256, out.Result.ZeroBytes, true
 		r.recordChainCopy(i, *out.Result)

@@ -147,8 +147,10 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := r.stagingReady(); err != nil {
-		return nil, err
+	if !r.inCluster() {
+		if err := r.stagingReady(); err != nil {
+			return nil, err
+		}
 	}
 	last := w.Rounds
 	if w.Stopped != nil {
@@ -171,7 +173,13 @@ func (r *run) warmPrecopy(ctx context.Context, vm *esxi.VM) (*esxi.VM, error) {
 			return nil, err
 		}
 		// Later rounds each add one link on top of this chain.
-		files, bytes, err := r.copyFrozenLinks(ctx, c, vm, w.Rounds-k)
+		var files int
+		var bytes int64
+		if r.inCluster() {
+			files, bytes, err = r.copyFrozenInCluster(ctx, vm, k)
+		} else {
+			files, bytes, err = r.copyFrozenLinks(ctx, c, vm, w.Rounds-k)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("precopy round %d: %w", k, err)
 		}
@@ -270,8 +278,8 @@ func warmStopAfter(w *record.WarmEvidence, k int, bytes int64, vm *esxi.VM, disk
 // moved already: a crash anywhere leaves what the next run completes.
 func (r *run) warmRenames(ctx context.Context) error {
 	w := r.rec().Warm
-	if w == nil || w.Stopped == nil {
-		return nil
+	if w == nil || w.Stopped == nil || r.inCluster() {
+		return nil // in cluster execution the claims hold no chain files
 	}
 	st := w.Stopped
 	for st.Renamed < len(st.Renames) {

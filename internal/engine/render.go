@@ -76,7 +76,11 @@ func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 		// An empty claim, which the disk's copy Job fills; with room
 		// for a snapshot delta's copy when it flattens a chain there.
 		src.Blank = &cdiv1beta1.DataVolumeBlankImage{}
-		if room := scratchBytes(d); room > 0 {
+		room := scratchBytes(d)
+		if r.spec.warm() || r.rec().Warm != nil {
+			room = warmScratch(d)
+		}
+		if room > 0 {
 			size += room
 			annotations[AnnotationScratchBytes] = strconv.FormatInt(room, 10)
 		}

@@ -73,6 +73,22 @@ var clusterItinerary = []checkpoint{
 	{record.PhaseCompleted, (*run).stepCompleteCluster},
 }
 
+// warmClusterItinerary is a warm migration in cluster execution: the
+// precopy rounds and the cutover run copy Jobs (prepare_warm_cluster.go),
+// and Completed removes both the Jobs and the migration's snapshots.
+var warmClusterItinerary = []checkpoint{
+	{record.PhasePending, (*run).stepPending},
+	{record.PhaseDiscovering, (*run).stepDiscover},
+	{record.PhaseValidated, (*run).stepValidate},
+	{record.PhasePreparing, (*run).stepPrepareWarmCluster},
+	{record.PhaseConverting, (*run).stepConvertCluster},
+	{record.PhaseImporting, (*run).stepImportCluster},
+	{record.PhaseCreatingVM, (*run).stepCreateVM},
+	{record.PhaseStarting, (*run).stepStart},
+	{record.PhaseValidating, (*run).stepValidateGuest},
+	{record.PhaseCompleted, (*run).stepCompleteWarmCluster},
+}
+
 // itinerary is the route a migration takes: in the cluster when its
 // record says so (fixed at Validated) or, before that, when it was asked
 // for; else warm when it was asked for, or when the record holds warm
@@ -85,10 +101,14 @@ func itinerary(spec Spec, rec *record.Record) []checkpoint {
 	if rec != nil && rec.Execution != "" {
 		exec = rec.Execution
 	}
+	warm := spec.warm() || (rec != nil && rec.Warm != nil)
+	if exec == ExecutionCluster && warm {
+		return warmClusterItinerary
+	}
 	if exec == ExecutionCluster {
 		return clusterItinerary
 	}
-	if spec.warm() || (rec != nil && rec.Warm != nil) {
+	if warm {
 		return warmItinerary
 	}
 	return coldItinerary

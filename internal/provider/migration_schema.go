@@ -219,8 +219,8 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"`" + engine.ExecutionCluster + "` creates each disk's DataVolume blank, then runs a Kubernetes Job per disk (from the provider's `worker_image`) that copies the disk " +
 					"over SSH straight into the DataVolume's claim, with the same journaled, verified, zero-skipping copy: no disk byte passes through the machine running Terraform, " +
 					"a runner killed mid-wave leaves the Jobs running and the next apply adopts them, and each ESXi host's `max_concurrent_migrations` bounds its copy Jobs across every workspace that shares the cluster. " +
-					"The ESXi host's address must be reachable from the cluster's pods. Cluster execution does not yet cover `mode = \"" + engine.ModeWarm + "\"`, `conversion = \"" + engine.ConversionVirtV2V + "\"`, " +
-					"Block volumes or disks on snapshots: the plan says so. The execution is recorded when the migration is validated and never changes afterwards; " +
+					"A disk on snapshots is flattened by its Job in the claim, and in `mode = \"" + engine.ModeWarm + "\"` each precopy round's Job applies what the round's snapshot froze and the cutover's Job only the last delta. " +
+					"The ESXi host's address must be reachable from the cluster's pods. Cluster execution does not yet cover Block volumes: the plan says so. The execution is recorded when the migration is validated and never changes afterwards; " +
 					"setting another value on an existing migration replaces it. See the guide for the permissions it needs.",
 				Validators: []validator.String{stringvalidator.OneOf(engine.Executions...)},
 			},

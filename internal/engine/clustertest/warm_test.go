@@ -1,0 +1,151 @@
+//go:build linux
+
+package clustertest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+)
+
+// A running VM migrates warm in cluster execution with two precopy rounds
+// while its guest keeps writing: before the first snapshot, while the
+// first round's Job copies the base, between the rounds and after the
+// last. Each round's Job applies into the claim what the round's snapshot
+// froze; after the power-off one more Job applies only the last delta, so
+// what crossed the wire with the source off is that delta, never the
+// disk. The claim holds the guest's final content, the record has each
+// round and the cutover as local execution records them, and afterwards
+// the source runs on its base again, holding the same content, with no
+// snapshot and no delta left.
+func TestWarmMigrationInCluster(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const capacity = 24 * mib
+	id, files, err := e.host.AddVM(esxisim.VMSpec{
+		Name: "cx-warm", GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: capacity, Thin: true}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.7"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat, err := os.ReadFile(files.Disks[0].LocalFlat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	content := append(flat, make([]byte, capacity-len(flat))...)
+	node := files.Disks[0].Controller
+	write := func(off int64, n int, seed uint64) {
+		b := make([]byte, n)
+		esxisim.PatternBytes(b, seed, off)
+		if err := e.host.GuestWrite(id, node, off, b); err != nil {
+			t.Errorf("guest write: %v", err)
+			return
+		}
+		mu.Lock()
+		copy(content[off:], b)
+		mu.Unlock()
+	}
+	done := map[string]bool{}
+	once := func(k string, f func()) {
+		mu.Lock()
+		first := !done[k]
+		done[k] = true
+		mu.Unlock()
+		if first {
+			f()
+		}
+	}
+	var offBytes int64 = -1
+	hook := func(ev engine.Event) {
+		switch m := ev.Message; {
+		case strings.Contains(m, "precopy round 1 of 2: taking snapshot"):
+			once("before", func() { write(64<<10, 8<<10, 1) }) // lands in the base
+		case strings.Contains(m, "(attempt 1, UID"):
+			once("during", func() { write(3<<20, 64<<10, 2) }) // the first delta, while its Job copies the base
+		case strings.Contains(m, "precopy round 1 of 2: copied"):
+			once("between", func() { write(64<<10+4096, 4096, 3) })
+		case strings.Contains(m, "precopy round 2 of 2: copied"):
+			once("after", func() { write(capacity-1000, 1000, 4); write(10<<20, 12<<10, 5) })
+		case strings.HasPrefix(m, "powering off source VM"):
+			once("off", func() { e.host.ResetStats() })
+		case strings.Contains(m, "copy Jobs apply the last"):
+			once("cutover", func() {})
+		case ev.Phase == "Converting":
+			once("converting", func() { offBytes = e.host.Stats().StdoutBytes })
+		}
+	}
+	e.onEvent.Store(&hook)
+	spec := e.spec("cx-warm", "cx-warm")
+	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 2
+	rec := e.mustComplete(spec)
+	e.onEvent.Store(nil)
+	for _, k := range []string{"before", "during", "between", "after", "off", "cutover", "converting"} {
+		if !done[k] {
+			t.Errorf("the migration never reached the point %q", k)
+		}
+	}
+	sum := sha256.Sum256(content)
+	want := hex.EncodeToString(sum[:])
+	d := rec.Disks[0]
+	if got, err := convert.FileSHA256(e.sim.ReceivedPath(e.ns, d.DataVolume)); err != nil || got != want {
+		t.Errorf("the claim holds %s (%v), the guest's final content is %s", got, err, want)
+	}
+	if d.SourceSHA256 != want || d.GuestSHA256 != want {
+		t.Errorf("recorded source %s, guest %s; want %s", d.SourceSHA256, d.GuestSHA256, want)
+	}
+	if d.CopyAttempt != 3 {
+		t.Errorf("copy attempt %d: want one Job per round and one at cutover", d.CopyAttempt)
+	}
+	w := rec.Warm
+	if w == nil || len(w.Snapshots) != 2 || w.CutoverFiles != 1 || w.CutoverBytes <= 0 || w.CutoverCopied == nil {
+		t.Fatalf("warm evidence %+v", w)
+	}
+	for _, s := range w.Snapshots {
+		if !s.Copied || !s.Removed {
+			t.Errorf("snapshot %+v", s)
+		}
+	}
+	if w.Snapshots[0].CopiedBytes != capacity || w.Snapshots[1].CopiedBytes <= 0 || w.Snapshots[1].CopiedBytes > capacity/4 {
+		t.Errorf("round 1 copied %d bytes (want the base's %d), round 2 %d (want the first delta's few)", w.Snapshots[0].CopiedBytes, capacity, w.Snapshots[1].CopiedBytes)
+	}
+	if offBytes < 0 || offBytes > w.CutoverBytes+512<<10 {
+		t.Errorf("%d bytes read from the host with the source off; the last delta is %d bytes, the disk %d", offBytes, w.CutoverBytes, capacity)
+	}
+	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
+		t.Errorf("%d power-off commands, want 1", n)
+	}
+	// The source: no snapshot left, on its base again, which holds the
+	// guest's content.
+	c, err := e.reg.Client(hostName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := c.Snapshots(t.Context(), id)
+	if err != nil || len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true })) != 0 {
+		t.Errorf("snapshots left on the source: %+v, %v", tree, err)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(files.LocalDir, "cx-warm-00000*")); len(ms) != 0 {
+		t.Errorf("delta files left on the source: %v", ms)
+	}
+	base, _ := os.ReadFile(files.Disks[0].LocalFlat)
+	base = append(base, make([]byte, capacity-len(base))...)
+	if s := sha256.Sum256(base); hex.EncodeToString(s[:]) != want {
+		t.Error("the source's base does not hold the guest's content after the snapshots were removed")
+	}
+	t.Logf("precopy %d + %d bytes; cutover %d bytes; %d bytes from the host with the source off; downtime %s",
+		w.Snapshots[0].CopiedBytes, w.Snapshots[1].CopiedBytes, w.CutoverBytes, offBytes, rec.Downtime())
+	e.checkCleanedUp("cx-warm")
+}
