@@ -296,11 +296,12 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"copy_job": str("In cluster execution, the Job that copied the disk into its DataVolume's claim (in the destination namespace; " +
 						"removed at Completed, its name kept here). Empty in local execution."),
 					"copy_attempt": schema.Int64Attribute{Computed: true, MarkdownDescription: "In cluster execution, which copy Job filled the claim: 1 for the first, " +
-						"one more for each Job that failed or was interrupted and was followed by a new one resuming from its journal. 0 in local execution."},
+						"one more for each Job that failed or was interrupted and was followed by a new one resuming from its journal, and in a `warm` migration one more for each precopy round and the cutover, each a Job of its own. 0 in local execution."},
 					"chain": schema.ListNestedAttribute{
 						Computed: true,
 						MarkdownDescription: "For a disk that runs on a snapshot chain, every file copied from the host, the descriptor the VM runs on first and the base last, " +
-							"each with the SHA-256 of its copy; `source_sha256` is then the SHA-256 of the flattened, guest-visible disk. Empty for a disk on no snapshot.",
+							"each with the SHA-256 of its copy; `source_sha256` is then the SHA-256 of the flattened, guest-visible disk. In cluster execution the copy Job reads the extent files only " +
+							"(the descriptors were read by the inventory) and flattens the chain in the claim. Empty for a disk on no snapshot.",
 						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 							"link":        schema.Int64Attribute{Computed: true, MarkdownDescription: "Position in the chain: 0 for the descriptor the VM runs on, the highest for the base."},
 							"kind":        str("`descriptor` or `extent`."),

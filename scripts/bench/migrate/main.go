@@ -545,7 +545,8 @@ func runMain(args []string) error {
 // have a 512 MiB dense disk and an 8 GiB thin disk with 5% data. With
 // simCold, "sim-cold", last, is the benchmark's VM again, migrated from
 // the simulator's own SSH server for comparison. With jobs, "cluster-cold"
-// is the benchmark's VM again, migrated in cluster execution, and the
+// and "cluster-warm" are the benchmark's VM again, migrated in cluster
+// execution cold and warm, and the
 // local and cluster waves' VMs ("wl-N", "wc-N") each have a 16 MiB dense
 // disk and a 256 MiB thin disk with 5% data.
 func benchLayout(smoke bool, wave int, simCold, jobs bool, modeWave int) layout {
@@ -565,7 +566,7 @@ func benchLayout(smoke bool, wave int, simCold, jobs bool, modeWave int) layout 
 		l.VMs = append(l.VMs, vm(fmt.Sprintf("wave-%d", i), uint64(10+i), waveDense, thin, waveRun))
 	}
 	if jobs {
-		l.VMs = append(l.VMs, vm("cluster-cold", 4, dense, thin, runLen))
+		l.VMs = append(l.VMs, vm("cluster-cold", 4, dense, thin, runLen), vm("cluster-warm", 5, dense, thin, runLen))
 		mwDense, mwThin := 16*MiB, 256*MiB
 		if smoke {
 			mwDense, mwThin = 2*MiB, 64*MiB
@@ -939,6 +940,15 @@ func run(ctx context.Context, f runFlags) error {
 		hosts = append(hosts, simHostName)
 	}
 	return runJobs(ctx, jobsRun{en: en, kc: kc, cluster: cl, hostCPU: hostCPU, spec: spec, lay: lay, hosts: hosts,
+		hook: func(h func(engine.Event)) {
+			evMu.Lock()
+			hooks = append(hooks, h)
+			evMu.Unlock()
+		},
+		write: func(vm string, n int64) error {
+			_, err := host.ask(fmt.Sprintf("write %s %d", vm, n))
+			return err
+		},
 		catRates: catRates, linkRate: linkRate, root: f.root, events: func() []engine.Event {
 			evMu.Lock()
 			defer evMu.Unlock()

@@ -75,6 +75,7 @@ func TestSmokeRun(t *testing.T) {
 		wants = append(wants,
 			regexp.MustCompile(`(?m)^cluster execution, VM "cluster-cold" \([\d.]+ GiB of data\): downtime [\d.]+ s`),
 			regexp.MustCompile(`(?m)^   runner: CPU [\d.]+ s, read `),
+			regexp.MustCompile(`(?m)^cluster execution, VM "cluster-warm": downtime [\d.]+ s .* warm downtime = \d+% of cluster-cold`),
 			regexp.MustCompile(`(?m)^local\s+[\d.]+s\s+[\d.]+s .* migrations: bench [12]$`),
 			regexp.MustCompile(`(?m)^cluster\s+[\d.]+s\s+[\d.]+s .* copy pods running: bench [0-2]$`),
 			regexp.MustCompile(`(?m)^cluster execution's runner CPU = [\d.]+% of local's`))
