@@ -127,3 +127,25 @@ func TestChainResumesAndStartsOver(t *testing.T) {
 		t.Fatalf("run over another chain's state: exit %d, %+v", code, res)
 	}
 }
+
+// A claim that holds a flattened chain, copied again as a disk on no
+// snapshot (its snapshots consolidated since), starts over: the journal of
+// the base knows nothing of the deltas applied over it.
+func TestChainStateLeftForAPlainCopy(t *testing.T) {
+	const size = 32 * mib
+	h := newHost(t, esxisim.HostPython())
+	target := filepath.Join(t.TempDir(), "disk.img")
+	disk, s := h.addChainDisk(t, "snap", size, target)
+	if code, _, res := runInProcess(t, h.writeSpec(t, s)); code != 0 || res.SHA256 != disk.SHA256() {
+		t.Fatalf("chain run: exit %d, %+v", code, res)
+	}
+	s.Deltas = nil
+	code, _, res := runInProcess(t, h.writeSpec(t, s))
+	base := disk.Chain.Links[len(disk.Chain.Links)-1].LocalExtent
+	if want := sha256Of(t, base, size); code != 0 || res.SHA256 != want || sha256Of(t, target, size) != want || res.ChunksCopied == 0 {
+		t.Fatalf("plain run: exit %d, %+v; the base is %s, the claim %s", code, res, want, sha256Of(t, target, size))
+	}
+	if _, err := os.Stat(target + ".chain"); !os.IsNotExist(err) {
+		t.Errorf("the chain's state outlived the plain copy: %v", err)
+	}
+}

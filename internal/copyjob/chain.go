@@ -223,6 +223,18 @@ func (c *chainCopy) progress(p transfer.Progress) {
 	c.print(p)
 }
 
+// leaveChain starts the target over when it holds a chain's flattening
+// and s copies a disk on no snapshot.
+func leaveChain(s Spec) error {
+	if s.Target.Kind != TargetFile {
+		return nil
+	}
+	if _, err := os.Lstat(chainStatePath(s.Target.Path)); err != nil {
+		return nil
+	}
+	return (&chainCopy{s: s}).startOver()
+}
+
 // startOver removes the target, its journal, the state and every delta
 // copy: they were built on another chain.
 func (c *chainCopy) startOver() error {

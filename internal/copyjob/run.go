@@ -45,7 +45,13 @@ func run(ctx context.Context, s Spec, p *progressPrinter) Result {
 	}
 	opts := transfer.Options{ChunkSize: s.ChunkSize, Streams: cfg.StreamsPerDisk, Sources: sources,
 		JournalPath: s.Journal(), Progress: p.progress}
-	if len(s.Deltas) > 0 {
+	if len(s.Deltas) == 0 {
+		// A chain flattened here earlier (its snapshots consolidated
+		// since): the target holds deltas the journal knows nothing of.
+		if err := leaveChain(s); err != nil {
+			return Failed(ctx, err, "")
+		}
+	} else {
 		res, err := runChain(ctx, s, c, opts)
 		if err != nil {
 			return Failed(ctx, err, c.HostKeyFingerprint())
