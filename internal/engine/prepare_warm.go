@@ -439,22 +439,33 @@ func (r *run) pendingExtents(ctx context.Context, c *esxi.Client) (int, int64, e
 	return files, bytes, nil
 }
 
+// cutoverSource observes the source at cutover, which must be off, and
+// records when the cutover started; started is true for the run that
+// recorded it.
+func (r *run) cutoverSource(ctx context.Context) (vm *esxi.VM, started bool, err error) {
+	vm, err = r.observeSource(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if vm.PowerState != esxi.PoweredOff {
+		return nil, false, transient("SourceNotOff", fmt.Sprintf("source VM %q is %s at cutover", vm.Name, vm.PowerState), nil)
+	}
+	if w := r.rec().Warm; w.CutoverStarted == nil {
+		t := r.now()
+		w.CutoverStarted, started = &t, true
+	}
+	return vm, started, nil
+}
+
 // warmCutover copies what is left once the source is off: the chain as
 // observed now becomes each disk's recorded chain, whose files copied by
 // the precopy are complete and not read again.
 func (r *run) warmCutover(ctx context.Context) error {
 	rec := r.rec()
 	w := rec.Warm
-	vm, err := r.observeSource(ctx)
+	vm, _, err := r.cutoverSource(ctx)
 	if err != nil {
 		return err
-	}
-	if vm.PowerState != esxi.PoweredOff {
-		return transient("SourceNotOff", fmt.Sprintf("source VM %q is %s at cutover", vm.Name, vm.PowerState), nil)
-	}
-	if w.CutoverStarted == nil {
-		t := r.now()
-		w.CutoverStarted = &t
 	}
 	for i := range rec.Disks {
 		if i >= len(vm.Disks) {

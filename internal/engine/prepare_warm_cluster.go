@@ -107,19 +107,14 @@ func (r *run) copyFrozenInCluster(ctx context.Context, vm *esxi.VM, k int) (int,
 func (r *run) warmCutoverCluster(ctx context.Context) error {
 	rec := r.rec()
 	w := rec.Warm
-	vm, err := r.observeSource(ctx)
+	vm, started, err := r.cutoverSource(ctx)
 	if err != nil {
 		return err
-	}
-	if vm.PowerState != esxi.PoweredOff {
-		return transient("SourceNotOff", fmt.Sprintf("source VM %q is %s at cutover", vm.Name, vm.PowerState), nil)
 	}
 	for i := range rec.Disks {
 		r.chainChanged(ctx, vm, i)
 	}
-	if w.CutoverStarted == nil {
-		t := r.now()
-		w.CutoverStarted = &t
+	if started {
 		// The precopy's Jobs ran without the top delta: the cutover's are
 		// new ones, whatever the chain did.
 		for i := range rec.Disks {

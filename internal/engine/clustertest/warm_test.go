@@ -3,6 +3,7 @@
 package clustertest
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
@@ -148,4 +150,87 @@ func TestWarmMigrationInCluster(t *testing.T) {
 	t.Logf("precopy %d + %d bytes; cutover %d bytes; %d bytes from the host with the source off; downtime %s",
 		w.Snapshots[0].CopiedBytes, w.Snapshots[1].CopiedBytes, w.CutoverBytes, offBytes, rec.Downtime())
 	e.checkCleanedUp("cx-warm")
+}
+
+// A runner killed while a warm migration's second precopy round runs its
+// Job leaves the Job running; the next run adopts it (no third snapshot,
+// no second Job of that round), cuts over and completes with one
+// power-off, reading nothing of the base again.
+func TestWarmRunnerKilledMidPrecopy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const capacity = 24 * mib
+	id, files, err := e.host.AddVM(esxisim.VMSpec{
+		Name: "cx-wk", GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: capacity, Thin: true}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.8"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := files.Disks[0].Controller
+	spec := e.spec("cx-wk", "cx-wk")
+	spec.Mode, spec.PrecopyRounds, spec.PrecopyStopBytes = engine.ModeWarm, 2, 0
+	ctx, kill := context.WithCancel(e.runCtx())
+	defer kill()
+	var once, slow sync.Once
+	watch := func(ev engine.Event) {
+		switch {
+		case strings.Contains(ev.Message, "(attempt 1, UID"):
+			once.Do(func() {
+				b := make([]byte, 2*mib)
+				esxisim.PatternBytes(b, 7, 5*mib)
+				if err := e.host.GuestWrite(id, node, 5*mib, b); err != nil {
+					t.Errorf("guest write: %v", err)
+				}
+			})
+		case strings.Contains(ev.Message, "precopy round 1 of 2: copied"):
+			// Slow reads keep round 2's Job running while the runner dies.
+			slow.Do(func() { e.host.SetCommandDelay(150 * time.Millisecond) })
+		case ev.Kind == engine.EventProgress && strings.Contains(ev.Message, "copy-2-"):
+			kill()
+		}
+	}
+	e.onEvent.Store(&watch)
+	_, err = e.engine().Run(ctx, spec)
+	e.onEvent.Store(nil)
+	if err == nil || ctx.Err() == nil {
+		t.Fatalf("first run: %v, want it cut off while round 2's Job runs", err)
+	}
+	job, err := e.kube.GetJob(t.Context(), e.ns, "cx-wk-disk-0-copy-2")
+	if err != nil {
+		t.Fatalf("round 2's Job after the runner died: %v", err)
+	}
+	e.host.SetCommandDelay(0)
+	creates := len(e.commands("snapshot.create"))
+	e.host.ResetStats()
+	var adopted, recreated bool
+	seen := func(ev engine.Event) {
+		// A Job made again would be reported with its new UID.
+		recreated = recreated || strings.Contains(ev.Message, "(attempt 2, UID")
+		adopted = adopted || strings.Contains(ev.Message, "precopy Job "+job.Name+" applied")
+	}
+	e.onEvent.Store(&seen)
+	rec := e.mustComplete(spec)
+	e.onEvent.Store(nil)
+	if !adopted || recreated {
+		t.Errorf("round 2's Job %s (UID %s): adopted %v, made again %v", job.Name, job.UID, adopted, recreated)
+	}
+	if d := rec.Disks[0]; d.CopyAttempt != 3 || d.SourceSHA256 != d.GuestSHA256 {
+		t.Errorf("disk: attempt %d (want 3: two rounds and the cutover), source %s, guest %s", d.CopyAttempt, d.SourceSHA256, d.GuestSHA256)
+	}
+	if got, err := convert.FileSHA256(e.sim.ReceivedPath(e.ns, rec.Disks[0].DataVolume)); err != nil || got != rec.Disks[0].SourceSHA256 {
+		t.Errorf("the claim holds %s (%v), the record %s", got, err, rec.Disks[0].SourceSHA256)
+	}
+	if n := creates + len(e.commands("snapshot.create")); n != 2 {
+		t.Errorf("%d snapshots taken, want 2", n)
+	}
+	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
+		t.Errorf("%d power-off commands, want 1", n)
+	}
+	if n := e.host.Stats().StdoutBytes; n > capacity/2 {
+		t.Errorf("the second run read %d bytes from the host: the base (%d bytes) was read again", n, capacity)
+	}
+	e.checkCleanedUp("cx-wk")
 }
