@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,12 +140,21 @@ resource "vmmigration_migration" "jobs" {
 	})
 }
 
+// jobsWorldTurn is held by a test from jobsWorld to its end.
+var jobsWorldTurn sync.Mutex
+
 // jobsWorld is what a cluster execution test runs in: the cluster with the
 // real controllers, a node running the worker image as entry, a
 // namespace named after prefix, the "claims" StorageClass and kubesim
 // provisioning its claims.
+//
+// The tests that call it take turns (jobsWorldTurn): the node registers
+// under one name in the shared cluster, and a test's node stopping at its
+// end would fail the pods another test's Jobs run there.
 func jobsWorld(t *testing.T, prefix, entry string) (*acctest.Cluster, string, *kubesim.Sim) {
 	t.Helper()
+	jobsWorldTurn.Lock()
+	t.Cleanup(jobsWorldTurn.Unlock) // registered first: runs after the node stopped
 	c := jobsCluster.Get(t)
 	c.StartNode(t, map[string]string{testWorkerImage: entry})
 	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%100000)
