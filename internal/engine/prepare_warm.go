@@ -506,7 +506,8 @@ func (r *run) warmCutover(ctx context.Context) error {
 }
 
 // stepPrepareWarm is Preparing for a warm migration: the precopy while
-// the source runs, then the power-off decision, then the cutover copy.
+// the source runs, then the power-off decision, then the cutover copy; in
+// cluster execution the copies are copy Jobs' (prepare_warm_cluster.go).
 func (r *run) stepPrepareWarm(ctx context.Context) error {
 	vm, err := r.prepareSource(ctx)
 	if err != nil {
@@ -518,6 +519,9 @@ func (r *run) stepPrepareWarm(ctx context.Context) error {
 	}
 	if err := r.ensurePoweredOff(ctx, vm); err != nil {
 		return err
+	}
+	if r.inCluster() {
+		return r.warmCutoverCluster(ctx) // prepare_warm_cluster.go
 	}
 	return r.warmCutover(ctx)
 }

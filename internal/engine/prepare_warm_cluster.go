@@ -43,23 +43,6 @@ func warmScratch(d record.DiskEvidence) int64 {
 	return roundUpMiB(max(d.SizeBytes/100*warmScratchShare, warmScratchMin, scratchBytes(d)))
 }
 
-// stepPrepareWarmCluster is Preparing of a warm migration in cluster
-// execution.
-func (r *run) stepPrepareWarmCluster(ctx context.Context) error {
-	vm, err := r.prepareSource(ctx)
-	if err != nil {
-		return err
-	}
-	vm, err = r.warmPrecopy(ctx, vm)
-	if err != nil {
-		return err
-	}
-	if err := r.ensurePoweredOff(ctx, vm); err != nil {
-		return err
-	}
-	return r.warmCutoverCluster(ctx)
-}
-
 // copyFrozenInCluster is precopy round k in cluster execution: the
 // recorded chains follow the source's (a new link on top since the last
 // round), and each disk's Job copies the base and applies the frozen

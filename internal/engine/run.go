@@ -80,7 +80,7 @@ var warmClusterItinerary = []checkpoint{
 	{record.PhasePending, (*run).stepPending},
 	{record.PhaseDiscovering, (*run).stepDiscover},
 	{record.PhaseValidated, (*run).stepValidate},
-	{record.PhasePreparing, (*run).stepPrepareWarmCluster},
+	{record.PhasePreparing, (*run).stepPrepareWarm},
 	{record.PhaseConverting, (*run).stepConvertCluster},
 	{record.PhaseImporting, (*run).stepImportCluster},
 	{record.PhaseCreatingVM, (*run).stepCreateVM},
