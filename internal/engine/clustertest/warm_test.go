@@ -19,6 +19,24 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
+// warmCapacity is the one disk of a VM of addWarmVM.
+const warmCapacity = 24 * mib
+
+// addWarmVM adds a running VM with one thin disk of warmCapacity.
+func (e *env) addWarmVM(name, ip string) (int, *esxisim.VMFiles) {
+	e.t.Helper()
+	id, files, err := e.host.AddVM(esxisim.VMSpec{
+		Name: name, GuestOS: "rhel9-64",
+		Disks: []esxisim.DiskSpec{{CapacityBytes: warmCapacity, Thin: true}},
+		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
+		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{ip},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return id, files
+}
+
 // A running VM migrates warm in cluster execution with two precopy rounds
 // while its guest keeps writing: before the first snapshot, while the
 // first round's Job copies the base, between the rounds and after the
@@ -32,16 +50,8 @@ import (
 func TestWarmMigrationInCluster(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const capacity = 24 * mib
-	id, files, err := e.host.AddVM(esxisim.VMSpec{
-		Name: "cx-warm", GuestOS: "rhel9-64",
-		Disks: []esxisim.DiskSpec{{CapacityBytes: capacity, Thin: true}},
-		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
-		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.7"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	const capacity = warmCapacity
+	id, files := e.addWarmVM("cx-warm", "10.0.0.7")
 	flat, err := os.ReadFile(files.Disks[0].LocalFlat)
 	if err != nil {
 		t.Fatal(err)
@@ -159,16 +169,8 @@ func TestWarmMigrationInCluster(t *testing.T) {
 func TestWarmRunnerKilledMidPrecopy(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const capacity = 24 * mib
-	id, files, err := e.host.AddVM(esxisim.VMSpec{
-		Name: "cx-wk", GuestOS: "rhel9-64",
-		Disks: []esxisim.DiskSpec{{CapacityBytes: capacity, Thin: true}},
-		NICs:  []esxisim.NICSpec{{Network: "VM Network"}},
-		Power: esxisim.PoweredOn, Tools: esxisim.ToolsRunning, IPs: []string{"10.0.0.8"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	const capacity = warmCapacity
+	id, files := e.addWarmVM("cx-wk", "10.0.0.8")
 	node := files.Disks[0].Controller
 	spec := e.spec("cx-wk", "cx-wk")
 	spec.Mode, spec.PrecopyRounds, spec.PrecopyStopBytes = engine.ModeWarm, 2, 0
@@ -193,7 +195,7 @@ func TestWarmRunnerKilledMidPrecopy(t *testing.T) {
 		}
 	}
 	e.onEvent.Store(&watch)
-	_, err = e.engine().Run(ctx, spec)
+	_, err := e.engine().Run(ctx, spec)
 	e.onEvent.Store(nil)
 	if err == nil || ctx.Err() == nil {
 		t.Fatalf("first run: %v, want it cut off while round 2's Job runs", err)
