@@ -22,8 +22,9 @@ etcd_version=v3.6.16
 # CDI's upload server: the version required in tools/cdi-uploadserver/go.mod.
 cdi_version=v1.65.0
 # KubeVirt's admission webhooks: the version required in
-# tools/kubevirt-admission/go.mod.
-kubevirt_version=v1.7.0
+# tools/kubevirt-admission/go.mod, and after "+" the revision of the server
+# around them (testcluster.KubeVirtAdmissionVersion).
+kubevirt_version=v1.7.0+2
 
 # build NAME VERSION LDFLAGS [PACKAGE]: go build PACKAGE (default: the module's
 # own main package) in tools/NAME into $out/NAME unless the stamp file says this

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,7 +24,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
 // Firmware is a VirtualMachine's SMBIOS identity as admission set it.
@@ -35,163 +32,78 @@ type Firmware struct {
 	Serial string `json:"serial"`
 }
 
-// admission is the running KubeVirt admission server (tools/kubevirt-admission):
-// KubeVirt v1.7.0's own VirtualMachine and VirtualMachineInstance webhooks
-// (pkg/virt-api/webhooks), registered with the API server for the sim's
-// namespaces under names of the sim's own.
+// admission is a sim's registration with KubeVirt's admission server
+// (tools/kubevirt-admission): KubeVirt v1.7.0's own VirtualMachine and
+// VirtualMachineInstance webhooks (pkg/virt-api/webhooks), registered with
+// the API server for the sim's namespaces under names of the sim's own.
 type admission struct {
-	cmd      *exec.Cmd
-	port     int
-	done     chan struct{}
-	suffix   string
-	admitted string // the server's -admitted-log
-	log      string
+	srv      *admissionServer
+	id       string // the registration's name; the configurations end in "-"+id
+	admitted string // the admitted log
 }
 
 // Names of KubeVirt's webhook configurations (virt-operator's
 // components.VirtAPIMutatingWebhookName and VirtAPIValidatingWebhookName);
-// each sim's carry a suffix of its own.
+// each sim's end in "-" and its registration's id.
 const (
 	vmMutatorConfig   = "virt-api-mutator"
 	vmValidatorConfig = "virt-api-validator"
 )
 
-// startAdmission runs KubeVirt's admission webhooks (see admission) and
-// returns once the API server calls them: every VirtualMachine and
-// VirtualMachineInstance created or updated in the sim's namespaces then
-// passes KubeVirt's real validation and gets KubeVirt's real defaults.
+// startAdmission registers the sim with the process's KubeVirt admission
+// server for its API server (starting it if none runs) and returns once
+// the API server calls it: every VirtualMachine and VirtualMachineInstance
+// created or updated in the sim's namespaces then passes KubeVirt's real
+// validation and gets KubeVirt's real defaults.
 func (s *Sim) startAdmission(ctx context.Context) error {
-	bin, err := testcluster.ToolBinary("kubevirt-admission", testcluster.KubeVirtAdmissionVersion)
+	srv, err := acquireAdmissionServer(ctx, s.opts.RESTConfig)
 	if err != nil {
-		return fmt.Errorf("kubesim: VirtualMachines are admitted by KubeVirt's own webhooks: %w", err)
+		return err
 	}
 	dir := filepath.Join(s.dir, "admission")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		srv.release()
 		return fmt.Errorf("kubesim: %w", err)
 	}
-	pki, err := newServingPKI("virt-api", []string{"virt-api.kubevirt.svc", "localhost"})
-	if err != nil {
-		return fmt.Errorf("kubesim: %w", err)
+	a := &admission{srv: srv, id: "kubesim-" + uuid.NewString()[:8], admitted: filepath.Join(dir, "admitted.jsonl")}
+	s.admission = a
+	if err := srv.register(ctx, a.id, simRegistration{
+		Namespaces:              s.opts.Namespaces,
+		DisableSerialConsoleLog: s.opts.DisableSerialConsoleLog,
+		AdmittedLog:             a.admitted,
+	}); err != nil {
+		return err
 	}
-	files := map[string][]byte{"tls.crt": pki.certPEM, "tls.key": pki.keyPEM, "ca.crt": pki.caPEM}
-	kubeconfig, err := kubeconfigFor(s.opts.RESTConfig)
-	if err != nil {
-		return fmt.Errorf("kubesim: %w", err)
-	}
-	files["kubeconfig"] = kubeconfig
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			return fmt.Errorf("kubesim: %w", err)
-		}
-	}
-	suffix := "-kubesim-" + uuid.NewString()[:8]
-	// The port is picked free and then handed to the server, so another
-	// process may take it in between: the server then exits before it
-	// registers anything, and a new port is tried.
-	for attempt := 1; ; attempt++ {
-		a := &admission{
-			done:     make(chan struct{}),
-			suffix:   suffix,
-			admitted: filepath.Join(dir, "admitted.jsonl"),
-			log:      filepath.Join(dir, "log"),
-		}
-		if a.port, err = admissionPort(); err != nil {
-			return err
-		}
-		args := []string{
-			"-listen", fmt.Sprintf("127.0.0.1:%d", a.port),
-			"-kubeconfig", filepath.Join(dir, "kubeconfig"),
-			"-tls-cert", filepath.Join(dir, "tls.crt"), "-tls-key", filepath.Join(dir, "tls.key"),
-			"-ca-bundle", filepath.Join(dir, "ca.crt"),
-			"-admitted-log", a.admitted, "-name-suffix", a.suffix,
-		}
-		if len(s.opts.Namespaces) > 0 {
-			args = append(args, "-namespaces", strings.Join(s.opts.Namespaces, ","))
-		}
-		if s.opts.DisableSerialConsoleLog {
-			args = append(args, "-disable-serial-console-log")
-		}
-		if err := a.start(bin, args); err != nil {
-			return err
-		}
-		s.admission = a
-		err = s.awaitAdmission(ctx)
-		if err == nil || attempt == admissionPortAttempts || !errors.Is(err, errAdmissionPortTaken) {
-			return err
-		}
-	}
+	return s.awaitAdmission(ctx)
 }
 
-// admissionPort picks the admission server's port (a test hands out a
-// taken one).
-var admissionPort = freePort
-
-// admissionPortAttempts is how many free ports the admission server is
-// given before its start fails.
-const admissionPortAttempts = 5
-
-// errAdmissionPortTaken marks an admission server that exited because its
-// port was taken before it could listen.
-var errAdmissionPortTaken = errors.New("its port was taken")
-
-func (a *admission) start(bin string, args []string) error {
-	logf, err := os.Create(a.log)
-	if err != nil {
-		return fmt.Errorf("kubesim: %w", err)
-	}
-	defer logf.Close()
-	a.cmd = exec.Command(bin, args...)
-	a.cmd.Stdout, a.cmd.Stderr = logf, logf
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
-		return fmt.Errorf("kubesim: starting KubeVirt's admission webhooks: %w", err)
-	}
-	go func() {
-		_ = a.cmd.Wait()
-		close(a.done)
-	}()
-	return nil
-}
-
-// awaitAdmission returns once the server has registered its webhooks and
-// a dry-run create in the sim's first namespace comes back with the
-// firmware identity KubeVirt's mutator gives: the API server picks webhook
-// configurations up through an informer. A sim whose namespace does not
-// exist yet has nothing to admit: registration is enough.
+// awaitAdmission returns once a dry-run create in the sim's first
+// namespace comes back with the firmware identity KubeVirt's mutator
+// gives: the API server picks webhook configurations up through an
+// informer. A sim whose namespace does not exist yet has nothing to admit:
+// registration is enough.
 func (s *Sim) awaitAdmission(ctx context.Context) error {
 	ns := metav1.NamespaceDefault
 	if len(s.opts.Namespaces) > 0 {
 		ns = s.opts.Namespaces[0]
 	}
-	var err error
+	srv := s.admission.srv
 	for {
-		if registered(s.admission.log) {
-			probe := admissionProbe(ns)
-			err = s.cl.Create(ctx, probe, client.DryRunAll)
-			fw := probe.Spec.Template.Spec.Domain.Firmware
-			if err == nil && fw != nil && fw.UUID != "" || isNamespaceNotFound(err) {
-				return nil
-			}
+		probe := admissionProbe(ns)
+		err := s.cl.Create(ctx, probe, client.DryRunAll)
+		fw := probe.Spec.Template.Spec.Domain.Firmware
+		if err == nil && fw != nil && fw.UUID != "" || isNamespaceNotFound(err) {
+			return nil
 		}
 		select {
-		case <-s.admission.done:
-			log := tail(s.admission.log)
-			if strings.Contains(log, "address already in use") {
-				return fmt.Errorf("kubesim: KubeVirt's admission webhooks exited, %w: %s", errAdmissionPortTaken, log)
-			}
-			return fmt.Errorf("kubesim: KubeVirt's admission webhooks exited: %s", log)
+		case <-srv.proc.Done():
+			return fmt.Errorf("kubesim: KubeVirt's admission webhooks exited: %s", tail(srv.log))
 		case <-ctx.Done():
 			return fmt.Errorf("kubesim: the API server does not call KubeVirt's admission webhooks (last probe: %v; server log: %s): %w",
-				err, tail(s.admission.log), ctx.Err())
+				err, tail(srv.log), ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// registered reports whether the admission server's log says it serves.
-func registered(log string) bool {
-	b, _ := os.ReadFile(log)
-	return strings.Contains(string(b), "serving https://")
 }
 
 // isNamespaceNotFound reports whether err is the API server's refusal of an
@@ -220,25 +132,25 @@ func admissionProbe(ns string) *kubevirtv1.VirtualMachine {
 	}
 }
 
-// stopAdmission stops the server and deletes its webhook configurations,
-// so that the API server does not call a server that is gone.
+// stopAdmission unregisters the sim, so that the API server no longer
+// calls for its namespaces, and lets go of the server.
 func (s *Sim) stopAdmission(ctx context.Context) error {
 	a := s.admission
+	defer a.srv.release()
+	err := a.srv.unregister(ctx, a.id)
+	if err == nil {
+		return nil
+	}
+	// The server is gone or does not answer: the configurations go
+	// without it.
 	var errs []error
 	for _, obj := range []client.Object{
-		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: vmMutatorConfig + a.suffix}},
-		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: vmValidatorConfig + a.suffix}},
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: vmMutatorConfig + "-" + a.id}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: vmValidatorConfig + "-" + a.id}},
 	} {
 		if err := s.cl.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("kubesim: unregistering KubeVirt's admission webhooks: %w", err))
 		}
-	}
-	_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
-		<-a.done
 	}
 	return errors.Join(errs...)
 }

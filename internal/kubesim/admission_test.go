@@ -3,12 +3,13 @@ package kubesim
 import (
 	"encoding/json"
 	"fmt"
-	"net"
+	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,36 +110,98 @@ func ptrText(b *bool) string {
 	return fmt.Sprint(*b)
 }
 
-// TestAdmissionPortTakenBeforeListen starts a sim whose admission server is
-// first offered a port another process holds (as happens when the port is
-// taken between being picked and being listened on): the server exits, a
-// new port is tried, and the sim admits VirtualMachines.
-func TestAdmissionPortTakenBeforeListen(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
+// TestAdmissionServerShared starts two sims on one API server at once,
+// with different namespaces and KubeVirt configurations: they share one
+// admission server process, each admits in its own namespaces only, with
+// its own admitted log, and one stopping leaves the other admitting. A
+// server that died is replaced by the next sim.
+func TestAdmissionServerShared(t *testing.T) {
+	c := cluster.Get(t)
+	cl := c.AdminClient()
+	ns1, ns2 := namespace(t, cl), namespace(t, cl)
+	s1 := startSim(t, fast(c, ns1))
+	o2 := fast(c, ns2)
+	o2.DisableSerialConsoleLog = true
+	s2, err := Start(t.Context(), o2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer taken.Close()
-	var offers atomic.Int32
-	admissionPort = func() (int, error) {
-		if offers.Add(1) == 1 {
-			return taken.Addr().(*net.TCPAddr).Port, nil
+	t.Cleanup(func() { _ = s2.Stop() })
+	if s1.admission.srv != s2.admission.srv || s1.admission.id == s2.admission.id {
+		t.Fatalf("two sims on one API server: servers %p and %p, ids %s and %s; want one server, two registrations",
+			s1.admission.srv, s2.admission.srv, s1.admission.id, s2.admission.id)
+	}
+	for _, ns := range []string{ns1, ns2} {
+		if err := cl.Create(t.Context(), virtualMachine(ns, "vm", "root", kubevirtv1.RunStrategyHalted)); err != nil {
+			t.Fatal(err)
 		}
-		return freePort()
+		if fw := getVM(cl, ns, "vm").Spec.Template.Spec.Domain.Firmware; fw == nil || fw.UUID == "" {
+			t.Errorf("%s: firmware after create = %+v: KubeVirt's mutator did not admit the VM", ns, fw)
+		}
 	}
-	t.Cleanup(func() { admissionPort = freePort })
+	if _, ok := s1.AdmittedFirmware(ns1, "vm"); !ok {
+		t.Error("the first sim's admitted log lacks its VM")
+	}
+	if _, ok := s1.AdmittedFirmware(ns2, "vm"); ok {
+		t.Error("the first sim's admitted log has the second sim's VM")
+	}
+	if _, ok := s2.AdmittedFirmware(ns2, "vm"); !ok {
+		t.Error("the second sim's admitted log lacks its VM")
+	}
 
-	c := cluster.Get(t)
-	cl := c.AdminClient()
-	ns := namespace(t, cl)
-	startSim(t, fast(c, ns))
-	if n := offers.Load(); n < 2 {
-		t.Fatalf("the admission server was offered %d port(s); the first was taken", n)
-	}
-	if err := cl.Create(t.Context(), virtualMachine(ns, "vm", "root", kubevirtv1.RunStrategyHalted)); err != nil {
+	// The first stops: its configurations go, the server stays for the
+	// second, which still admits.
+	srv, id1 := s1.admission.srv, s1.admission.id
+	if err := s1.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if fw := getVM(cl, ns, "vm").Spec.Template.Spec.Domain.Firmware; fw == nil || fw.UUID == "" {
-		t.Errorf("firmware after create = %+v: KubeVirt's mutator did not admit the VM", fw)
+	if err := cl.Get(t.Context(), client.ObjectKey{Name: vmMutatorConfig + "-" + id1}, &admissionregistrationv1.MutatingWebhookConfiguration{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the stopped sim's MutatingWebhookConfiguration: %v, want not found", err)
 	}
+	if srv.proc.Exited() {
+		t.Fatal("the shared admission server exited when one of its two sims stopped")
+	}
+	if err := cl.Create(t.Context(), virtualMachine(ns2, "vm2", "root", kubevirtv1.RunStrategyHalted)); err != nil {
+		t.Fatal(err)
+	}
+	if fw := getVM(cl, ns2, "vm2").Spec.Template.Spec.Domain.Firmware; fw == nil || fw.UUID == "" {
+		t.Errorf("after the other sim stopped: firmware %+v, want KubeVirt's", fw)
+	}
+	// Its paths no longer answer for the stopped sim.
+	if admitsFor(t, srv, id1) {
+		t.Error("the server still serves the stopped sim's webhooks")
+	}
+	if !admitsFor(t, srv, s2.admission.id) {
+		t.Error("the server does not serve the running sim's webhooks")
+	}
+	// Registration needs the token.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.base+"/sims/intruder", strings.NewReader("{}"))
+	if resp, err := srv.hc.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a registration without the token: %v %v, want 401", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// A server that died is replaced by the next sim's start.
+	srv.proc.Kill()
+	s3 := startSim(t, fast(c, ns1))
+	if s3.admission.srv == srv || s3.admission.srv.proc.Exited() {
+		t.Fatal("a sim started after the admission server died got the dead server")
+	}
+	if err := cl.Create(t.Context(), virtualMachine(ns1, "vm3", "root", kubevirtv1.RunStrategyHalted)); err != nil {
+		t.Fatal(err)
+	}
+	if fw := getVM(cl, ns1, "vm3").Spec.Template.Spec.Domain.Firmware; fw == nil || fw.UUID == "" {
+		t.Errorf("with a new admission server: firmware %+v, want KubeVirt's", fw)
+	}
+}
+
+// admitsFor reports whether the server has the registration id.
+func admitsFor(t *testing.T, srv *admissionServer, id string) bool {
+	t.Helper()
+	ok, err := srv.registered(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }

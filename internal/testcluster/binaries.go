@@ -21,8 +21,10 @@ const (
 	// the simulated upload proxy hands uploads to.
 	CDIUploadServerVersion = "v1.65.0"
 	// KubeVirtAdmissionVersion is the KubeVirt release whose admission
-	// webhooks (pkg/virt-api/webhooks) tools/kubevirt-admission serves.
-	KubeVirtAdmissionVersion = "v1.7.0"
+	// webhooks (pkg/virt-api/webhooks) tools/kubevirt-admission serves,
+	// and after "+" the revision of the server around them (2: one server
+	// for many sims, registered over /sims/{id}).
+	KubeVirtAdmissionVersion = "v1.7.0+2"
 )
 
 // EnvTestBin names the environment variable that, when set, is the folder

@@ -9,17 +9,20 @@
 // the provider creates or updates passes KubeVirt's real validation and gets
 // KubeVirt's real defaults (the firmware UUID and serial included).
 //
-// What differs from virt-api: the cluster configuration comes from a
-// KubeVirt CR given on the command line (the test cluster has no
-// virt-operator), VirtualMachineInstancePresets are none, and every
-// VirtualMachine create that the mutator answers is appended to
-// -admitted-log, so that tests can compare the identity KubeVirt gave a VM
-// with the one it keeps.
+// What differs from virt-api: one server serves several simulated
+// clusters of one API server, each registered with PUT /sims/{id} (see
+// run) under webhook configurations of its own, for its own namespaces;
+// the cluster configuration comes from the KubeVirt CR options given there
+// (the test cluster has no virt-operator); VirtualMachineInstancePresets
+// are none; and every VirtualMachine create that the mutator answers is
+// appended to the sim's admitted log, so that tests can compare the
+// identity KubeVirt gave a VM with the one it keeps.
 package main
 
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -29,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -73,12 +77,7 @@ var served = map[string]bool{
 }
 
 type options struct {
-	kubeconfig, listen, certFile, keyFile, caFile, admittedLog string
-	// nameSuffix and namespaces let several test clusters' worth of
-	// simulated controllers share one API server: each registers its own
-	// webhook configurations, for its own namespaces.
-	nameSuffix, namespaces  string
-	disableSerialConsoleLog bool
+	kubeconfig, listen, certFile, keyFile, caFile, tokenFile string
 }
 
 func main() {
@@ -88,10 +87,7 @@ func main() {
 	flag.StringVar(&o.certFile, "tls-cert", "", "serving certificate (PEM)")
 	flag.StringVar(&o.keyFile, "tls-key", "", "serving key (PEM)")
 	flag.StringVar(&o.caFile, "ca-bundle", "", "CA that signed the serving certificate (PEM), given to the API server")
-	flag.StringVar(&o.admittedLog, "admitted-log", "", "file to append the firmware identity of every admitted VirtualMachine create to (JSON lines)")
-	flag.StringVar(&o.nameSuffix, "name-suffix", "", "appended to the webhook configurations' names (virt-api-mutator, virt-api-validator)")
-	flag.StringVar(&o.namespaces, "namespaces", "", "comma-separated namespaces whose objects the webhooks admit (default: all)")
-	flag.BoolVar(&o.disableSerialConsoleLog, "disable-serial-console-log", false, "the KubeVirt CR's spec.configuration.virtualMachineOptions.disableSerialConsoleLog")
+	flag.StringVar(&o.tokenFile, "control-token-file", "", "file holding the bearer token that PUT and DELETE /sims/{id} require")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -101,9 +97,15 @@ func main() {
 	}
 }
 
+// run serves until ctx ends. One server is shared by every simulated
+// cluster of a test process (KubeVirt's packages take seconds of CPU to
+// initialise, more than most tests): each registers itself with PUT
+// /sims/{id} (its namespaces, its KubeVirt configuration, its admitted
+// log), which registers webhook configurations of its own pointing at
+// /sims/{id}/..., and unregisters with DELETE /sims/{id}.
 func run(ctx context.Context, o options) error {
-	if o.kubeconfig == "" || o.certFile == "" || o.keyFile == "" || o.caFile == "" {
-		return errors.New("-kubeconfig, -tls-cert, -tls-key and -ca-bundle are required")
+	if o.kubeconfig == "" || o.certFile == "" || o.keyFile == "" || o.caFile == "" || o.tokenFile == "" {
+		return errors.New("-kubeconfig, -tls-cert, -tls-key, -ca-bundle and -control-token-file are required")
 	}
 	restConfig, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
@@ -113,51 +115,57 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	cs, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
 	caPEM, err := os.ReadFile(o.caFile)
 	if err != nil {
 		return err
+	}
+	token, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(token)) < 16 {
+		return fmt.Errorf("%s: the control token is shorter than 16 characters", o.tokenFile)
 	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
 	}
-	app := &app{
-		clusterConfig:   clusterConfig(o),
+	srv := &server{
+		base:            "https://" + ln.Addr().String(),
+		caPEM:           caPEM,
+		token:           bytes.TrimSpace(token),
+		cs:              cs,
 		virtCli:         virtCli,
 		informers:       emptyInformers(),
 		serviceAccounts: webhooks.KubeVirtServiceAccounts(installNamespace),
-		admittedLog:     o.admittedLog,
+		sims:            map[string]*sim{},
+		configs:         map[bool]*virtconfig.ClusterConfig{},
 	}
-	srv := &http.Server{Handler: app.mux(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(ln, o.certFile, o.keyFile) }()
-
-	base := "https://" + ln.Addr().String()
-	cs, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return err
-	}
-	if err := register(ctx, cs, o, base, caPEM); err != nil {
-		return err
-	}
+	go func() { errc <- hs.ServeTLS(ln, o.certFile, o.keyFile) }()
 	// The line the parent process waits for.
-	fmt.Printf("serving %s\n", base)
+	fmt.Printf("serving %s\n", srv.base)
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return srv.Shutdown(shutdown)
+		return hs.Shutdown(shutdown)
 	}
 }
 
 // clusterConfig is KubeVirt's cluster configuration for a KubeVirt CR with
 // the given options and KubeVirt's defaults for everything else, built the
 // way KubeVirt's own tests build it (pkg/testutils/mock_config.go).
-func clusterConfig(o options) *virtconfig.ClusterConfig {
+func clusterConfig(disableSerialConsoleLog bool) *virtconfig.ClusterConfig {
 	cfg := v1.KubeVirtConfiguration{}
-	if o.disableSerialConsoleLog {
+	if disableSerialConsoleLog {
 		cfg.VirtualMachineOptions = &v1.VirtualMachineOptions{DisableSerialConsoleLog: &v1.DisableSerialConsoleLog{}}
 	}
 	c, _, _ := testutils.NewFakeClusterConfigUsingKVWithCPUArch(&v1.KubeVirt{
@@ -187,39 +195,158 @@ func emptyInformers() *webhooks.Informers {
 	}
 }
 
-type app struct {
-	clusterConfig   *virtconfig.ClusterConfig
+// server holds what every simulated cluster shares (the API server's
+// clients, the empty informers) and each one's registration.
+type server struct {
+	base            string
+	caPEM, token    []byte
+	cs              kubernetes.Interface
 	virtCli         kubecli.KubevirtClient
 	informers       *webhooks.Informers
 	serviceAccounts map[string]struct{}
-	admittedLog     string
-	logMu           sync.Mutex
+
+	mu      sync.RWMutex
+	sims    map[string]*sim
+	configs map[bool]*virtconfig.ClusterConfig
+	logMu   sync.Mutex // appends to the admitted logs
+}
+
+// sim is one simulated cluster's registration.
+type sim struct {
+	mux         *http.ServeMux
+	admittedLog string
+}
+
+// simRegistration is the body of PUT /sims/{id}.
+type simRegistration struct {
+	// Namespaces whose objects the webhooks admit (all when empty).
+	Namespaces []string `json:"namespaces"`
+	// DisableSerialConsoleLog is the KubeVirt CR's
+	// spec.configuration.virtualMachineOptions.disableSerialConsoleLog.
+	DisableSerialConsoleLog bool `json:"disableSerialConsoleLog"`
+	// AdmittedLog is the file the firmware identity of every admitted
+	// VirtualMachine create is appended to (JSON lines); none when empty.
+	AdmittedLog string `json:"admittedLog"`
+}
+
+// simID is what a registration may be called: it ends the webhook
+// configurations' names and a URL path segment.
+var simID = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+
+// ServeHTTP routes /sims/{id} to registration and /sims/{id}/<KubeVirt's
+// webhook path> to that sim's handlers.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/sims/")
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	id, path, _ := strings.Cut(rest, "/")
+	if !simID.MatchString(id) {
+		http.Error(w, "bad sim id", http.StatusBadRequest)
+		return
+	}
+	if path == "" {
+		s.control(w, r, id)
+		return
+	}
+	s.mu.RLock()
+	sm := s.sims[id]
+	s.mu.RUnlock()
+	if sm == nil {
+		http.Error(w, "no sim "+id+" is registered", http.StatusNotFound)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/" + path
+	sm.mux.ServeHTTP(w, r2)
+}
+
+// control registers (PUT) or unregisters (DELETE) the sim id; both
+// return once the API server has the webhook configurations or has none.
+// GET answers whether id is registered (204) or not (404).
+func (s *server) control(w http.ResponseWriter, r *http.Request, id string) {
+	auth, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(auth), s.token) != 1 {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		s.mu.RLock()
+		sm := s.sims[id]
+		s.mu.RUnlock()
+		if sm == nil {
+			http.Error(w, "no sim "+id+" is registered", http.StatusNotFound)
+			return
+		}
+	case http.MethodPut:
+		var reg simRegistration
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&reg); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		sm := &sim{admittedLog: reg.AdmittedLog}
+		sm.mux = s.mux(s.clusterConfig(reg.DisableSerialConsoleLog), sm)
+		s.mu.Lock()
+		s.sims[id] = sm
+		s.mu.Unlock()
+		if err := register(r.Context(), s.cs, "-"+id, reg.Namespaces, s.base+"/sims/"+id, s.caPEM); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	case http.MethodDelete:
+		if err := unregister(r.Context(), s.cs, "-"+id); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		s.mu.Lock()
+		delete(s.sims, id)
+		s.mu.Unlock()
+	default:
+		http.Error(w, "GET, PUT or DELETE", http.StatusMethodNotAllowed)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// clusterConfig is KubeVirt's cluster configuration with the given
+// serial console setting, made once per setting.
+func (s *server) clusterConfig(disableSerialConsoleLog bool) *virtconfig.ClusterConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.configs[disableSerialConsoleLog]
+	if c == nil {
+		c = clusterConfig(disableSerialConsoleLog)
+		s.configs[disableSerialConsoleLog] = c
+	}
+	return c
 }
 
 // mux routes KubeVirt's webhook paths to KubeVirt's handlers, as
 // virt-api's registerValidatingWebhooks and registerMutatingWebhook do.
-func (a *app) mux() *http.ServeMux {
+func (s *server) mux(cfg *virtconfig.ClusterConfig, sm *sim) *http.ServeMux {
 	m := http.NewServeMux()
 	m.HandleFunc(components.VMICreateValidatePath, func(w http.ResponseWriter, r *http.Request) {
-		validating_webhook.ServeVMICreate(w, r, a.clusterConfig, a.serviceAccounts,
+		validating_webhook.ServeVMICreate(w, r, cfg, s.serviceAccounts,
 			func(field *field.Path, spec *v1.VirtualMachineInstanceSpec, cfg *virtconfig.ClusterConfig) []metav1.StatusCause {
 				return netadmitter.Validate(field, spec, cfg)
 			})
 	})
 	m.HandleFunc(components.VMIUpdateValidatePath, func(w http.ResponseWriter, r *http.Request) {
-		validating_webhook.ServeVMIUpdate(w, r, a.clusterConfig, a.serviceAccounts)
+		validating_webhook.ServeVMIUpdate(w, r, cfg, s.serviceAccounts)
 	})
 	m.HandleFunc(components.VMValidatePath, func(w http.ResponseWriter, r *http.Request) {
-		validating_webhook.ServeVMs(w, r, a.clusterConfig, a.virtCli, a.informers, a.serviceAccounts)
+		validating_webhook.ServeVMs(w, r, cfg, s.virtCli, s.informers, s.serviceAccounts)
 	})
 	m.HandleFunc(components.StatusValidatePath, func(w http.ResponseWriter, r *http.Request) {
-		validating_webhook.ServeStatusValidation(w, r, a.clusterConfig, a.virtCli, a.informers, a.serviceAccounts)
+		validating_webhook.ServeStatusValidation(w, r, cfg, s.virtCli, s.informers, s.serviceAccounts)
 	})
-	m.HandleFunc(components.VMMutatePath, a.recordAdmitted(func(w http.ResponseWriter, r *http.Request) {
-		mutating_webhook.ServeVMs(w, r, a.clusterConfig, a.virtCli)
+	m.HandleFunc(components.VMMutatePath, s.recordAdmitted(sm, func(w http.ResponseWriter, r *http.Request) {
+		mutating_webhook.ServeVMs(w, r, cfg, s.virtCli)
 	}))
 	m.HandleFunc(components.VMIMutatePath, func(w http.ResponseWriter, r *http.Request) {
-		mutating_webhook.ServeVMIs(w, r, a.clusterConfig, a.informers, a.serviceAccounts)
+		mutating_webhook.ServeVMIs(w, r, cfg, s.informers, s.serviceAccounts)
 	})
 	return m
 }
@@ -236,7 +363,7 @@ type Admitted struct {
 // recordAdmitted runs h and, for a VirtualMachine create that is not a dry
 // run and that h allowed, appends the firmware in the patched spec to the
 // admitted log.
-func (a *app) recordAdmitted(h http.HandlerFunc) http.HandlerFunc {
+func (s *server) recordAdmitted(sm *sim, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
 		if err != nil {
@@ -246,11 +373,11 @@ func (a *app) recordAdmitted(h http.HandlerFunc) http.HandlerFunc {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		rec := &recorder{ResponseWriter: w}
 		h(rec, r)
-		if a.admittedLog == "" {
+		if sm.admittedLog == "" {
 			return
 		}
 		if adm, ok := admittedFirmware(body, rec.body.Bytes()); ok {
-			a.appendAdmitted(adm)
+			s.appendAdmitted(sm.admittedLog, adm)
 		}
 	}
 }
@@ -295,14 +422,14 @@ func admittedFirmware(request, response []byte) (Admitted, bool) {
 	return Admitted{}, false
 }
 
-func (a *app) appendAdmitted(adm Admitted) {
+func (s *server) appendAdmitted(path string, adm Admitted) {
 	line, err := json.Marshal(adm)
 	if err != nil {
 		return
 	}
-	a.logMu.Lock()
-	defer a.logMu.Unlock()
-	f, err := os.OpenFile(a.admittedLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubevirt-admission: admitted log:", err)
 		return
@@ -314,18 +441,18 @@ func (a *app) appendAdmitted(adm Admitted) {
 }
 
 // register creates or replaces virt-operator's virt-api-mutator and
-// virt-api-validator (named with o.nameSuffix), keeping the webhooks for
-// the served resources, pointing them at base, and limiting them to
-// o.namespaces.
-func register(ctx context.Context, cs kubernetes.Interface, o options, base string, caPEM []byte) error {
+// virt-api-validator (named with suffix), keeping the webhooks for the
+// served resources, pointing them at base, and limiting them to
+// namespaces (all when empty).
+func register(ctx context.Context, cs kubernetes.Interface, suffix string, namespaces []string, base string, caPEM []byte) error {
 	var selector *metav1.LabelSelector
-	if o.namespaces != "" {
+	if len(namespaces) > 0 {
 		selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: strings.Split(o.namespaces, ","),
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: namespaces,
 		}}}
 	}
 	mut := components.NewVirtAPIMutatingWebhookConfiguration(installNamespace)
-	mut.Name += o.nameSuffix
+	mut.Name += suffix
 	var hooks []admissionregistrationv1.MutatingWebhook
 	for _, h := range mut.Webhooks {
 		if servesAny(h.Rules) {
@@ -336,7 +463,7 @@ func register(ctx context.Context, cs kubernetes.Interface, o options, base stri
 	}
 	mut.Webhooks = hooks
 	val := components.NewVirtAPIValidatingWebhookConfiguration(installNamespace)
-	val.Name += o.nameSuffix
+	val.Name += suffix
 	var vhooks []admissionregistrationv1.ValidatingWebhook
 	for _, h := range val.Webhooks {
 		if servesAny(h.Rules) {
@@ -360,6 +487,20 @@ func register(ctx context.Context, cs kubernetes.Interface, o options, base stri
 	}
 	if _, err := vals.Create(ctx, val, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("registering %s: %w", val.Name, err)
+	}
+	return nil
+}
+
+// unregister deletes the webhook configurations register made with
+// suffix, so that the API server no longer calls for them.
+func unregister(ctx context.Context, cs kubernetes.Interface, suffix string) error {
+	mut := components.NewVirtAPIMutatingWebhookConfiguration(installNamespace).Name + suffix
+	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, mut, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("unregistering %s: %w", mut, err)
+	}
+	val := components.NewVirtAPIValidatingWebhookConfiguration(installNamespace).Name + suffix
+	if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, val, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("unregistering %s: %w", val, err)
 	}
 	return nil
 }
