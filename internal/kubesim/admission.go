@@ -23,7 +23,6 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
 )
 
 // Firmware is a VirtualMachine's SMBIOS identity as admission set it.
