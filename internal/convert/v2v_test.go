@@ -8,9 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/guestboot/testguest"
 )
 
@@ -194,67 +192,3 @@ func TestInputArgs(t *testing.T) {
 	}
 }
 
-// TestV2VDebian is the whole story of a Linux guest: the VMware-style
-// Debian 12 guest is inspected (linux/debian/12, BIOS), converted in place
-// (a copy), and the converted disk boots on virtio disk and NIC as KubeVirt
-// attaches them: boot marker on the console and the guest agent answering.
-// Inspection (on the original, read-only) and conversion run at once.
-func TestV2VDebian(t *testing.T) {
-	img := testguest.Image(t)
-	converted := filepath.Join(t.TempDir(), "converted.raw")
-	v := V2V{TempDir: t.TempDir()}
-	ctx := testguest.Context(t)
-
-	// The conversion runs on a copy of the image, which stays as it was.
-	ev, images, err := v.ConvertCopies(ctx, []V2VDisk{{Path: img, Format: Raw}}, []string{converted}, V2VOptions{})
-	if err != nil {
-		t.Fatalf("ConvertCopies: %v", err)
-	}
-	if sum, _, err := hashFile(converted); err != nil || len(images) != 1 || images[0].SHA256 != sum || images[0].Path != converted {
-		t.Errorf("converted images %+v, file hash %s (%v)", images, sum, err)
-	}
-	if _, err := os.Stat(converted + TmpSuffix); !os.IsNotExist(err) {
-		t.Errorf("the conversion's copy is left behind: %v", err)
-	}
-	t.Logf("converted in %s with %s (accelerator %s): %s; drivers %q; warnings %q",
-		ev.Duration.Round(time.Second), ev.Tool, ev.Accel, ev.Converted, ev.Drivers, ev.Warnings)
-	if ev.Tool != "virt-v2v-in-place" || !strings.HasPrefix(ev.Version, "2.") || ev.Accel.Name == "" {
-		t.Errorf("evidence: tool %q version %q accel %q", ev.Tool, ev.Version, ev.Accel)
-	}
-	if ev.OS.Type != "linux" || ev.OS.Distro != "debian" || ev.OS.Major != 12 || ev.OS.Firmware != FirmwareBIOS {
-		t.Errorf("evidence OS: %+v, want linux debian 12 bios", ev.OS)
-	}
-	if !strings.HasSuffix(ev.Converted, "to run on KVM") || len(ev.Messages) < 3 || len(ev.Drivers) == 0 {
-		t.Errorf("evidence: converted %q, drivers %q, messages %q", ev.Converted, ev.Drivers, ev.Messages)
-	}
-	// What virt-v2v did to the guest: virtio drivers in its initramfs.
-	modules := testguest.OpenRootFS(t, converted, testguest.BIOS).InitramfsModules()
-	for _, m := range []string{"virtio_blk", "virtio_pci", "virtio_scsi", "ata_piix"} {
-		if !modules[m] {
-			t.Errorf("converted initramfs lacks %s (has %v)", m, modules)
-		}
-	}
-
-	g, err := guestboot.Start(ctx, guestboot.Spec{
-		Disks: []guestboot.Disk{{Path: converted, Format: string(Raw), Bus: guestboot.BusVirtio}},
-		NIC:   guestboot.NICVirtio,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
-	bootCtx := testguest.BootContext(t, g)
-	if _, err := g.WaitConsole(bootCtx, testguest.Marker); err != nil {
-		t.Fatalf("converted guest on virtio: %v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(40), "\n"))
-	}
-	marker := time.Since(g.Started())
-	if err := g.WaitAgent(bootCtx); err != nil {
-		t.Fatalf("converted guest on virtio: %v\nconsole:\n%s", err, strings.Join(g.ConsoleTail(40), "\n"))
-	}
-	info, err := g.OSInfo(bootCtx)
-	if err != nil || info.ID != "debian" || info.VersionID != "12" {
-		t.Fatalf("guest-get-osinfo: %+v, %v", info, err)
-	}
-	t.Logf("converted guest booted on virtio (%s): marker after %s, agent after %s: %s",
-		g.Accel().Name, marker.Round(time.Second), time.Since(g.Started()).Round(time.Second), info.PrettyName)
-}

@@ -25,8 +25,9 @@ import (
 // copy is replaced, never imported), once it finished it is never run
 // again, and the DataVolume receives the converted image, whose SHA-256
 // differs from the source's and is recorded with what virt-v2v saw. The
-// real virt-v2v converting and booting the real guest is
-// convert.TestV2VDebian and provider.TestAccRealGuestConvertedBoots.
+// real virt-v2v converting the real guest, which then boots, is
+// provider.TestAccRealGuestConvertedBoots (local execution) and
+// clustertest.TestRealGuestConvertedInCluster (a conversion Job).
 func TestConversionIsACheckpoint(t *testing.T) {
 	// The disk is virt-v2v's last argument (-i disk -if raw PATH). The first
 	// run half converts the disk and waits to be stopped; the second
