@@ -191,4 +191,3 @@ func TestInputArgs(t *testing.T) {
 		t.Error("a vmdk disk was accepted")
 	}
 }
-
