@@ -119,3 +119,90 @@ func TestSlots(t *testing.T) {
 		t.Errorf("Dir %q", Dir())
 	}
 }
+
+// Waiters get a freed slot in the order they came: with one slot held,
+// the first waiter gets it when it is freed although the second waited
+// too, and the second gets it next; a waiter that died (its wait file
+// left, locked by nobody) is not waited for, and its file is removed.
+func TestWaitersServedInOrder(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	holder, err := acquire(ctx, dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter that died before everyone else came.
+	dead := filepath.Join(dir, waitPrefix+"00000000000000000001-1-dead")
+	if err := os.WriteFile(dead, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		who     string
+		release func()
+	}
+	order := make(chan got, 2)
+	wait := func(who string) {
+		r, err := acquire(ctx, dir, 1)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		order <- got{who, r}
+	}
+	go wait("first")
+	// The second comes once the first waits.
+	deadline := time.Now().Add(10 * time.Second)
+	for waiters(t, dir) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first waiter never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	go wait("second")
+	for waiters(t, dir) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second waiter never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Both poll several times while the slot is held.
+	time.Sleep(4 * pollInterval)
+	holder()
+	first := <-order
+	if first.who != "first" {
+		t.Fatalf("the freed slot went to the %s waiter", first.who)
+	}
+	select {
+	case g := <-order:
+		t.Fatalf("the %s waiter got the slot the first holds", g.who)
+	case <-time.After(3 * pollInterval):
+	}
+	first.release()
+	if second := <-order; second.who != "second" {
+		t.Fatalf("then the slot went to %s", second.who)
+	} else {
+		second.release()
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead waiter's file: %v, want removed", err)
+	}
+	if n := waiters(t, dir); n != 0 {
+		t.Errorf("%d wait files left", n)
+	}
+}
+
+// waiters counts the live wait files in dir.
+func waiters(t *testing.T, dir string) int {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), waitPrefix) && !strings.HasSuffix(e.Name(), "-dead") {
+			n++
+		}
+	}
+	return n
+}
