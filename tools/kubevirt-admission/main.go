@@ -250,16 +250,25 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.control(w, r, id)
 		return
 	}
-	s.mu.RLock()
-	sm := s.sims[id]
-	s.mu.RUnlock()
+	sm := s.registered(w, id)
 	if sm == nil {
-		http.Error(w, "no sim "+id+" is registered", http.StatusNotFound)
 		return
 	}
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = "/" + path
 	sm.mux.ServeHTTP(w, r2)
+}
+
+// registered is the sim id's registration; without one it answers 404
+// and returns nil.
+func (s *server) registered(w http.ResponseWriter, id string) *sim {
+	s.mu.RLock()
+	sm := s.sims[id]
+	s.mu.RUnlock()
+	if sm == nil {
+		http.Error(w, "no sim "+id+" is registered", http.StatusNotFound)
+	}
+	return sm
 }
 
 // control registers (PUT) or unregisters (DELETE) the sim id; both
@@ -273,11 +282,7 @@ func (s *server) control(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		s.mu.RLock()
-		sm := s.sims[id]
-		s.mu.RUnlock()
-		if sm == nil {
-			http.Error(w, "no sim "+id+" is registered", http.StatusNotFound)
+		if s.registered(w, id) == nil {
 			return
 		}
 	case http.MethodPut:
