@@ -120,10 +120,11 @@ func TestSlots(t *testing.T) {
 	}
 }
 
-// Waiters get a freed slot in the order they came: with one slot held,
-// the first waiter gets it when it is freed although the second waited
-// too, and the second gets it next; a waiter that died (its wait file
-// left, locked by nobody) is not waited for, and its file is removed.
+// Waiters get a freed slot in the order they came: with the one slot
+// held, four waiters queue one after another, and each freed slot goes to
+// the longest waiting (taken at random, the four would come in this order
+// about once in 24 runs); a waiter that died (its wait file left, locked
+// by nobody) is not waited for, and its file is removed.
 func TestWaitersServedInOrder(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -136,52 +137,41 @@ func TestWaitersServedInOrder(t *testing.T) {
 	if err := os.WriteFile(dead, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	type got struct {
-		who     string
-		release func()
-	}
-	order := make(chan got, 2)
-	wait := func(who string) {
-		r, err := acquire(ctx, dir, 1)
-		if err != nil {
-			t.Error(err)
-			return
+	const n = 4
+	order := make(chan int, n)
+	deadline := time.Now().Add(20 * time.Second)
+	for w := range n {
+		go func() {
+			r, err := acquire(ctx, dir, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- w
+			// Held across a few polls of the others.
+			time.Sleep(2 * pollInterval)
+			r()
+		}()
+		// The next comes once this one waits.
+		for waiters(t, dir) < w+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d never queued", w)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		order <- got{who, r}
 	}
-	go wait("first")
-	// The second comes once the first waits.
-	deadline := time.Now().Add(10 * time.Second)
-	for waiters(t, dir) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first waiter never queued")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	go wait("second")
-	for waiters(t, dir) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the second waiter never queued")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// Both poll several times while the slot is held.
+	// All poll several times while the slot is held.
 	time.Sleep(4 * pollInterval)
 	holder()
-	first := <-order
-	if first.who != "first" {
-		t.Fatalf("the freed slot went to the %s waiter", first.who)
-	}
-	select {
-	case g := <-order:
-		t.Fatalf("the %s waiter got the slot the first holds", g.who)
-	case <-time.After(3 * pollInterval):
-	}
-	first.release()
-	if second := <-order; second.who != "second" {
-		t.Fatalf("then the slot went to %s", second.who)
-	} else {
-		second.release()
+	for want := range n {
+		select {
+		case got := <-order:
+			if got != want {
+				t.Fatalf("slot %d went to waiter %d, want %d (the one waiting longest)", want, got, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("waiter %d never got the slot", want)
+		}
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Errorf("the dead waiter's file: %v, want removed", err)
