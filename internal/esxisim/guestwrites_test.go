@@ -60,3 +60,35 @@ func TestGuestWritesBatchInOrder(t *testing.T) {
 		})
 	}
 }
+
+// A guest writes only while its VM is on: after vim-cmd's power-off a
+// write fails and the disk's files are left as the power-off found them,
+// so a copy of a powered-off VM reads files that no longer change.
+func TestGuestWritesOnlyWhilePoweredOn(t *testing.T) {
+	s := newServer(t, nil)
+	id, files, err := s.AddVM(VMSpec{Name: "off", Disks: []DiskSpec{{CapacityBytes: 2 << 20, Thin: true}}, Power: PoweredOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, s)
+	mustRun(t, c, "vim-cmd vmsvc/snapshot.create "+strconv.Itoa(id)+" mig '' 0 0")
+	if err := s.GuestWrite(id, "scsi0:0", 4096, []byte("while on")); err != nil {
+		t.Fatalf("a running guest's write: %v", err)
+	}
+	mustRun(t, c, "vim-cmd vmsvc/power.off "+strconv.Itoa(id))
+	delta := filepath.Join(files.LocalDir, "off-000001-delta.vmdk")
+	before, err := os.ReadFile(delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.GuestWrite(id, "scsi0:0", 8192, []byte("after off")); err == nil {
+		t.Fatal("a powered-off VM's guest wrote")
+	}
+	after, err := os.ReadFile(delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(before) != string(after) {
+		t.Fatal("the delta changed after the power-off")
+	}
+}

@@ -170,6 +170,8 @@ func (s *Server) vmLocked(vmid int) (*vmEntry, error) {
 // SetPowerState sets a VM's power state directly (cancelling a pending
 // guest shutdown).
 func (s *Server) SetPowerState(vmid int, p PowerState) error {
+	snapMu.Lock() // after the guest's writes in flight
+	defer snapMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	vm, err := s.vmLocked(vmid)
@@ -225,6 +227,8 @@ func (s *Server) startShutdownLocked(vm *vmEntry) {
 	}
 	var t *time.Timer
 	t = time.AfterFunc(s.opts.ShutdownDelay, func() {
+		snapMu.Lock() // the guest's writes in flight land first
+		defer snapMu.Unlock()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.timers, t)

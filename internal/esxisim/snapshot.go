@@ -42,10 +42,14 @@ import (
 //
 // GuestWrite changes the disk as a running guest would: the data lands in
 // the file the VM runs on (the top delta, or the flat base without
-// snapshots).
+// snapshots). Only a powered-on VM writes: a write to a VM that is off
+// fails, and a power-off waits for the writes in flight, as ESXi's
+// power-off completes after the guest's outstanding I/O, never during it.
 
 // snapMu serializes changes to disk files and .vmx/.vmsd made by snapshot
-// commands and guest writes (hostd runs one task per VM at a time).
+// commands and guest writes (hostd runs one task per VM at a time), and
+// orders power-offs after the guest writes in flight. Taken before s.mu,
+// never while holding it.
 var snapMu sync.Mutex
 
 // sesparseFrom is the capacity from which VMFS 5 snapshots are seSparse.
@@ -623,6 +627,11 @@ func (s *Server) GuestWrites(vmid int, node string, writes []vmdk.Write) error {
 	}
 	snapMu.Lock()
 	defer snapMu.Unlock()
+	if p, err := s.PowerState(vmid); err != nil {
+		return err
+	} else if p != PoweredOn {
+		return fmt.Errorf("esxisim: VM %d is %s: its guest writes nothing", vmid, p)
+	}
 	var top string
 	for _, dk := range vmDisks(vv.vmxPath, vv.v) {
 		if strings.EqualFold(dk.node, node) {

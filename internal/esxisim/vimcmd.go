@@ -371,10 +371,12 @@ func (s *Server) powerOn(vmid int, stdout io.Writer) int {
 
 func (s *Server) powerOff(vmid int, stdout io.Writer) int {
 	s.stats.power.Add(1)
+	snapMu.Lock() // after the guest's writes in flight
 	s.mu.Lock()
 	vm, err := s.vmLocked(vmid)
 	if err != nil {
 		s.mu.Unlock()
+		snapMu.Unlock()
 		fmt.Fprint(stdout, s.notFound(strconv.Itoa(vmid)))
 		return 1
 	}
@@ -383,6 +385,7 @@ func (s *Server) powerOff(vmid int, stdout io.Writer) int {
 		s.setPowerLocked(vm, PoweredOff)
 	}
 	s.mu.Unlock()
+	snapMu.Unlock()
 	fmt.Fprint(stdout, "Powering off VM:\n")
 	if cur == PoweredOff {
 		fmt.Fprint(stdout, s.invalidPowerState(PoweredOff, PoweredOff))

@@ -377,25 +377,19 @@ func runClusterWarm(ctx context.Context, j jobsRun) (result, bool, error) {
 	fmt.Println("== warm migration of \"cluster-warm\" in cluster execution: its guest writes 5% of its data during the precopy")
 	s := j.spec(vm.Name)
 	s.Execution, s.StorageClass, s.Mode = engine.ExecutionCluster, claimsClass, engine.ModeWarm
-	var once sync.Once
-	wrote := make(chan error, 1)
-	j.hook(func(ev engine.Event) {
-		if ev.Name == vm.Name && ev.Kind == engine.EventProgress && ev.Phase == record.PhasePreparing {
-			once.Do(func() { go func() { wrote <- j.write(vm.Name, vm.allocated()/20) }() })
-		}
-	})
+	// From the first precopy Job's creation (after the round's snapshot,
+	// so into its delta): a small VM's Job may end before any progress.
+	guest := newPrecopyWriter(vm.Name, func(ev engine.Event) bool {
+		return ev.Phase == record.PhasePreparing && (ev.Kind == engine.EventProgress || strings.Contains(ev.Message, "copy Job"))
+	}, func() error { return j.write(vm.Name, vm.allocated()/20) })
+	j.hook(guest.hook)
 	dropPageCache(j.root, vm.Name)
 	warm, err := measure(ctx, j.en, j.cluster, j.hostCPU, s)
 	if err != nil {
 		return result{}, false, err
 	}
-	select {
-	case err := <-wrote:
-		if err != nil {
-			return result{}, false, fmt.Errorf("the warm guest's writes: %w", err)
-		}
-	default:
-		return result{}, false, errors.New("the warm guest wrote nothing during the precopy")
+	if err := guest.result(); err != nil {
+		return result{}, false, err
 	}
 	if warm.rec.Warm == nil || len(warm.rec.Warm.Snapshots) == 0 {
 		return result{}, false, errors.New("the warm migration in cluster execution took no precopy round")

@@ -758,19 +758,14 @@ func run(ctx context.Context, f runFlags) error {
 	warmSpec.Mode = engine.ModeWarm
 	// The guest writes once the precopy is under way (into the migration's
 	// snapshot delta), beside the copy, not in its progress callback.
-	var once sync.Once
-	wrote := make(chan error, 1)
-	evMu.Lock()
-	hooks = append(hooks, func(ev engine.Event) {
-		if ev.Name == "warm" && ev.Kind == engine.EventProgress && strings.HasPrefix(ev.Message, "precopy:") {
-			once.Do(func() {
-				go func() {
-					_, err := host.ask(fmt.Sprintf("write warm %d", lay.VMs[1].allocated()/20))
-					wrote <- err
-				}()
-			})
-		}
+	warmGuest := newPrecopyWriter("warm", func(ev engine.Event) bool {
+		return ev.Kind == engine.EventProgress && strings.HasPrefix(ev.Message, "precopy:")
+	}, func() error {
+		_, err := host.ask(fmt.Sprintf("write warm %d", lay.VMs[1].allocated()/20))
+		return err
 	})
+	evMu.Lock()
+	hooks = append(hooks, warmGuest.hook)
 	stopWarmProfile := func() {}
 	if f.warmCPUProfile != "" {
 		pf, err := os.Create(f.warmCPUProfile)
@@ -792,13 +787,8 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case err := <-wrote:
-		if err != nil {
-			return fmt.Errorf("the warm guest's writes: %w", err)
-		}
-	default:
-		return errors.New("the warm guest wrote nothing during the precopy")
+	if err := warmGuest.result(); err != nil {
+		return err
 	}
 
 	fmt.Printf("== a wave of %d VMs on one host (2 migrations at once, 4 SSH sessions, 2 streams per disk)\n", f.wave)
@@ -1211,4 +1201,59 @@ func diskCopySeconds(events []engine.Event, name string, disk int, rec record.Re
 		return 0
 	}
 	return end.Sub(*rec.Timestamps.SourcePoweredOff).Seconds()
+}
+
+// precopyWriter has a warm migration's guest write while the precopy
+// runs: the writes start at the migration's first event that start
+// accepts, beside the engine (not in its callback), and the power-off
+// waits for them, as a guest's writes in flight land before ESXi's
+// power-off completes. The wait is before the power-off, so it is not
+// downtime.
+type precopyWriter struct {
+	name    string
+	start   func(engine.Event) bool
+	write   func() error
+	once    sync.Once
+	done    chan struct{}
+	err     error
+	started bool
+}
+
+func newPrecopyWriter(name string, start func(engine.Event) bool, write func() error) *precopyWriter {
+	return &precopyWriter{name: name, start: start, write: write, done: make(chan struct{})}
+}
+
+// hook is the engine's event callback.
+func (w *precopyWriter) hook(ev engine.Event) {
+	if ev.Name != w.name {
+		return
+	}
+	if w.start(ev) {
+		w.once.Do(func() {
+			w.started = true
+			go func() {
+				w.err = w.write()
+				close(w.done)
+			}()
+		})
+	}
+	if ev.Reason == "PoweringOff" {
+		w.once.Do(func() {}) // too late to start: the guest is going off
+		if w.started {
+			<-w.done
+		}
+	}
+}
+
+// result is the writes' outcome once the migration has ended.
+func (w *precopyWriter) result() error {
+	w.once.Do(func() {})
+	if !w.started {
+		return errors.New("the warm guest wrote nothing during the precopy")
+	}
+	<-w.done
+	if w.err != nil {
+		return fmt.Errorf("the warm guest's writes: %w", w.err)
+	}
+	return nil
 }
