@@ -314,6 +314,8 @@ if [[ $vms == 1 ]]; then
 	[[ -n ${BENCH_CPUPROFILE:-} ]] && smoke_flag+=(-cpuprofile "$BENCH_CPUPROFILE")
 	# BENCH_WARM_CPUPROFILE=file: the same for the warm migration's cutover.
 	[[ -n ${BENCH_WARM_CPUPROFILE:-} ]] && smoke_flag+=(-warm-cpuprofile "$BENCH_WARM_CPUPROFILE")
+	# BENCH_WAVE_CPUPROFILE=file: the runner's, for the cluster execution wave.
+	[[ -n ${BENCH_WAVE_CPUPROFILE:-} ]] && smoke_flag+=(-wave-cpuprofile "$BENCH_WAVE_CPUPROFILE")
 	mkdir -p "$work/migrate.d"
 	"$work/migrate" run -work "$work/migrate.d" -root "$root/vmfs/volumes" -listen "$esxi_ip:2222" \
 		-sshd "$esxi_ip:22" -sshd-key "$work/sshd/client_key" -sshd-host-key "$work/sshd/host_key.pub" \

@@ -453,7 +453,7 @@ func TestEnsureCopyAdopts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, first, err := clusterjob.EnsureCopy(ctx, kc, want)
+	_, first, err := clusterjob.EnsureCopy(ctx, kc, want, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,9 +461,17 @@ func TestEnsureCopyAdopts(t *testing.T) {
 		t.Errorf("a Job just created: active %v, %v", active, err)
 	}
 	var o clusterjob.Outcome
+	polls := 0
 	waitFor(t, first, "the adopted Job to end", func(clusterjob.Outcome) bool {
-		var again *batchv1.Job
-		o, again, err = clusterjob.EnsureCopy(ctx, kc, want)
+		// As a later runner finds it: created again and read back, or
+		// read by the caller first.
+		var again, found *batchv1.Job
+		if polls++; polls%2 == 0 {
+			if found, err = kc.GetJob(ctx, ns, want.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o, again, err = clusterjob.EnsureCopy(ctx, kc, want, found)
 		if err != nil {
 			t.Fatalf("a later runner's EnsureCopy: %v", err)
 		}
@@ -509,8 +517,10 @@ func TestEnsureCopyAdopts(t *testing.T) {
 	}
 	want2, _ := clusterjob.RenderCopy(c2)
 	var na *clusterjob.NotAdoptableError
-	if _, _, err := clusterjob.EnsureCopy(ctx, kc, want2); !errors.As(err, &na) || na.Foreign || na.FaultClass() != fault.Transient {
-		t.Errorf("a Job from another spec: %v", err)
+	for _, found := range []*batchv1.Job{nil, squatter} {
+		if _, _, err := clusterjob.EnsureCopy(ctx, kc, want2, found); !errors.As(err, &na) || na.Foreign || na.FaultClass() != fault.Transient {
+			t.Errorf("a Job from another spec (found by the caller: %v): %v", found != nil, err)
+		}
 	}
 	// Another migration's Job under attempt 3's name: a person's call.
 	c3 := copyOf(t, ns, disk, 3)
@@ -520,8 +530,10 @@ func TestEnsureCopyAdopts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want3, _ := clusterjob.RenderCopy(c3)
-	if _, _, err := clusterjob.EnsureCopy(ctx, kc, want3); !errors.As(err, &na) || !na.Foreign || na.FaultClass() != fault.NeedsHuman {
-		t.Errorf("another migration's Job: %v", err)
+	for _, found := range []*batchv1.Job{nil, foreign} {
+		if _, _, err := clusterjob.EnsureCopy(ctx, kc, want3, found); !errors.As(err, &na) || !na.Foreign || na.FaultClass() != fault.NeedsHuman {
+			t.Errorf("another migration's Job (found by the caller: %v): %v", found != nil, err)
+		}
 	}
 }
 
@@ -572,7 +584,7 @@ func TestCopySurvivesControlPlaneRestart(t *testing.T) {
 	}
 	var found *batchv1.Job
 	waitFor(t, job, "the Job to end after the restart", func(clusterjob.Outcome) bool {
-		o, found, err = clusterjob.EnsureCopy(t.Context(), kc, want)
+		o, found, err = clusterjob.EnsureCopy(t.Context(), kc, want, nil)
 		return err == nil && terminal(o)
 	})
 	if o.State != clusterjob.Succeeded || found.UID != job.UID {

@@ -43,20 +43,29 @@ func (e *NotAdoptableError) FaultClass() fault.Class {
 // it: created when absent, adopted when the one found is adoptable
 // (Adoptable), a *NotAdoptableError otherwise. A runner that died after
 // creating the Job, or whose create's reply was lost, finds and adopts it
-// here instead of starting a second copy. The outcome is read from the
+// here instead of starting a second copy. found, when not nil, is the Job
+// of want's name the caller has just read: it is checked the same way
+// instead of being created and read again. The outcome is read from the
 // Job and the pods its controller made for it (by the Job's UID, so the
 // pods of an earlier Job of the same name never count).
-func EnsureCopy(ctx context.Context, kc *kube.Client, want *batchv1.Job) (Outcome, *batchv1.Job, error) {
-	return ensureJob(ctx, kc, want, ObserveCopy)
+func EnsureCopy(ctx context.Context, kc *kube.Client, want, found *batchv1.Job) (Outcome, *batchv1.Job, error) {
+	return ensureJob(ctx, kc, want, found, ObserveCopy)
 }
 
 // EnsureConvert is EnsureCopy for a conversion Job (from RenderConvert).
-func EnsureConvert(ctx context.Context, kc *kube.Client, want *batchv1.Job) (Outcome, *batchv1.Job, error) {
-	return ensureJob(ctx, kc, want, ObserveConvert)
+func EnsureConvert(ctx context.Context, kc *kube.Client, want, found *batchv1.Job) (Outcome, *batchv1.Job, error) {
+	return ensureJob(ctx, kc, want, found, ObserveConvert)
 }
 
-func ensureJob(ctx context.Context, kc *kube.Client, want *batchv1.Job, read func(*batchv1.Job, []corev1.Pod) Outcome) (Outcome, *batchv1.Job, error) {
-	job, _, err := kube.EnsureOwned(ctx, kc, want.DeepCopy(), kc.CreateJob, kube.LabelOwner(want.Labels[kube.LabelMigration]))
+func ensureJob(ctx context.Context, kc *kube.Client, want, found *batchv1.Job, read func(*batchv1.Job, []corev1.Pod) Outcome) (Outcome, *batchv1.Job, error) {
+	owner := kube.LabelOwner(want.Labels[kube.LabelMigration])
+	job := found
+	var err error
+	if job == nil {
+		job, _, err = kube.EnsureOwned(ctx, kc, want.DeepCopy(), kc.CreateJob, owner)
+	} else if who, ours := owner(job); !ours {
+		err = &kube.NotOwnedError{Kind: "Job", Namespace: job.Namespace, Name: job.Name, Owner: who, Object: job}
+	}
 	var notOwned *kube.NotOwnedError
 	if errors.As(err, &notOwned) {
 		return Outcome{}, nil, &NotAdoptableError{Namespace: want.Namespace, Name: want.Name, Foreign: true, Err: err}

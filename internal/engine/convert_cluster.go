@@ -88,7 +88,7 @@ func (r *run) convertInCluster(ctx context.Context) error {
 				return err
 			}
 		}
-		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx), slots: r.conversionSlots()}
+		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx), slots: r.conversionSlots(), absent: absentJobs{}}
 		wait := r.poller()
 		for {
 			done, err := cv.step(ctx)
@@ -131,7 +131,7 @@ func (r *run) conversionSlots() coord.HostSlots {
 	if limit <= 0 {
 		limit = DefaultMaxConcurrentConversions
 	}
-	return coord.HostSlots{Kube: kc, Namespace: r.e.claimNamespace(), Limit: limit, Now: r.e.now,
+	return coord.HostSlots{Kube: kc, Namespace: r.e.claimNamespace(), Limit: limit, Now: r.e.now, Board: r.e.slotBoard,
 		Active: func(ctx context.Context, held coord.SlotHeld) (bool, error) {
 			return clusterjob.JobActive(ctx, kc, held.Holder.Namespace, held.Holder.Job, held.Since, grace, r.e.now())
 		}}
@@ -161,6 +161,7 @@ type clusterConvert struct {
 	held         bool
 	pendingSince time.Time
 	said         string
+	absent       absentJobs
 }
 
 // convertOf is what the conversion Job of the recorded attempt is
@@ -193,20 +194,20 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 	}
 	kc := r.e.deps.Kube
 	holder := coord.SlotHolder{Namespace: want.Namespace, Job: want.Name}
-	job, err := kc.GetJob(ctx, want.Namespace, want.Name)
+	job, err := cv.absent.get(ctx, kc, want.Namespace, want.Name)
 	switch {
-	case kube.IsNotFound(err):
-		// No Job yet: none starts while a pod of an earlier attempt can
-		// still write the claims, nor without one of the cluster's
-		// conversion slots.
-		if busy, err := cv.retireOthers(ctx); err != nil || busy {
-			return false, err
-		}
+	case err != nil:
+		return false, err
+	case job == nil:
+		// No Job yet: none without one of the cluster's conversion
+		// slots, nor while a pod of an earlier attempt can still write
+		// the claims.
 		if ok, err := cv.takeSlot(ctx, holder); err != nil || !ok {
 			return false, err
 		}
-	case err != nil:
-		return false, err
+		if busy, err := cv.retireOthers(ctx); err != nil || busy {
+			return false, err
+		}
 	case !clusterjob.Finished(job) && !cv.held:
 		// Running (adopted after a restart): it holds its slot, taken
 		// again if a restart lost it, even beyond the limit.
@@ -214,7 +215,8 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	out, job, err := clusterjob.EnsureConvert(ctx, kc, want)
+	out, job, err := clusterjob.EnsureConvert(ctx, kc, want, job)
+	cv.absent.created(want.Namespace, want.Name)
 	var na *clusterjob.NotAdoptableError
 	if errors.As(err, &na) && !na.Foreign {
 		cv.releaseSlot(ctx, holder)

@@ -178,6 +178,9 @@ type Engine struct {
 	v2v      *v2vState
 	// inventories shares host inventory reads (see Inventory).
 	inventories inventoryCache
+	// slotBoard shares between this engine's waiting copies and
+	// conversions what they learned of full slots (coord.SlotBoard).
+	slotBoard *coord.SlotBoard
 }
 
 // New returns an engine for deps.
@@ -210,6 +213,8 @@ func New(deps Deps) (*Engine, error) {
 		limiter:  newHostLimiter(deps.HostLimits),
 		tool:     &convert.Tool{Path: deps.QemuImg},
 		v2v:      &v2vState{tool: convert.V2V{VirtioWin: deps.VirtioWin, Accel: guestboot.ProbeAccel(), StallTimeout: deps.ConversionStallTimeout}},
+		// One cluster ask per poll for all of a full host's waiters.
+		slotBoard: &coord.SlotBoard{FreshFor: deps.PollInterval},
 	}, nil
 }
 

@@ -157,7 +157,33 @@ type clusterCopy struct {
 	// source runs; precopied are the disks whose Job did.
 	precopy   bool
 	precopied map[int]bool
+	absent    absentJobs
 }
+
+// absentJobs are the Jobs a wait found not there yet. A Job of the
+// migration's recorded attempt is created by the run that holds the
+// migration's Lease and by no one else, so one found absent stays absent
+// until this run creates it: a disk waiting for a slot is not read again
+// on every poll. (Should one appear anyway, the create finds and adopts
+// it.)
+type absentJobs map[string]bool
+
+// get reads the Job, or returns nil for one absent.
+func (a absentJobs) get(ctx context.Context, kc *kube.Client, namespace, name string) (*batchv1.Job, error) {
+	key := namespace + "/" + name
+	if a[key] {
+		return nil, nil
+	}
+	job, err := kc.GetJob(ctx, namespace, name)
+	if kube.IsNotFound(err) {
+		a[key] = true
+		return nil, nil
+	}
+	return job, err
+}
+
+// created forgets the Job: it may exist now.
+func (a absentJobs) created(namespace, name string) { delete(a, namespace+"/"+name) }
 
 func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 	if r.e.deps.WorkerImage == "" {
@@ -185,14 +211,14 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 		owner:        r.recordOwner(),
 		hostID:       r.e.hostIdentity(r.spec.Host),
 		pendingSince: map[string]time.Time{}, said: map[int]string{}, lastBytes: map[int]int64{}, held: map[coord.SlotHolder]bool{},
-		precopied: map[int]bool{},
+		precopied: map[int]bool{}, absent: absentJobs{},
 	}
 	kc := r.e.deps.Kube
 	grace := r.e.deps.SlotGrace
 	if grace <= 0 {
 		grace = DefaultSlotGrace
 	}
-	cc.slots = coord.HostSlots{Kube: kc, Namespace: r.e.claimNamespace(), Limit: r.e.limiter.limit(r.spec.Host), Now: r.e.now,
+	cc.slots = coord.HostSlots{Kube: kc, Namespace: r.e.claimNamespace(), Limit: r.e.limiter.limit(r.spec.Host), Now: r.e.now, Board: r.e.slotBoard,
 		Active: func(ctx context.Context, held coord.SlotHeld) (bool, error) {
 			return clusterjob.JobActive(ctx, kc, held.Holder.Namespace, held.Holder.Job, held.Since, grace, r.e.now())
 		}}
@@ -269,19 +295,19 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 	}
 	holder := coord.SlotHolder{Namespace: want.Namespace, Job: want.Name}
 	kc := r.e.deps.Kube
-	job, err := kc.GetJob(ctx, want.Namespace, want.Name)
+	job, err := cc.absent.get(ctx, kc, want.Namespace, want.Name)
 	switch {
-	case kube.IsNotFound(err):
-		// No Job yet: none may start while a pod of an earlier Job can
-		// still write the claim, and none without a slot of the host.
-		if busy, err := cc.retireOthers(ctx, i, d.CopyAttempt); err != nil || busy {
-			return false, err
-		}
+	case err != nil:
+		return false, err
+	case job == nil:
+		// No Job yet: none without a slot of the host, and none may
+		// start while a pod of an earlier Job can still write the claim.
 		if ok, err := cc.takeSlot(ctx, i, holder); err != nil || !ok {
 			return false, err
 		}
-	case err != nil:
-		return false, err
+		if busy, err := cc.retireOthers(ctx, i, d.CopyAttempt); err != nil || busy {
+			return false, err
+		}
 	case !clusterjob.Finished(job) && !cc.held[holder]:
 		// Running (adopted after a restart): it holds its slot, taken
 		// again here if a restart lost it; a full host does not stop a
@@ -290,7 +316,8 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 			return false, err
 		}
 	}
-	out, job, err := clusterjob.EnsureCopy(ctx, kc, want)
+	out, job, err := clusterjob.EnsureCopy(ctx, kc, want, job)
+	cc.absent.created(want.Namespace, want.Name)
 	var na *clusterjob.NotAdoptableError
 	if errors.As(err, &na) && !na.Foreign {
 		// The migration's own Job from another spec (a new image, host

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -191,6 +192,91 @@ type HostSlots struct {
 	Active func(ctx context.Context, held SlotHeld) (bool, error)
 	// Now tells the time of acquisitions (time.Now when nil).
 	Now func() time.Time
+	// Board, when set, is shared by the waiters of one process: a host
+	// one of them found full is not asked again by the others until the
+	// board's FreshFor has passed or the process released one of the
+	// host's slots (see SlotBoard).
+	Board *SlotBoard
+}
+
+// SlotBoard is what the copies of one process last learned of each host's
+// slots. While many disks wait for one host (a wave of 40 VMs behind a
+// limit of 2), each would otherwise list the host's Leases and read every
+// holder's Job on every poll; with a board, one of them asks per FreshFor
+// and the others are told the same answer. Only "full" is remembered, and
+// only for FreshFor: a slot released by another runner is seen at most
+// FreshFor later, one released by this process at once. A waiter that
+// holds one of the slots itself always asks. Safe for concurrent use.
+type SlotBoard struct {
+	// FreshFor is how long a host found full is believed full, on the
+	// machine's clock (how often the cluster is asked, not a recorded
+	// time).
+	FreshFor time.Duration
+
+	mu   sync.Mutex
+	full map[string]boardFull
+	now  func() time.Time // time.Now; tests set it
+}
+
+func (b *SlotBoard) clock() time.Time {
+	if b.now != nil {
+		return b.now()
+	}
+	return time.Now()
+}
+
+type boardFull struct {
+	at  time.Time
+	err SlotsFullError
+}
+
+// lookFull is the host's full error seen less than FreshFor ago,
+// unless holder is among its holders; nil when the host must be asked.
+func (b *SlotBoard) lookFull(hostID string, holder SlotHolder) *SlotsFullError {
+	if b == nil {
+		return nil
+	}
+	now := b.clock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f, ok := b.full[hostID]
+	if !ok || now.Sub(f.at) >= b.FreshFor || now.Before(f.at) {
+		return nil
+	}
+	for _, h := range f.err.Held {
+		if h.Holder == holder {
+			return nil
+		}
+	}
+	e := f.err
+	e.Held = append([]SlotHeld(nil), f.err.Held...)
+	return &e
+}
+
+// sawFull remembers that the host was found full now.
+func (b *SlotBoard) sawFull(hostID string, err *SlotsFullError) {
+	if b == nil || err == nil {
+		return
+	}
+	now := b.clock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.full == nil {
+		b.full = map[string]boardFull{}
+	}
+	e := *err
+	e.Held = append([]SlotHeld(nil), err.Held...)
+	b.full[hostID] = boardFull{at: now, err: e}
+}
+
+// freed forgets what was seen of the host: a slot of it was released.
+func (b *SlotBoard) freed(hostID string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.full, hostID)
 }
 
 func (hs HostSlots) now() time.Time {
@@ -216,6 +302,9 @@ func (hs HostSlots) Acquire(ctx context.Context, host, hostID string, holder Slo
 	if !holder.valid() {
 		return -1, fmt.Errorf("coord: host slot holder %q: want a namespace and a Job name of at most 63 characters", holder)
 	}
+	if full := hs.Board.lookFull(hostID, holder); full != nil {
+		return -1, full
+	}
 	for attempt := 0; attempt < slotAttempts; attempt++ {
 		slots, err := hs.held(ctx, hostID, nil)
 		if err != nil {
@@ -232,11 +321,16 @@ func (hs HostSlots) Acquire(ctx context.Context, host, hostID string, holder Slo
 				return -1, err
 			}
 			if !changed {
+				hs.Board.sawFull(hostID, full)
 				return -1, full
 			}
 			continue
 		}
 		slot, err := hs.take(ctx, host, hostID, holder, slots)
+		var full *SlotsFullError
+		if errors.As(err, &full) {
+			hs.Board.sawFull(hostID, full)
+		}
 		if err != nil || slot >= 0 {
 			return slot, err
 		}
@@ -437,6 +531,8 @@ func (hs HostSlots) Release(ctx context.Context, hostID string, holder SlotHolde
 	if !holder.valid() {
 		return false, nil
 	}
+	// Whatever comes of it, what this process saw of the host is stale.
+	defer hs.Board.freed(hostID)
 	released := false
 	for attempt := 0; attempt < slotAttempts; attempt++ {
 		slots, err := hs.held(ctx, hostID, map[string]string{LabelClaimNamespace: holder.Namespace, LabelSlotJob: holder.Job})

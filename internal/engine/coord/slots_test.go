@@ -496,3 +496,66 @@ func acquireAtOnce(ctx context.Context, hs HostSlots, ns string, n int, name fun
 	wg.Wait()
 	return errs
 }
+
+// Waiters of one process share a board: of the disks waiting for a full
+// host, one asks the cluster (lists the Leases, asks whether each holder
+// still runs) and the others are told the same until FreshFor passes or
+// the process releases a slot of the host. A slot another runner frees is
+// seen once FreshFor has passed; a waiter that holds a slot always asks.
+func TestHostSlotsBoardSharesFull(t *testing.T) {
+	ctx := t.Context()
+	c, other := slotNamespace(t, "coord-slots-board")
+	clk, boardClk := newClock(), newClock()
+	h := newHolders()
+	board := &SlotBoard{FreshFor: 2 * time.Second, now: boardClk.Now}
+	ours := HostSlots{Kube: c, Namespace: other + "-system", Limit: 1, Now: clk.Now, Active: h.active, Board: board}
+	theirs := ours
+	theirs.Board = nil // another runner
+	a, b, x := job(other, "disk-a-copy-1"), job(other, "disk-b-copy-1"), job(other, "disk-x-copy-1")
+	asked := func() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.asked) }
+
+	if _, err := theirs.Acquire(ctx, slotHost, slotHostID, x); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ours.Acquire(ctx, slotHost, slotHostID, a)
+	wantFull(t, "first waiter", err, x)
+	if n := asked(); n != 1 {
+		t.Fatalf("the first waiter asked about %d holders, want 1", n)
+	}
+	for range 5 {
+		_, err = ours.Acquire(ctx, slotHost, slotHostID, b)
+		wantFull(t, "other waiters of the process", err, x)
+	}
+	if n := asked(); n != 1 {
+		t.Fatalf("other waiters asked about holders %d times more, want 0: the board answers them", n-1)
+	}
+	// The holder itself always asks, and keeps its slot.
+	if slot, err := theirs.Acquire(ctx, slotHost, slotHostID, x); err != nil || slot != 0 {
+		t.Fatalf("the holder's Acquire = %d, %v; want its slot 0", slot, err)
+	}
+	withBoard := ours
+	if slot, err := withBoard.Acquire(ctx, slotHost, slotHostID, x); err != nil || slot != 0 {
+		t.Fatalf("the holder's Acquire through the board = %d, %v; want its slot 0", slot, err)
+	}
+
+	// Freed by the other runner: seen once FreshFor has passed.
+	if released, err := theirs.Release(ctx, slotHostID, x); err != nil || !released {
+		t.Fatalf("Release = %v, %v", released, err)
+	}
+	_, err = ours.Acquire(ctx, slotHost, slotHostID, a)
+	wantFull(t, "a waiter before FreshFor passed", err, x)
+	boardClk.add(2 * time.Second)
+	if slot, err := ours.Acquire(ctx, slotHost, slotHostID, a); err != nil || slot != 0 {
+		t.Fatalf("Acquire after FreshFor = %d, %v; want slot 0", slot, err)
+	}
+
+	// Full again; released by this process: the next waiter asks at once.
+	_, err = ours.Acquire(ctx, slotHost, slotHostID, b)
+	wantFull(t, "b behind a", err, a)
+	if released, err := ours.Release(ctx, slotHostID, a); err != nil || !released {
+		t.Fatalf("Release = %v, %v", released, err)
+	}
+	if slot, err := ours.Acquire(ctx, slotHost, slotHostID, b); err != nil || slot != 0 {
+		t.Fatalf("Acquire after this process released = %d, %v; want slot 0 at once", slot, err)
+	}
+}

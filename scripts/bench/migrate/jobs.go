@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -143,6 +145,33 @@ func sampleCopyPods(ctx context.Context, kc *kube.Client, hostOf map[string]stri
 	return s
 }
 
+// samplerCommand answers the cluster role's "sample-pods start <JSON of
+// migration -> host>" and "sample-pods stop" (then "OK <JSON of host ->
+// most copy pods running at once> <failed samples>").
+func samplerCommand(ctx context.Context, c *testcluster.Cluster, sampler **copyPodSampler, cmd string) string {
+	if arg, ok := strings.CutPrefix(cmd, "start "); ok {
+		var hostOf map[string]string
+		if err := json.Unmarshal([]byte(arg), &hostOf); err != nil {
+			return "ERR " + err.Error()
+		}
+		if *sampler != nil {
+			(*sampler).finish()
+		}
+		*sampler = sampleCopyPods(ctx, kube.NewForRESTConfig(c.RESTConfig()), hostOf, 250*time.Millisecond)
+		return "OK"
+	}
+	if cmd != "stop" || *sampler == nil {
+		return fmt.Sprintf("ERR sample-pods %q", cmd)
+	}
+	most, errs := (*sampler).finish()
+	*sampler = nil
+	b, err := json.Marshal(most)
+	if err != nil {
+		return "ERR " + err.Error()
+	}
+	return fmt.Sprintf("OK %s %d", b, errs)
+}
+
 // finish stops sampling and returns the most copy pods seen running at
 // once per host.
 func (s *copyPodSampler) finish() (map[string]int, int) {
@@ -182,9 +211,15 @@ func runModeWave(ctx context.Context, en *engine.Engine, kc *kube.Client, cluste
 	for _, n := range names {
 		w.bytes += sizes[n]
 	}
-	var sampler *copyPodSampler
-	if exec == engine.ExecutionCluster {
-		sampler = sampleCopyPods(ctx, kc, vms, 250*time.Millisecond)
+	sampling := exec == engine.ExecutionCluster
+	if sampling {
+		b, err := json.Marshal(vms)
+		if err != nil {
+			return modeWave{}, err
+		}
+		if _, err := cluster.ask("sample-pods start " + string(b)); err != nil {
+			return modeWave{}, fmt.Errorf("sampling the copy pods: %w", err)
+		}
 	}
 	resetPeakRSS()
 	r0, w0 := runnerIO()
@@ -211,11 +246,16 @@ func runModeWave(ctx context.Context, en *engine.Engine, kc *kube.Client, cluste
 	r1, w1 := runnerIO()
 	w.read, w.written = r1-r0, w1-w0
 	w.peakRSS = peakRSS()
-	if sampler != nil {
-		var serrs int
-		w.perHost, serrs = sampler.finish()
-		if serrs > 0 {
-			fmt.Printf("   (%d samples of the copy pods failed)\n", serrs)
+	if sampling {
+		got, err := cluster.ask("sample-pods stop")
+		if err != nil || len(got) != 2 {
+			return w, fmt.Errorf("the copy pods' samples: %v %w", got, err)
+		}
+		if err := json.Unmarshal([]byte(got[0]), &w.perHost); err != nil {
+			return w, fmt.Errorf("the copy pods' samples %q: %w", got[0], err)
+		}
+		if got[1] != "0" {
+			fmt.Printf("   (%s samples of the copy pods failed)\n", got[1])
 		}
 	} else {
 		w.perHost = map[string]int{}
@@ -236,9 +276,12 @@ type jobsRun struct {
 	lay      layout
 	hosts    []string
 	catRates []float64
-	linkRate float64
-	root     string
-	events   func() []engine.Event
+	// waveProfile, if set, gets the runner's CPU profile of the cluster
+	// execution wave.
+	waveProfile string
+	linkRate    float64
+	root        string
+	events      func() []engine.Event
 	// hook adds a function that sees every event; write has the guest of
 	// a VM write n bytes.
 	hook  func(func(engine.Event))
@@ -300,7 +343,13 @@ func runJobs(ctx context.Context, j jobsRun) error {
 			return err
 		}
 		dropPageCache(j.root, keys(wc)...)
-		if cluster, err = runModeWave(ctx, j.en, j.kc, j.cluster, j.hostCPU, j.spec, engine.ExecutionCluster, wc, sizes); err != nil {
+		stop, err := startCPUProfile(j.waveProfile)
+		if err != nil {
+			return err
+		}
+		cluster, err = runModeWave(ctx, j.en, j.kc, j.cluster, j.hostCPU, j.spec, engine.ExecutionCluster, wc, sizes)
+		stop()
+		if err != nil {
 			return err
 		}
 	}
@@ -430,4 +479,21 @@ func (l layout) vm(name string) (vmLayout, bool) {
 		}
 	}
 	return vmLayout{}, false
+}
+
+// startCPUProfile starts the process's CPU profile into file (nothing
+// without one); stop ends it.
+func startCPUProfile(file string) (stop func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

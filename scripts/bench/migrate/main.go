@@ -348,9 +348,17 @@ func clusterMain(args []string) error {
 	// "received <DataVolume>" answers with what the simulated CDI wrote to
 	// the claim: the SHA-256 of its content and the bytes that arrived.
 	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(nil, 1<<20)
+	var sampler *copyPodSampler
 	for in.Scan() {
 		if dv, ok := strings.CutPrefix(in.Text(), "claim "); ok {
 			fmt.Println(claimAnswer(sim, dv))
+			continue
+		}
+		if cmd, ok := strings.CutPrefix(in.Text(), "sample-pods "); ok {
+			// The copy pods are counted here, in the cluster's process,
+			// so that the sampling's CPU is not counted as the runner's.
+			fmt.Println(samplerCommand(ctx, c, &sampler, cmd))
 			continue
 		}
 		dv, ok := strings.CutPrefix(in.Text(), "received ")
@@ -503,9 +511,9 @@ type runFlags struct {
 	// worker is the worker binary for cluster execution's Jobs (none:
 	// local execution only); modeWave the VMs of the wave migrated in
 	// each execution.
-	worker                     string
-	modeWave                   int
-	cpuProfile, warmCPUProfile string
+	worker                                     string
+	modeWave                                   int
+	cpuProfile, warmCPUProfile, waveCPUProfile string
 	// The real sshd playing the host: its address, the client's private
 	// key, its host public key (pinned), its pid (for its CPU time) and its
 	// chroot (for the control socket and vmInventory.xml).
@@ -526,6 +534,7 @@ func runMain(args []string) error {
 	fl.StringVar(&f.worker, "worker", "", "the worker binary (cmd/vmmigration-worker): also migrate in cluster execution, its Jobs run by a simulated node")
 	fl.IntVar(&f.modeWave, "mode-wave", 40, "with -worker, VMs of the wave migrated in each execution, local then cluster, spread over the hosts")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the provider's CPU profile of the cold migration to this file")
+	fl.StringVar(&f.waveCPUProfile, "wave-cpuprofile", "", "with -worker, write the runner's CPU profile of the cluster execution wave to this file")
 	fl.StringVar(&f.warmCPUProfile, "warm-cpuprofile", "", "write the provider's CPU profile of the warm migration's cutover (from the power-off) to this file")
 	fl.StringVar(&f.sshd, "sshd", "", "address:port of a real sshd serving -root as /vmfs/volumes (the migrations' host; the simulator's own SSH server then migrates only \"sim-cold\")")
 	fl.StringVar(&f.sshdKey, "sshd-key", "", "the real sshd's client private key (OpenSSH or PEM)")
@@ -723,16 +732,9 @@ func run(ctx context.Context, f runFlags) error {
 	}
 
 	fmt.Println("== cold migration of \"cold\"")
-	stopProfile := func() {}
-	if f.cpuProfile != "" {
-		pf, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		stopProfile = func() { pprof.StopCPUProfile(); pf.Close() }
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
 	}
 	dropPageCache(f.root, "cold")
 	cold, err := measure(ctx, en, cl, hostCPU, spec("cold"))
@@ -929,7 +931,7 @@ func run(ctx context.Context, f runFlags) error {
 	if realSSHD {
 		hosts = append(hosts, simHostName)
 	}
-	return runJobs(ctx, jobsRun{en: en, kc: kc, cluster: cl, hostCPU: hostCPU, spec: spec, lay: lay, hosts: hosts,
+	return runJobs(ctx, jobsRun{en: en, kc: kc, cluster: cl, hostCPU: hostCPU, spec: spec, lay: lay, hosts: hosts, waveProfile: f.waveCPUProfile,
 		hook: func(h func(engine.Event)) {
 			evMu.Lock()
 			hooks = append(hooks, h)
