@@ -256,13 +256,18 @@ func TestObserveCopy(t *testing.T) {
 		{"failure target set", jobWith(batchv1.JobFailureTarget, "PodFailurePolicy"), []corev1.Pod{terminated(11, "Error", "")}, clusterjob.Failed, fault.Transient, "PodFailurePolicy"},
 		{"running", &batchv1.Job{}, []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: clusterjob.CopyContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}}, clusterjob.Running, 0, ""},
 		{"image pull waiting", &batchv1.Job{}, []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: clusterjob.CopyContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"}}}}}}}, clusterjob.Pending, 0, "ImagePullBackOff"},
-		{"a failed pod before the Job decides", &batchv1.Job{}, []corev1.Pod{terminated(11, "Error", "")}, clusterjob.Pending, 0, ""},
+		{"a failed pod before the Job decides", &batchv1.Job{}, []corev1.Pod{terminated(11, "Error", "")}, clusterjob.Pending, 0, "not marked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := clusterjob.ObserveCopy(tt.job, tt.pods)
 			if o.State != tt.state || (tt.state == clusterjob.Failed && o.Class != tt.class) || !strings.Contains(o.Reason, tt.reasonHas) {
 				t.Errorf("outcome %+v (class %s), want %s, class %s, reason with %q", o, o.Class, tt.state, tt.class, tt.reasonHas)
+			}
+			// A worker that ended while the Job is undecided waits for
+			// the Job controller, not for a pod to start.
+			if ended := o.State == clusterjob.Pending && len(tt.pods) > 0 && tt.pods[0].Status.ContainerStatuses[0].State.Terminated != nil; o.Ended != ended {
+				t.Errorf("Ended %v, want %v", o.Ended, ended)
 			}
 			if o.State == clusterjob.Succeeded && (o.Result == nil || o.Result.SHA256 != sha) {
 				t.Errorf("result %+v", o.Result)

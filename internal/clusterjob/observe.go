@@ -49,6 +49,10 @@ type Outcome struct {
 	Reason string
 	// Pod is the pod the outcome was read from ("" when none).
 	Pod string
+	// Ended, in a Pending outcome, says the worker has ended and the Job
+	// controller has not marked the Job yet: the wait is the controller's,
+	// not the pod's start.
+	Ended bool
 }
 
 // ObserveCopy reads the outcome of a copy Job from the Job and its pods
@@ -102,6 +106,7 @@ func observe(job *batchv1.Job, pods []corev1.Pod, container string, parse func(s
 	if pod := newestPod(pods); pod != nil {
 		out.Pod, out.Reason = pod.Name, waitingReason(pod, container)
 		if term != nil && pod == tpod && out.Reason == "" {
+			out.Ended = true
 			out.Reason = fmt.Sprintf("its pod %s ended (exit %d); the Job controller has not marked the Job yet", pod.Name, term.ExitCode)
 		}
 	}

@@ -88,7 +88,7 @@ func (r *run) convertInCluster(ctx context.Context) error {
 				return err
 			}
 		}
-		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx), slots: r.conversionSlots(), absent: absentJobs{}}
+		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx), slots: r.conversionSlots(), absent: absentJobs{}, waits: jobWaits{}}
 		wait := r.poller()
 		for {
 			done, err := cv.step(ctx)
@@ -155,13 +155,13 @@ func (e *Engine) kvmOffered(ctx context.Context) bool {
 
 // clusterConvert is what one Converting knows while its Job runs.
 type clusterConvert struct {
-	r            *run
-	kvm          bool
-	slots        coord.HostSlots
-	held         bool
-	pendingSince time.Time
-	said         string
-	absent       absentJobs
+	r      *run
+	kvm    bool
+	slots  coord.HostSlots
+	held   bool
+	waits  jobWaits
+	said   string
+	absent absentJobs
 }
 
 // convertOf is what the conversion Job of the recorded attempt is
@@ -241,6 +241,7 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 	case clusterjob.Pending:
 		return false, cv.pending(ctx, job, out)
 	case clusterjob.Running:
+		cv.waits.running(job)
 		msg := fmt.Sprintf("conversion Job %s: pod %s converts the guest", job.Name, out.Pod)
 		// Its stage, from the last lines of the worker's log (progress
 		// only: the outcome is read from the Job).
@@ -354,7 +355,7 @@ func (cv *clusterConvert) nextAttempt(ctx context.Context, why string) error {
 	old := rec.ConvertJob
 	rec.ConvertAttempt++
 	rec.ConvertJob, rec.ConvertJobUID = "", ""
-	cv.said, cv.pendingSince = "", time.Time{}
+	cv.said = ""
 	if err := cv.r.save(ctx); err != nil {
 		return err
 	}
@@ -366,20 +367,12 @@ func (cv *clusterConvert) nextAttempt(ctx context.Context, why string) error {
 // than DataVolumeStallTimeout needs a person.
 func (cv *clusterConvert) pending(ctx context.Context, job *batchv1.Job, out clusterjob.Outcome) error {
 	r := cv.r
-	if cv.pendingSince.IsZero() {
-		cv.pendingSince = r.now()
-	}
 	why := out.Reason
 	if why == "" {
 		why = "its pod is not running yet"
 	}
 	cv.say(ctx, fmt.Sprintf("conversion Job %s is waiting: %s", job.Name, why))
-	if waited := r.now().Sub(cv.pendingSince); waited >= r.spec.DataVolumeStallTimeout {
-		return needsHuman("ConversionJobNotStarted", fmt.Sprintf("conversion Job %s/%s has not started in %s: %s", job.Namespace, job.Name, waited.Round(time.Second), why),
-			fmt.Sprintf("make the worker image %s pullable and the pod schedulable (kubectl describe pod -n %s -l job-name=%s), then run apply again; the Job is adopted as it is",
-				r.e.deps.WorkerImage, job.Namespace, job.Name), nil)
-	}
-	return nil
+	return r.jobStalled("conversion Job", "ConversionJob", job, out, cv.waits.waited(job, out, r.now()), why)
 }
 
 // say reports what the conversion waits for, once per change.

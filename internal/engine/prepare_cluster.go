@@ -146,11 +146,11 @@ type clusterCopy struct {
 	owner      *metav1.OwnerReference
 	hostID     string
 	slots      coord.HostSlots
-	// pendingSince is when each Job (by UID) was first seen not yet
-	// running; said is the last wait reported per disk.
-	pendingSince map[string]time.Time
-	said         map[int]string
-	lastBytes    map[int]int64
+	// waits times the Jobs' waits; said is the last wait reported per
+	// disk.
+	waits     jobWaits
+	said      map[int]string
+	lastBytes map[int]int64
 	// held are the slots this run holds for its Jobs.
 	held map[coord.SlotHolder]bool
 	// precopy: the Jobs apply the frozen part of each chain while the
@@ -208,9 +208,9 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 	cc := &clusterCopy{r: r, streams: max(cfg.StreamsPerDisk, 1), privateKey: key != "",
 		host: copyjob.Host{Name: r.spec.Host, Address: cfg.Address, Port: cfg.Port, User: cfg.User,
 			HostKeyFingerprint: fp, MaxSessions: cfg.MaxSessions},
-		owner:        r.recordOwner(),
-		hostID:       r.e.hostIdentity(r.spec.Host),
-		pendingSince: map[string]time.Time{}, said: map[int]string{}, lastBytes: map[int]int64{}, held: map[coord.SlotHolder]bool{},
+		owner:  r.recordOwner(),
+		hostID: r.e.hostIdentity(r.spec.Host),
+		waits:  jobWaits{}, said: map[int]string{}, lastBytes: map[int]int64{}, held: map[coord.SlotHolder]bool{},
 		precopied: map[int]bool{}, absent: absentJobs{},
 	}
 	kc := r.e.deps.Kube
@@ -341,6 +341,7 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 	case clusterjob.Pending:
 		return false, cc.pending(ctx, i, job, out)
 	case clusterjob.Running:
+		cc.waits.running(job)
 		cc.progress(ctx, i, out)
 		return false, nil
 	case clusterjob.Succeeded:
@@ -444,28 +445,61 @@ func (cc *clusterCopy) nextAttempt(ctx context.Context, i int, why string) error
 	return nil
 }
 
-// pending: the Job's pod has not started. A wait longer than
-// DataVolumeStallTimeout (an image that cannot be pulled, a pod that
-// cannot be scheduled) needs a person; the Job is left for the next run
+// pending: the Job's pod has not started, or its worker ended and the
+// Job controller has not marked the Job yet. A wait longer than
+// DataVolumeStallTimeout needs a person; the Job is left for the next run
 // to adopt once that is fixed.
 func (cc *clusterCopy) pending(ctx context.Context, i int, job *batchv1.Job, out clusterjob.Outcome) error {
 	r := cc.r
-	since, ok := cc.pendingSince[string(job.UID)]
-	if !ok {
-		since = r.now()
-		cc.pendingSince[string(job.UID)] = since
-	}
 	why := out.Reason
 	if why == "" {
 		why = "its pod is not running yet"
 	}
 	cc.say(ctx, i, fmt.Sprintf("disk %d: copy Job %s is waiting: %s", i, job.Name, why))
-	if waited := r.now().Sub(since); waited >= r.spec.DataVolumeStallTimeout {
-		return needsHuman("CopyJobNotStarted", fmt.Sprintf("disk %d: copy Job %s/%s has not started in %s: %s", i, job.Namespace, job.Name, waited.Round(time.Second), why),
-			fmt.Sprintf("make the worker image %s pullable and the pod schedulable (kubectl describe pod -n %s -l job-name=%s), then run apply again; the Job is adopted as it is",
-				r.e.deps.WorkerImage, job.Namespace, job.Name), nil)
+	return r.jobStalled(fmt.Sprintf("disk %d: copy Job", i), "CopyJob", job, out, cc.waits.waited(job, out, r.now()), why)
+}
+
+// jobWaits times how long each Job has been waiting, by UID and by what
+// it waits for: its pod to start, or, its worker ended, the Job
+// controller to mark it. Each wait starts when first seen, and a Job seen
+// running starts its waits afresh: the time it ran is not a wait.
+type jobWaits map[string]time.Time
+
+func (w jobWaits) waited(job *batchv1.Job, out clusterjob.Outcome, now time.Time) time.Duration {
+	key := string(job.UID)
+	if out.Ended {
+		key += "/ended"
 	}
-	return nil
+	since, ok := w[key]
+	if !ok {
+		since = now
+		w[key] = since
+	}
+	return now.Sub(since)
+}
+
+// running starts the Job's waits afresh.
+func (w jobWaits) running(job *batchv1.Job) {
+	delete(w, string(job.UID))
+	delete(w, string(job.UID)+"/ended")
+}
+
+// jobStalled is the stop for a Job (what, such as "copy Job") that has
+// waited for waited, once that reaches DataVolumeStallTimeout: a pod that
+// never started (an image that cannot be pulled, a pod that cannot be
+// scheduled), or a finished worker whose Job the Job controller never
+// marks. reason prefixes the stop's reason.
+func (r *run) jobStalled(what, reason string, job *batchv1.Job, out clusterjob.Outcome, waited time.Duration, why string) error {
+	if waited < r.spec.DataVolumeStallTimeout {
+		return nil
+	}
+	if out.Ended {
+		return needsHuman(reason+"NotMarked", fmt.Sprintf("%s %s/%s has not been marked finished in %s: %s", what, job.Namespace, job.Name, waited.Round(time.Second), why),
+			"check that kube-controller-manager runs (its Job controller marks Jobs complete or failed), then run apply again; the Job is adopted as it is", nil)
+	}
+	return needsHuman(reason+"NotStarted", fmt.Sprintf("%s %s/%s has not started in %s: %s", what, job.Namespace, job.Name, waited.Round(time.Second), why),
+		fmt.Sprintf("make the worker image %s pullable and the pod schedulable (kubectl describe pod -n %s -l job-name=%s), then run apply again; the Job is adopted as it is",
+			r.e.deps.WorkerImage, job.Namespace, job.Name), nil)
 }
 
 // progress reports a running copy's progress from the last lines of its
