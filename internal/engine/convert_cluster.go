@@ -363,8 +363,9 @@ func (cv *clusterConvert) nextAttempt(ctx context.Context, why string) error {
 	return nil
 }
 
-// pending: the Job's pod has not started; as a copy Job's, a wait longer
-// than DataVolumeStallTimeout needs a person.
+// pending: the Job's pod has not started, or its worker ended and the
+// Job is not marked yet; as a copy Job's (jobStalled), a wait longer than
+// DataVolumeStallTimeout needs a person.
 func (cv *clusterConvert) pending(ctx context.Context, job *batchv1.Job, out clusterjob.Outcome) error {
 	r := cv.r
 	why := out.Reason
