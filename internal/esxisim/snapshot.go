@@ -43,8 +43,11 @@ import (
 // GuestWrite changes the disk as a running guest would: the data lands in
 // the file the VM runs on (the top delta, or the flat base without
 // snapshots). Only a powered-on VM writes: a write to a VM that is off
-// fails, and a power-off waits for the writes in flight, as ESXi's
-// power-off completes after the guest's outstanding I/O, never during it.
+// fails, and a power-off waits for the writes in flight. On ESXi the
+// running VM's VMX process is the only writer of its disk files, and
+// vim-cmd vmsvc/power.off returns once the VM is powered off, its VMX
+// gone (vSphere API VirtualMachine.PowerOffVM_Task, which vim-cmd waits
+// on): after it, the files no longer change.
 
 // snapMu serializes changes to disk files and .vmx/.vmsd made by snapshot
 // commands and guest writes (hostd runs one task per VM at a time), and
