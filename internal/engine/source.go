@@ -150,11 +150,17 @@ func PickVM(vms []esxi.VM, host, name string, vmid int) (esxi.VM, error) {
 // findSource observes the source VM a migration names. With a recorded
 // identity it reads that vmid and checks it is still the same .vmx; before
 // discovery it picks the VM the spec names from the host's inventory,
-// reusing one read at most maxAge old (zero: read the host now).
+// reusing one read at most maxAge old (zero: the VM as the host shows it
+// now, see pickNamedNow).
 func (e *Engine) findSource(ctx context.Context, spec Spec, id record.Identity, maxAge time.Duration) (*esxi.VM, error) {
 	c, err := e.hostClient(spec.Host)
 	if err != nil {
 		return nil, err
+	}
+	if id.VMID == 0 && maxAge == 0 && spec.VMID == 0 {
+		if vm, ok := e.pickNamedNow(ctx, c, spec); ok {
+			return vm, nil
+		}
 	}
 	if id.VMID != 0 {
 		vm, err := c.VM(ctx, id.VMID)
@@ -206,6 +212,32 @@ func (e *Engine) findSource(ctx context.Context, spec Spec, id record.Identity, 
 		}
 	}
 	return &vm, nil
+}
+
+// pickNamedNow finds the VM a spec names without reading every VM of the
+// host for each migration: the name is looked up in the host's listing
+// that a wave's discoveries share (at most DefaultInventoryMaxAge old, as
+// a plan's), and the VM found is read again now by its vmid, which must
+// still carry that name and .vmx. It reports false when the shared
+// listing gives no single VM of that name or the fresh read disagrees
+// with it; the caller then reads the whole host now, so a VM registered,
+// renamed or re-registered since the listing is found, and a verdict
+// against the migration (no such VM, two of that name) is never made on
+// a listing older than the call.
+func (e *Engine) pickNamedNow(ctx context.Context, c *esxi.Client, spec Spec) (*esxi.VM, bool) {
+	vms, _, err := e.Inventory(ctx, spec.Host, DefaultInventoryMaxAge)
+	if err != nil {
+		return nil, false
+	}
+	listed, err := PickVM(vms, spec.Host, spec.VMName, 0)
+	if err != nil {
+		return nil, false
+	}
+	vm, err := c.VM(ctx, listed.VMID)
+	if err != nil || vm.System || vm.Name != spec.VMName || vm.VMXPath != listed.VMXPath {
+		return nil, false
+	}
+	return &vm, true
 }
 
 // esxiClient returns the source host's client.
