@@ -181,6 +181,8 @@ type Engine struct {
 	// slotBoard shares between this engine's waiting copies and
 	// conversions what they learned of full slots (coord.SlotBoard).
 	slotBoard *coord.SlotBoard
+	// wake ends waits on Jobs and VMs when they change (wakeups.go).
+	wake *wakeups
 }
 
 // New returns an engine for deps.
@@ -215,6 +217,7 @@ func New(deps Deps) (*Engine, error) {
 		v2v:      &v2vState{tool: convert.V2V{VirtioWin: deps.VirtioWin, Accel: guestboot.ProbeAccel(), StallTimeout: deps.ConversionStallTimeout}},
 		// One cluster ask per poll for all of a full host's waiters.
 		slotBoard: &coord.SlotBoard{FreshFor: deps.PollInterval},
+		wake:      &wakeups{kc: deps.Kube},
 	}, nil
 }
 

@@ -64,7 +64,10 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 	// lastFailure is the importer's last failure seen: the Running
 	// condition says it only until the restarted importer runs again.
 	lastFailure := ""
-	wait := r.poller()
+	// The DataVolume's change ends the wait at once (wakeups.go).
+	wake, unfollow := r.e.wake.follow(kube.WatchDataVolumes, ns, d.DataVolume)
+	defer unfollow()
+	wait := r.pollerWaking(wake)
 	for {
 		dv, err := kc.GetDataVolume(ctx, ns, d.DataVolume)
 		switch {
@@ -280,7 +283,9 @@ func (r *run) abandonDataVolume(ctx context.Context, i int, dv *cdiv1beta1.DataV
 // waitGone waits until a deleted DataVolume has disappeared, for at most
 // Spec.DataVolumeStallTimeout.
 func (r *run) waitGone(ctx context.Context, name string) error {
-	wait := r.poller()
+	wake, unfollow := r.e.wake.follow(kube.WatchDataVolumes, r.spec.Namespace, name)
+	defer unfollow()
+	wait := r.pollerWaking(wake)
 	start := r.now()
 	for {
 		dv, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, name)

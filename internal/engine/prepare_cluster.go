@@ -115,21 +115,25 @@ func (r *run) runCopyJobs(ctx context.Context, precopy bool) error {
 			}
 		}
 	}
-	wait := r.poller()
+	// A Job's change (started, ended, marked) ends the wait at once.
+	wake, unfollow := r.e.wake.follow(kube.WatchJobs, r.spec.Namespace)
+	defer unfollow()
+	wait := r.pollerWaking(wake)
 	for {
-		left := 0
+		var waiting []string
 		for i := range rec.Disks {
 			done, err := cc.step(ctx, i)
 			if err != nil {
 				return err
 			}
 			if !done {
-				left++
+				waiting = append(waiting, cc.jobName[i])
 			}
 		}
-		if left == 0 {
+		if len(waiting) == 0 {
 			break
 		}
+		r.e.wake.rename(wake, kube.WatchJobs, r.spec.Namespace, waiting...)
 		if err := wait(ctx); err != nil {
 			return err
 		}
@@ -158,6 +162,8 @@ type clusterCopy struct {
 	precopy   bool
 	precopied map[int]bool
 	absent    absentJobs
+	// jobName is the Job each disk waits on (its recorded attempt's).
+	jobName map[int]string
 }
 
 // absentJobs are the Jobs a wait found not there yet. A Job of the
@@ -211,7 +217,7 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 		owner:  r.recordOwner(),
 		hostID: r.e.hostIdentity(r.spec.Host),
 		waits:  jobWaits{}, said: map[int]string{}, lastBytes: map[int]int64{}, held: map[coord.SlotHolder]bool{},
-		precopied: map[int]bool{}, absent: absentJobs{},
+		precopied: map[int]bool{}, absent: absentJobs{}, jobName: map[int]string{},
 	}
 	kc := r.e.deps.Kube
 	grace := r.e.deps.SlotGrace
@@ -293,6 +299,7 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 	if err != nil {
 		return false, permanent("CopyJobInvalid", fmt.Sprintf("disk %d: the copy Job cannot be rendered", i), "", err)
 	}
+	cc.jobName[i] = want.Name
 	holder := coord.SlotHolder{Namespace: want.Namespace, Job: want.Name}
 	kc := r.e.deps.Kube
 	job, err := cc.absent.get(ctx, kc, want.Namespace, want.Name)

@@ -16,6 +16,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
@@ -670,7 +671,9 @@ func (r *run) finishLastUpload(ctx context.Context, lu *lastUpload, copyErr erro
 // is ready.
 func (r *run) waitUploadReady(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
-	wait := r.poller()
+	wake, unfollow := r.e.wake.follow(kube.WatchDataVolumes, r.spec.Namespace, d.DataVolume)
+	defer unfollow()
+	wait := r.pollerWaking(wake)
 	for {
 		dv, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, d.DataVolume)
 		if err != nil {

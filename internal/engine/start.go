@@ -71,7 +71,10 @@ func (r *run) stepStart(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(r.spec.StartTimeout)
 	lastPhase := ""
-	wait := r.poller()
+	// The VirtualMachineInstance's change ends the wait at once.
+	wake, unfollow := r.e.wake.follow(kube.WatchVMIs, ns, name)
+	defer unfollow()
+	wait := r.pollerWaking(wake)
 	for {
 		vmi, err := kc.GetVirtualMachineInstance(ctx, ns, name)
 		switch {

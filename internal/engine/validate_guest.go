@@ -34,7 +34,11 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 	// boot is only found when the checks time out: say so in the evidence
 	// rather than watch nothing.
 	noConsole := r.consoleNotLogged(ctx)
-	wait := r.poller()
+	// The VirtualMachineInstance's change (its agent connected, an
+	// address reported) ends the wait at once.
+	wake, unfollow := r.e.wake.follow(kube.WatchVMIs, r.spec.Namespace, r.spec.Name)
+	defer unfollow()
+	wait := r.pollerWaking(wake)
 	for {
 		results = r.checkGuest(ctx)
 		failed := ""

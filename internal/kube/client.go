@@ -51,7 +51,7 @@ type Client struct {
 	config Config
 
 	mu  sync.Mutex
-	c   client.Client
+	c   client.WithWatch
 	cfg *rest.Config
 }
 
@@ -69,7 +69,7 @@ func NewForRESTConfig(cfg *rest.Config) *Client {
 
 // raw returns the underlying controller-runtime client, connecting if
 // needed. Its errors are not wrapped: the typed calls wrap them.
-func (c *Client) raw() (client.Client, error) {
+func (c *Client) raw() (client.WithWatch, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.c != nil {
@@ -84,7 +84,7 @@ func (c *Client) raw() (client.Client, error) {
 	}
 	// client.New neither connects nor discovers: its REST mapper asks the
 	// server lazily, on the first request for each API group.
-	cl, err := client.New(cfg, client.Options{Scheme: NewScheme()})
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: NewScheme()})
 	if err != nil {
 		return nil, &ConfigError{Attribute: AttrHost, Detail: "cannot create a Kubernetes client", Err: err}
 	}

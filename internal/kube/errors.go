@@ -61,6 +61,9 @@ func IsNotFound(err error) bool {
 // IsAlreadyExists reports whether err says the object already exists.
 func IsAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
 
+// IsForbidden reports whether err says the credentials may not do this.
+func IsForbidden(err error) bool { return apierrors.IsForbidden(err) }
+
 // IsConflict reports whether err says the object changed since it was read
 // (re-read it and try again).
 func IsConflict(err error) bool { return apierrors.IsConflict(err) }

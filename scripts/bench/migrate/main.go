@@ -701,9 +701,10 @@ func run(ctx context.Context, f runFlags) error {
 				lastPrint[key] = time.Now()
 			}
 			evMu.Unlock()
-			// Cluster execution's steps (claims, Jobs) for its one cold VM.
-			if show || ev.Kind == engine.EventPhase || ev.Name == "cluster-cold" && ev.Kind == engine.EventInfo {
-				fmt.Printf("   %s %-8s %s\n", ev.Time.Format("15:04:05"), ev.Name, ev.Message)
+			// Cluster execution's steps (claims, Jobs) for its VMs, to the
+			// tenth of a second: where a downtime's seconds went.
+			if show || ev.Kind == engine.EventPhase || strings.HasPrefix(ev.Name, "cluster-") && ev.Kind == engine.EventInfo {
+				fmt.Printf("   %s %-8s %s\n", ev.Time.Format("15:04:05.0"), ev.Name, ev.Message)
 			}
 			for _, h := range hs {
 				h(ev)

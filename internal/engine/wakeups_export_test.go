@@ -1,0 +1,15 @@
+package engine
+
+import "github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+
+// Follow is wakeups.follow, for the engine_test package.
+func (e *Engine) Follow(kind kube.WatchKind, namespace string, names ...string) (<-chan struct{}, func()) {
+	return e.wake.follow(kind, namespace, names...)
+}
+
+// Watches is how many watches the engine keeps open.
+func (e *Engine) Watches() int {
+	e.wake.mu.Lock()
+	defer e.wake.mu.Unlock()
+	return len(e.wake.feeds)
+}
