@@ -89,10 +89,10 @@ func (r *run) convertInCluster(ctx context.Context) error {
 			}
 		}
 		// The Job's change ends the wait at once (wakeups.go).
-		wake, unfollow := r.e.wake.follow(kube.WatchJobs, r.spec.Namespace)
-		defer unfollow()
-		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx), slots: r.conversionSlots(), absent: absentJobs{}, waits: jobWaits{}, wake: wake}
-		wait := r.pollerWaking(wake)
+		job := r.e.wake.follow(kube.WatchJobs, r.spec.Namespace)
+		defer job.stop()
+		cv := &clusterConvert{r: r, kvm: r.e.kvmOffered(ctx), slots: r.conversionSlots(), absent: absentJobs{}, waits: jobWaits{}, job: job}
+		wait := r.pollerWaking(job)
 		for {
 			done, err := cv.step(ctx)
 			if err != nil {
@@ -165,8 +165,8 @@ type clusterConvert struct {
 	waits  jobWaits
 	said   string
 	absent absentJobs
-	// wake is signalled when the Job of the recorded attempt changes.
-	wake <-chan struct{}
+	// job follows the changes of the Job of the recorded attempt.
+	job *following
 }
 
 // convertOf is what the conversion Job of the recorded attempt is
@@ -198,7 +198,7 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 		return false, permanent("ConversionJobInvalid", "the conversion Job cannot be rendered", "", err)
 	}
 	kc := r.e.deps.Kube
-	cv.r.e.wake.rename(cv.wake, kube.WatchJobs, want.Namespace, want.Name)
+	cv.job.add(want.Name)
 	holder := coord.SlotHolder{Namespace: want.Namespace, Job: want.Name}
 	job, err := cv.absent.get(ctx, kc, want.Namespace, want.Name)
 	switch {

@@ -65,9 +65,9 @@ func (r *run) importDisk(ctx context.Context, i int, stage importStage) error {
 	// condition says it only until the restarted importer runs again.
 	lastFailure := ""
 	// The DataVolume's change ends the wait at once (wakeups.go).
-	wake, unfollow := r.e.wake.follow(kube.WatchDataVolumes, ns, d.DataVolume)
-	defer unfollow()
-	wait := r.pollerWaking(wake)
+	dvChanges := r.e.wake.follow(kube.WatchDataVolumes, ns, d.DataVolume)
+	defer dvChanges.stop()
+	wait := r.pollerWaking(dvChanges)
 	for {
 		dv, err := kc.GetDataVolume(ctx, ns, d.DataVolume)
 		switch {
@@ -283,9 +283,9 @@ func (r *run) abandonDataVolume(ctx context.Context, i int, dv *cdiv1beta1.DataV
 // waitGone waits until a deleted DataVolume has disappeared, for at most
 // Spec.DataVolumeStallTimeout.
 func (r *run) waitGone(ctx context.Context, name string) error {
-	wake, unfollow := r.e.wake.follow(kube.WatchDataVolumes, r.spec.Namespace, name)
-	defer unfollow()
-	wait := r.pollerWaking(wake)
+	dvChanges := r.e.wake.follow(kube.WatchDataVolumes, r.spec.Namespace, name)
+	defer dvChanges.stop()
+	wait := r.pollerWaking(dvChanges)
 	start := r.now()
 	for {
 		dv, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, name)

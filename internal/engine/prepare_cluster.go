@@ -116,24 +116,23 @@ func (r *run) runCopyJobs(ctx context.Context, precopy bool) error {
 		}
 	}
 	// A Job's change (started, ended, marked) ends the wait at once.
-	wake, unfollow := r.e.wake.follow(kube.WatchJobs, r.spec.Namespace)
-	defer unfollow()
-	wait := r.pollerWaking(wake)
+	cc.jobs = r.e.wake.follow(kube.WatchJobs, r.spec.Namespace)
+	defer cc.jobs.stop()
+	wait := r.pollerWaking(cc.jobs)
 	for {
-		var waiting []string
+		left := 0
 		for i := range rec.Disks {
 			done, err := cc.step(ctx, i)
 			if err != nil {
 				return err
 			}
 			if !done {
-				waiting = append(waiting, cc.jobName[i])
+				left++
 			}
 		}
-		if len(waiting) == 0 {
+		if left == 0 {
 			break
 		}
-		r.e.wake.rename(wake, kube.WatchJobs, r.spec.Namespace, waiting...)
 		if err := wait(ctx); err != nil {
 			return err
 		}
@@ -162,8 +161,8 @@ type clusterCopy struct {
 	precopy   bool
 	precopied map[int]bool
 	absent    absentJobs
-	// jobName is the Job each disk waits on (its recorded attempt's).
-	jobName map[int]string
+	// jobs follows the changes of the disks' Jobs.
+	jobs *following
 }
 
 // absentJobs are the Jobs a wait found not there yet. A Job of the
@@ -217,7 +216,7 @@ func (r *run) newClusterCopy(ctx context.Context) (*clusterCopy, error) {
 		owner:  r.recordOwner(),
 		hostID: r.e.hostIdentity(r.spec.Host),
 		waits:  jobWaits{}, said: map[int]string{}, lastBytes: map[int]int64{}, held: map[coord.SlotHolder]bool{},
-		precopied: map[int]bool{}, absent: absentJobs{}, jobName: map[int]string{},
+		precopied: map[int]bool{}, absent: absentJobs{},
 	}
 	kc := r.e.deps.Kube
 	grace := r.e.deps.SlotGrace
@@ -299,7 +298,7 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 	if err != nil {
 		return false, permanent("CopyJobInvalid", fmt.Sprintf("disk %d: the copy Job cannot be rendered", i), "", err)
 	}
-	cc.jobName[i] = want.Name
+	cc.jobs.add(want.Name)
 	holder := coord.SlotHolder{Namespace: want.Namespace, Job: want.Name}
 	kc := r.e.deps.Kube
 	job, err := cc.absent.get(ctx, kc, want.Namespace, want.Name)

@@ -671,9 +671,9 @@ func (r *run) finishLastUpload(ctx context.Context, lu *lastUpload, copyErr erro
 // is ready.
 func (r *run) waitUploadReady(ctx context.Context, i int) error {
 	d := &r.rec().Disks[i]
-	wake, unfollow := r.e.wake.follow(kube.WatchDataVolumes, r.spec.Namespace, d.DataVolume)
-	defer unfollow()
-	wait := r.pollerWaking(wake)
+	dvChanges := r.e.wake.follow(kube.WatchDataVolumes, r.spec.Namespace, d.DataVolume)
+	defer dvChanges.stop()
+	wait := r.pollerWaking(dvChanges)
 	for {
 		dv, err := r.e.deps.Kube.GetDataVolume(ctx, r.spec.Namespace, d.DataVolume)
 		if err != nil {

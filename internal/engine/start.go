@@ -72,9 +72,9 @@ func (r *run) stepStart(ctx context.Context) error {
 	deadline := time.Now().Add(r.spec.StartTimeout)
 	lastPhase := ""
 	// The VirtualMachineInstance's change ends the wait at once.
-	wake, unfollow := r.e.wake.follow(kube.WatchVMIs, ns, name)
-	defer unfollow()
-	wait := r.pollerWaking(wake)
+	vmiChanges := r.e.wake.follow(kube.WatchVMIs, ns, name)
+	defer vmiChanges.stop()
+	wait := r.pollerWaking(vmiChanges)
 	for {
 		vmi, err := kc.GetVirtualMachineInstance(ctx, ns, name)
 		switch {

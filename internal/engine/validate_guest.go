@@ -36,9 +36,9 @@ func (r *run) stepValidateGuest(ctx context.Context) error {
 	noConsole := r.consoleNotLogged(ctx)
 	// The VirtualMachineInstance's change (its agent connected, an
 	// address reported) ends the wait at once.
-	wake, unfollow := r.e.wake.follow(kube.WatchVMIs, r.spec.Namespace, r.spec.Name)
-	defer unfollow()
-	wait := r.pollerWaking(wake)
+	vmiChanges := r.e.wake.follow(kube.WatchVMIs, r.spec.Namespace, r.spec.Name)
+	defer vmiChanges.stop()
+	wait := r.pollerWaking(vmiChanges)
 	for {
 		results = r.checkGuest(ctx)
 		failed := ""

@@ -35,10 +35,13 @@ type feedKey struct {
 	namespace string
 }
 
-// feed is one watch and the waits that follow it.
+// feed is one watch and the waits that follow it. live is true while its
+// watch is open: every change since the watch opened reaches the
+// followers (it opens with an event per existing object).
 type feed struct {
 	followers map[*follower]struct{}
 	stop      context.CancelFunc
+	live      bool
 }
 
 // follower is one wait's interest: the names it waits on, and a channel
@@ -48,15 +51,24 @@ type follower struct {
 	c     chan struct{}
 }
 
-// follow makes c signalled whenever an object of kind named in names
-// changes in namespace, until stop is called.
-func (w *wakeups) follow(kind kube.WatchKind, namespace string, names ...string) (c <-chan struct{}, stop func()) {
+// following is a wait's hold on a feed.
+type following struct {
+	w   *wakeups
+	key feedKey
+	fd  *feed
+	f   *follower
+}
+
+// follow signals the returned following whenever an object of kind named
+// in names changes in namespace, until its stop.
+func (w *wakeups) follow(kind kube.WatchKind, namespace string, names ...string) *following {
 	f := &follower{names: map[string]bool{}, c: make(chan struct{}, 1)}
 	for _, n := range names {
 		f.names[n] = true
 	}
 	key := feedKey{kind, namespace}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.feeds == nil {
 		w.feeds = map[feedKey]*feed{}
 	}
@@ -65,37 +77,43 @@ func (w *wakeups) follow(kind kube.WatchKind, namespace string, names ...string)
 		ctx, cancel := context.WithCancel(context.Background())
 		fd = &feed{followers: map[*follower]struct{}{}, stop: cancel}
 		w.feeds[key] = fd
-		go w.watch(ctx, key)
+		go w.watch(ctx, key, fd)
 	}
 	fd.followers[f] = struct{}{}
-	w.mu.Unlock()
-	return f.c, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(fd.followers, f)
-		if len(fd.followers) == 0 && w.feeds[key] == fd {
-			fd.stop()
-			delete(w.feeds, key)
-		}
+	return &following{w: w, key: key, fd: fd, f: f}
+}
+
+// changes is signalled when a followed object changes.
+func (fl *following) changes() <-chan struct{} { return fl.f.c }
+
+// live reports whether the feed's watch is open, so that a change is
+// signalled as it happens.
+func (fl *following) live() bool {
+	fl.w.mu.Lock()
+	defer fl.w.mu.Unlock()
+	return fl.fd.live
+}
+
+// add follows more names (a wait whose objects change as it goes: a
+// disk's Job of a new attempt). It is called before the wait reads the
+// object, so that no change after the read goes unsignalled.
+func (fl *following) add(names ...string) {
+	fl.w.mu.Lock()
+	defer fl.w.mu.Unlock()
+	for _, n := range names {
+		fl.f.names[n] = true
 	}
 }
 
-// rename replaces the names c's follower waits on (a wait whose objects
-// change as it goes: a disk's Job of a new attempt).
-func (w *wakeups) rename(c <-chan struct{}, kind kube.WatchKind, namespace string, names ...string) {
+// stop ends the following; the feed's watch closes with its last.
+func (fl *following) stop() {
+	w := fl.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	fd := w.feeds[feedKey{kind, namespace}]
-	if fd == nil {
-		return
-	}
-	for f := range fd.followers {
-		if f.c == c {
-			clear(f.names)
-			for _, n := range names {
-				f.names[n] = true
-			}
-		}
+	delete(fl.fd.followers, fl.f)
+	if len(fl.fd.followers) == 0 && w.feeds[fl.key] == fl.fd {
+		fl.fd.stop()
+		delete(w.feeds, fl.key)
 	}
 }
 
@@ -124,8 +142,13 @@ const (
 	watchRetryMax = 30 * time.Second
 )
 
-// watch runs key's watch until ctx ends.
-func (w *wakeups) watch(ctx context.Context, key feedKey) {
+// watch runs fd's watch until ctx ends.
+func (w *wakeups) watch(ctx context.Context, key feedKey, fd *feed) {
+	setLive := func(v bool) {
+		w.mu.Lock()
+		fd.live = v
+		w.mu.Unlock()
+	}
 	pause := watchRetryMin
 	for ctx.Err() == nil {
 		wi, err := w.kc.WatchNames(ctx, key.kind, key.namespace)
@@ -134,6 +157,7 @@ func (w *wakeups) watch(ctx context.Context, key feedKey) {
 			return
 		}
 		if err == nil {
+			setLive(true)
 			events := 0
 			for ev := range wi.ResultChan() {
 				if m, ok := ev.Object.(*metav1.PartialObjectMetadata); ok {
@@ -141,6 +165,7 @@ func (w *wakeups) watch(ctx context.Context, key feedKey) {
 					w.changed(key, m.Name)
 				}
 			}
+			setLive(false)
 			wi.Stop()
 			if events > 0 {
 				pause = watchRetryMin
@@ -157,20 +182,25 @@ func (w *wakeups) watch(ctx context.Context, key feedKey) {
 	}
 }
 
-// pollerWaking is poller's wait, also ended by a signal on wake (see
-// wakeups).
-func (r *run) pollerWaking(wake <-chan struct{}) func(context.Context) error {
+// pollerWaking is poller's wait, also ended by a change fl follows. While
+// fl's watch is open a change is signalled as it happens, so the wait
+// looks again only every PollInterval (for what no change signals: a
+// worker's progress in its log); otherwise it polls as poller does.
+func (r *run) pollerWaking(fl *following) func(context.Context) error {
 	next := min(firstPoll, r.e.deps.PollInterval)
 	return func(ctx context.Context) error {
 		d := next
 		next = min(2*next, r.e.deps.PollInterval)
+		if fl.live() {
+			d = r.e.deps.PollInterval
+		}
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-		case <-wake:
+		case <-fl.changes():
 		}
 		return nil
 	}

@@ -34,7 +34,7 @@ func TestWakeupsFollowNamedObjects(t *testing.T) {
 			t.Fatalf("no wake-up for %s", what)
 		}
 	}
-	wanted, stopWanted := en.Follow(kube.WatchJobs, e.ns, "wanted")
+	wanted, live, stopWanted := en.Follow(kube.WatchJobs, e.ns, "wanted")
 	if err := e.admin.Create(ctx, job("other")); err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +42,9 @@ func TestWakeupsFollowNamedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	received(wanted, "the followed Job's creation")
+	if !live() {
+		t.Fatal("a change was signalled, but the watch is not said to be open: the waits would poll early as without it")
+	}
 	// Changes of another Job, then a marker Job that a second follower
 	// waits on: once the marker's change arrived, the other Job's
 	// changes before it were seen, and must not have woken the first.
@@ -55,7 +58,7 @@ func TestWakeupsFollowNamedObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	marker, stopMarker := en.Follow(kube.WatchJobs, e.ns, "marker")
+	marker, _, stopMarker := en.Follow(kube.WatchJobs, e.ns, "marker")
 	if got := en.Watches(); got != 1 {
 		t.Fatalf("%d watches for one kind in one namespace, want 1", got)
 	}
