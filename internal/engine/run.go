@@ -159,14 +159,7 @@ type run struct {
 const firstPoll = 200 * time.Millisecond
 
 // poller returns the sleep of one wait loop.
-func (r *run) poller() func(context.Context) error {
-	next := min(firstPoll, r.e.deps.PollInterval)
-	return func(ctx context.Context) error {
-		d := next
-		next = min(2*next, r.e.deps.PollInterval)
-		return retry.Sleep(ctx, d)
-	}
-}
+func (r *run) poller() func(context.Context) error { return r.pollerWaking(nil) }
 
 // setStored makes s the run's record.
 func (r *run) setStored(s *coord.Stored) {

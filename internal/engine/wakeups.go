@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
 // wakeups end a run's waits on cluster objects (its copy and conversion
@@ -191,17 +192,13 @@ func (r *run) pollerWaking(fl *following) func(context.Context) error {
 	return func(ctx context.Context) error {
 		d := next
 		next = min(2*next, r.e.deps.PollInterval)
-		if fl.live() {
-			d = r.e.deps.PollInterval
+		var changes <-chan struct{}
+		if fl != nil {
+			changes = fl.changes()
+			if fl.live() {
+				d = r.e.deps.PollInterval
+			}
 		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		case <-fl.changes():
-		}
-		return nil
+		return retry.SleepOr(ctx, d, changes)
 	}
 }

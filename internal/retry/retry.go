@@ -45,7 +45,11 @@ func Do(ctx context.Context, p Policy, retryable func(error) bool, fn func(conte
 }
 
 // Sleep waits for d or until ctx ends, returning ctx's error in that case.
-func Sleep(ctx context.Context, d time.Duration) error {
+func Sleep(ctx context.Context, d time.Duration) error { return SleepOr(ctx, d, nil) }
+
+// SleepOr is Sleep that also ends, early and without error, when wake is
+// signalled (a nil wake never is).
+func SleepOr(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
@@ -55,6 +59,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return nil
+	case <-wake:
 	}
+	return nil
 }

@@ -61,3 +61,21 @@ func TestDoStopsOnCancel(t *testing.T) {
 		t.Errorf("calls=%d err=%v, want one call and the last error", calls, err)
 	}
 }
+
+// SleepOr ends without error when woken, and with the context's error
+// when the context ends first; a nil wake never ends it.
+func TestSleepOr(t *testing.T) {
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	if err := SleepOr(context.Background(), time.Hour, wake); err != nil {
+		t.Fatalf("woken: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := SleepOr(ctx, time.Hour, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: got %v", err)
+	}
+	if err := SleepOr(context.Background(), time.Millisecond, nil); err != nil {
+		t.Fatalf("timer: %v", err)
+	}
+}
