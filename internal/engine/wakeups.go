@@ -15,10 +15,10 @@ import (
 // Jobs, its VirtualMachineInstance) as soon as one of them changes, rather
 // than at the wait's next poll: a Job that completes during the cutover
 // is acted on at once, not up to a poll interval later, and a wait with
-// nothing to see costs no request. A change is a hint to look again,
-// never evidence: the wait reads the object as before, and still polls
-// every PollInterval at most, so a watch that fails or lags delays
-// nothing beyond today's polls.
+// nothing to see skips the short first polls. A change is a hint to look
+// again, never evidence: the wait reads the object as before, and still
+// polls every PollInterval at most, so a watch that fails or lags delays
+// nothing by more than a poll interval.
 //
 // One watch per kind and namespace (metadata only) serves every run of
 // the process; it runs while some wait follows it and is opened again,
