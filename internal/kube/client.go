@@ -82,8 +82,8 @@ func (c *Client) raw() (client.WithWatch, error) {
 			return nil, err
 		}
 	}
-	// client.New neither connects nor discovers: its REST mapper asks the
-	// server lazily, on the first request for each API group.
+	// client.NewWithWatch neither connects nor discovers: its REST mapper asks the
+	// server lazily, on the first request for each API group (watches too).
 	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: NewScheme()})
 	if err != nil {
 		return nil, &ConfigError{Attribute: AttrHost, Detail: "cannot create a Kubernetes client", Err: err}
