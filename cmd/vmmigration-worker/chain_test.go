@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/loopdev"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -147,5 +149,75 @@ func TestChainStateLeftForAPlainCopy(t *testing.T) {
 	}
 	if _, err := os.Stat(target + ".chain"); !os.IsNotExist(err) {
 		t.Errorf("the chain's state outlived the plain copy: %v", err)
+	}
+}
+
+// A chain flattened into a Block-mode claim (a loop device of stale bytes,
+// larger than the disk) keeps its state and delta copies beside the
+// journal, in the journal's claim: the device reads back as the chain's
+// guest-visible content, a worker killed before recording a delta reads
+// only that delta again, and a state of another chain starts over by
+// writing the device again, never by removing it.
+func TestChainFlattenedIntoBlockClaim(t *testing.T) {
+	const size = 32 * mib
+	h := newHost(t, esxisim.HostPython())
+	backing := filepath.Join(t.TempDir(), "claim.raw")
+	if err := os.WriteFile(backing, bytes.Repeat([]byte{0x5a}, size+mib), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := loopdev.Attach(backing)
+	if err != nil {
+		t.Fatalf("this test writes to a loop device: %v", err)
+	}
+	t.Cleanup(func() { _ = dev.Detach() })
+	disk, s := h.addChainDisk(t, "snapblk", size, dev.Path)
+	journalDir := t.TempDir()
+	s.Target.Kind, s.JournalPath = copyjob.TargetBlock, filepath.Join(journalDir, "disk-0.journal")
+	spec := h.writeSpec(t, s)
+	code, _, res := runInProcess(t, spec)
+	if code != copyjob.ExitOK || res.SHA256 != disk.SHA256() || res.Bytes != size {
+		t.Fatalf("exit %d, result %+v, want sha %s", code, res, disk.SHA256())
+	}
+	if got := sha256Of(t, dev.Path, size); got != disk.SHA256() {
+		t.Fatalf("the device's first %d bytes hash to %s, the chain to %s", size, got, disk.SHA256())
+	}
+	statePath := filepath.Join(journalDir, "disk-0.chain")
+	left, _ := filepath.Glob(filepath.Join(journalDir, "*.delta-*"))
+	if _, err := os.Stat(statePath); err != nil || len(left) != 0 {
+		t.Fatalf("state %v, delta copies left %v: want the state beside the journal and no copy", err, left)
+	}
+	// As if killed between applying the top delta and recording it.
+	var st map[string]any
+	b, err := os.ReadFile(statePath)
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("state: %v %s", err, b)
+	}
+	st["applied"] = st["applied"].([]any)[:1]
+	b, _ = json.Marshal(st)
+	if err := os.WriteFile(statePath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.ResetStats()
+	if code, _, res := runInProcess(t, spec); code != 0 || res.SHA256 != disk.SHA256() {
+		t.Fatalf("resumed run: exit %d, %+v", code, res)
+	}
+	for _, r := range h.srv.DDReads() {
+		if r.Path != s.Deltas[1].Path {
+			t.Errorf("the resumed run read %s at %d: only the unrecorded delta is read again", r.Path, r.Offset)
+		}
+	}
+	// Another chain's state: the device is written again, and stays a
+	// device.
+	st["base"] = "/vmfs/volumes/datastore1/other/other-flat.vmdk"
+	b, _ = json.Marshal(st)
+	if err := os.WriteFile(statePath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, res = runInProcess(t, spec)
+	if code != 0 || res.SHA256 != disk.SHA256() || res.ChunksCopied == 0 {
+		t.Fatalf("run over another chain's state: exit %d, %+v", code, res)
+	}
+	if fi, err := os.Stat(dev.Path); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		t.Fatalf("the device after starting over: %v %v", fi, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
@@ -38,6 +39,10 @@ import (
 // removed since, a claim reused) is never built on: the target, its
 // journal and the state start over.
 
+// For a Block-mode target the state and the delta copies cannot be beside
+// the device: they are beside the journal, in the disk's journal claim
+// (Spec.sideBase), and starting over never removes the device.
+
 // chainState is <target>.chain.
 type chainState struct {
 	// Base and Size name the base the target was copied from.
@@ -57,11 +62,23 @@ type appliedDelta struct {
 	Chunks int    `json:"chunks"`
 }
 
-// chainStatePath is the state file of a target.
-func chainStatePath(target string) string { return target + ".chain" }
+// chainStatePath is the state file of a target whose side files are
+// named from side (Spec.sideBase).
+func chainStatePath(side string) string { return side + ".chain" }
 
 // deltaCopyPath is where delta k is copied before it is applied.
-func deltaCopyPath(target string, k int) string { return target + ".delta-" + strconv.Itoa(k) }
+func deltaCopyPath(side string, k int) string { return side + ".delta-" + strconv.Itoa(k) }
+
+// sideBase is what the files kept beside a copy are named from: the file
+// target itself (disk.img.chain beside disk.img), or for a Block-mode
+// target its journal without the suffix (disk-0.chain beside
+// disk-0.journal), since a device has nothing beside it.
+func (s Spec) sideBase() string {
+	if s.Target.Kind == TargetBlock {
+		return strings.TrimSuffix(s.Journal(), transfer.JournalSuffix)
+	}
+	return s.Target.Path
+}
 
 // builtOn reports whether st describes the base and a prefix of the
 // deltas of s: the target can be finished from it.
@@ -118,7 +135,8 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 		c.total += d.SizeBytes
 	}
 	c.opts.Progress = c.progress
-	state := chainStatePath(s.Target.Path)
+	side := s.sideBase()
+	state := chainStatePath(side)
 	st, err := loadChainState(state)
 	if err != nil {
 		return Result{}, err
@@ -146,7 +164,7 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 	c.done = s.Disk.SizeBytes
 	for k, a := range st.Applied {
 		// Applied in an earlier run; its copy may have outlived the state.
-		if err := removeCopy(deltaCopyPath(s.Target.Path, k)); err != nil {
+		if err := removeCopy(deltaCopyPath(side, k)); err != nil {
 			return Result{}, err
 		}
 		res.ChunksSkipped += a.Chunks
@@ -163,12 +181,18 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 		if err := st.save(state); err != nil {
 			return Result{}, err
 		}
-		if err := removeCopy(deltaCopyPath(s.Target.Path, k)); err != nil {
+		if err := removeCopy(deltaCopyPath(side, k)); err != nil {
 			return Result{}, err
 		}
 		c.done += a.Bytes
 	}
-	sum, err := sparsefile.Hash(ctx, s.Target.Path)
+	// A device may be larger than the disk: the guest's disk is its
+	// first SizeBytes. A file is the disk, all of it.
+	n := int64(-1)
+	if s.Target.Kind == TargetBlock {
+		n = s.Disk.SizeBytes
+	}
+	sum, err := sparsefile.HashPrefix(ctx, s.Target.Path, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -186,7 +210,7 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 // target.
 func (c *chainCopy) apply(ctx context.Context, k int) (appliedDelta, transfer.Result, error) {
 	d := c.s.Deltas[k]
-	cp := deltaCopyPath(c.s.Target.Path, k)
+	cp := deltaCopyPath(c.s.sideBase(), k)
 	opts := c.opts
 	opts.JournalPath = "" // beside the delta's copy
 	r, err := transfer.Copy(ctx, c.src, transfer.Disk{Path: d.Path, SizeBytes: d.SizeBytes}, cp, opts)
@@ -226,22 +250,23 @@ func (c *chainCopy) progress(p transfer.Progress) {
 // leaveChain starts the target over when it holds a chain's flattening
 // and s copies a disk on no snapshot.
 func leaveChain(s Spec) error {
-	if s.Target.Kind != TargetFile {
-		return nil
-	}
-	if _, err := os.Lstat(chainStatePath(s.Target.Path)); err != nil {
+	if _, err := os.Lstat(chainStatePath(s.sideBase())); err != nil {
 		return nil
 	}
 	return (&chainCopy{s: s}).startOver()
 }
 
-// startOver removes the target, its journal, the state and every delta
-// copy: they were built on another chain.
+// startOver removes the target (a file; a device is only written over),
+// its journal, the state and every delta copy: they were built on another
+// chain.
 func (c *chainCopy) startOver() error {
-	t := c.s.Target.Path
-	paths := []string{t, t + transfer.JournalSuffix, chainStatePath(t)}
+	t, side := c.s.Target.Path, c.s.sideBase()
+	paths := []string{side + transfer.JournalSuffix, chainStatePath(side)}
+	if c.s.Target.Kind == TargetFile {
+		paths = append(paths, t)
+	}
 	for k := range MaxDeltas {
-		paths = append(paths, deltaCopyPath(t, k), deltaCopyPath(t, k)+transfer.JournalSuffix)
+		paths = append(paths, deltaCopyPath(side, k), deltaCopyPath(side, k)+transfer.JournalSuffix)
 	}
 	if c.s.JournalPath != "" && !slices.Contains(paths, c.s.JournalPath) {
 		paths = append(paths, c.s.JournalPath)

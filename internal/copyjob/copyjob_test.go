@@ -81,10 +81,6 @@ func TestSpecValidate(t *testing.T) {
 				s.Deltas = append(s.Deltas, Delta{Path: fmt.Sprintf("/vmfs/volumes/ds1/w/w-%06d-delta.vmdk", k+1), Format: "vmfsSparse", SizeBytes: 512})
 			}
 		}, "at most 32"},
-		{"deltas on a block target", func(s *Spec) {
-			s.Target, s.JournalPath = Target{Kind: TargetBlock, Path: "/dev/xvda"}, "/journal/j"
-			s.Deltas = []Delta{{Path: "/vmfs/volumes/ds1/w/w-000001-delta.vmdk", Format: "vmfsSparse", SizeBytes: 512}}
-		}, "applied to a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := validSpec()

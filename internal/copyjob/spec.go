@@ -171,9 +171,6 @@ func (s Spec) validateDeltas() error {
 	if len(s.Deltas) > MaxDeltas {
 		errs = append(errs, fmt.Errorf("%d deltas: at most %d are applied", len(s.Deltas), MaxDeltas))
 	}
-	if s.Target.Kind != TargetFile {
-		errs = append(errs, fmt.Errorf("deltas are applied to a %q target only", TargetFile))
-	}
 	seen := map[string]bool{s.Disk.Path: true}
 	for k, d := range s.Deltas {
 		if err := ValidateDiskPath(d.Path); err != nil {

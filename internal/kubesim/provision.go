@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -74,10 +76,64 @@ func (s *Sim) claimProvisioned(dv *cdiv1.DataVolume) bool {
 	if pvc.Annotations[annStorageProvisioner] != Provisioner {
 		return false
 	}
-	path := filepath.Dir(imagePath(s.dir, dv.Namespace, dv.Name))
+	if err := s.provisionVolume(s.ctx, pvc, sc); err != nil {
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+	}
+	return false
+}
+
+// provisionClaims provisions, with Options.ProvisionVolumes, the claims
+// that are no DataVolume's (claimProvisioned sees to those) and that the
+// binder asked the sim for: an external provisioner provisions every
+// claim of its class, whoever made it.
+func (s *Sim) provisionClaims(ctx context.Context) error {
+	if !s.opts.ProvisionVolumes {
+		return nil
+	}
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := s.cl.List(ctx, &pvcs); err != nil {
+		return err
+	}
+	var errs []error
+	for i := range pvcs.Items {
+		pvc := &pvcs.Items[i]
+		if pvc.Status.Phase != corev1.ClaimPending || pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil ||
+			pvc.Annotations[annStorageProvisioner] != Provisioner || !s.watched(pvc.Namespace) || ownedByDataVolume(pvc) {
+			continue
+		}
+		name := ptr.Deref(pvc.Spec.StorageClassName, "")
+		if name == "" {
+			continue // the binder never hands a claim of no class to a provisioner
+		}
+		sc := &storagev1.StorageClass{}
+		if err := s.cl.Get(ctx, client.ObjectKey{Name: name}, sc); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, s.provisionVolume(ctx, pvc, sc))
+	}
+	return errors.Join(errs...)
+}
+
+func ownedByDataVolume(pvc *corev1.PersistentVolumeClaim) bool {
+	for _, o := range pvc.OwnerReferences {
+		if o.Kind == "DataVolume" {
+			return true
+		}
+	}
+	return false
+}
+
+// provisionVolume makes pvc's storage, then its volume: a folder in Dir
+// (for a Block claim a file of the claim's size in it, named as a
+// DataVolume's image), pre-bound to the claim.
+func (s *Sim) provisionVolume(ctx context.Context, pvc *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass) error {
+	path := filepath.Dir(imagePath(s.dir, pvc.Namespace, pvc.Name))
 	hostPathType := corev1.HostPathDirectoryOrCreate
 	if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
-		path, hostPathType = imagePath(s.dir, dv.Namespace, dv.Name), corev1.HostPathFileOrCreate
+		path, hostPathType = imagePath(s.dir, pvc.Namespace, pvc.Name), corev1.HostPathFileOrCreate
 	}
 	policy := corev1.PersistentVolumeReclaimDelete
 	if sc.ReclaimPolicy != nil {
@@ -99,17 +155,12 @@ func (s *Sim) claimProvisioned(dv *cdiv1.DataVolume) bool {
 	// The volume's storage exists before its PersistentVolume, as a
 	// provisioner makes the folder (or device) first.
 	if err := makeVolumeStorage(path, hostPathType, pvc.Spec.Resources.Requests.Storage().Value()); err != nil {
-		s.mu.Lock()
-		s.lastErr = err
-		s.mu.Unlock()
-		return false
+		return err
 	}
-	if err := s.cl.Create(s.ctx, pv); err != nil && !apierrors.IsAlreadyExists(err) {
-		s.mu.Lock()
-		s.lastErr = err
-		s.mu.Unlock()
+	if err := s.cl.Create(ctx, pv); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
-	return false
+	return nil
 }
 
 // makeVolumeStorage makes a provisioned volume's storage: its folder, or

@@ -401,7 +401,7 @@ func (s *Sim) run() {
 	t := time.NewTicker(s.opts.Resync)
 	defer t.Stop()
 	for {
-		err := errors.Join(s.reconcileDataVolumes(s.ctx), s.reconcileVirtualMachines(s.ctx), s.deleteReleasedVolumes(s.ctx))
+		err := errors.Join(s.reconcileDataVolumes(s.ctx), s.reconcileVirtualMachines(s.ctx), s.provisionClaims(s.ctx), s.deleteReleasedVolumes(s.ctx))
 		s.mu.Lock()
 		s.lastErr = err
 		s.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/childproc"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/loopdev"
 	backoff "github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
 )
 
@@ -42,6 +43,10 @@ type podWorker struct {
 	uid             types.UID
 	dir             string
 	wake            chan struct{} // a new state was observed
+
+	// loops are the loop devices attached for the pod's file-backed
+	// block volumes, detached when the pod's worker ends.
+	loops []*loopdev.Device
 
 	mu         sync.Mutex
 	latest     *corev1.Pod
@@ -121,6 +126,7 @@ func deleting(pod *corev1.Pod, gone bool) (bool, time.Duration) {
 func (w *podWorker) run(ctx context.Context) {
 	defer func() {
 		w.r.server.forget(w.namespace, w.name)
+		w.detachLoops()
 		_ = os.RemoveAll(w.dir)
 	}()
 	w.startTime = metav1.Now()
@@ -360,7 +366,11 @@ func (w *podWorker) setupContainer(ctx context.Context, pod *corev1.Pod, c corev
 		if !ok {
 			return nil, fmt.Errorf("volumeDevice %s: no volume of that name", d.Name)
 		}
-		if err := plan.ensureFile(d.DevicePath, v.path); err != nil {
+		dev, err := w.blockDevice(v.path)
+		if err != nil {
+			return nil, fmt.Errorf("volumeDevice %s: %w", d.Name, err)
+		}
+		if err := plan.ensureFile(d.DevicePath, dev); err != nil {
 			return nil, fmt.Errorf("volumeDevice %s: %w", d.Name, err)
 		}
 	}

@@ -101,23 +101,44 @@ type Sum struct {
 
 // Hash is the SHA-256 of the file at path, its holes hashed as the zeros
 // they read as without being read.
-func Hash(ctx context.Context, path string) (Sum, error) {
+func Hash(ctx context.Context, path string) (Sum, error) { return HashPrefix(ctx, path, -1) }
+
+// HashPrefix is Hash of the first n bytes of the file or block device at
+// path (all of it when n < 0); a shorter one is an error. A block device
+// reports no holes: all of it is read.
+func HashPrefix(ctx context.Context, path string, n int64) (Sum, error) {
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
 	var s Sum
-	err := WalkFile(path, func(f *os.File, off, n int64, data bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return Sum{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	defer f.Close()
+	// The end, not Stat's size: a block device's is 0.
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return Sum{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	if n < 0 {
+		n = size
+	}
+	if size < n {
+		return Sum{}, fmt.Errorf("hash %s: it holds %d bytes, not the %d hashed", path, size, n)
+	}
+	err = Walk(f, 0, n, func(off, k int64, data bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s.Bytes = off + n
+		s.Bytes = off + k
 		if !data {
-			s.HoleBytes += n
-			zerosum.Write(h, n)
+			s.HoleBytes += k
+			zerosum.Write(h, k)
 			return nil
 		}
-		got, err := io.CopyBuffer(h, io.NewSectionReader(f, off, n), buf)
-		if err == nil && got != n {
-			err = fmt.Errorf("read %d of %d bytes at %d: %w", got, n, off, io.ErrUnexpectedEOF)
+		got, err := io.CopyBuffer(h, io.NewSectionReader(f, off, k), buf)
+		if err == nil && got != k {
+			err = fmt.Errorf("read %d of %d bytes at %d: %w", got, k, off, io.ErrUnexpectedEOF)
 		}
 		return err
 	})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
@@ -43,8 +44,16 @@ func ApplyDelta(ctx context.Context, path string, format Format, dst *os.File) (
 	if err != nil {
 		return st, err
 	}
-	if fi.Size() != capacity {
-		return st, fmt.Errorf("vmdk: %s describes a %d-byte disk, the image is %d bytes", path, capacity, fi.Size())
+	// A block device (a Block-mode claim) may be larger than the disk:
+	// its first capacity bytes are the disk. Stat gives it no size.
+	size, device := fi.Size(), fi.Mode()&os.ModeDevice != 0
+	if device {
+		if size, err = dst.Seek(0, io.SeekEnd); err != nil {
+			return st, err
+		}
+	}
+	if size != capacity && !(device && size > capacity) {
+		return st, fmt.Errorf("vmdk: %s describes a %d-byte disk, the image is %d bytes", path, capacity, size)
 	}
 	buf := make([]byte, applyBuffer)
 	for off := int64(0); off < capacity; {
