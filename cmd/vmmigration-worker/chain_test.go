@@ -173,8 +173,16 @@ func TestChainFlattenedIntoBlockClaim(t *testing.T) {
 	disk, s := h.addChainDisk(t, "snapblk", size, dev.Path)
 	journalDir := t.TempDir()
 	s.Target.Kind, s.JournalPath = copyjob.TargetBlock, filepath.Join(journalDir, "disk-0.journal")
+	// A replaced claim's journal and state: removed, never built on.
+	stale := filepath.Join(journalDir, "disk-0-old.chain")
+	if err := os.WriteFile(stale, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	spec := h.writeSpec(t, s)
 	code, _, res := runInProcess(t, spec)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("a replaced claim's file in the journal claim: %v, want it removed", err)
+	}
 	if code != copyjob.ExitOK || res.SHA256 != disk.SHA256() || res.Bytes != size {
 		t.Fatalf("exit %d, result %+v, want sha %s", code, res, disk.SHA256())
 	}

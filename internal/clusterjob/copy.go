@@ -96,6 +96,10 @@ type Copy struct {
 	// for one beside the data).
 	Block        bool
 	JournalClaim string
+	// ClaimID identifies the claim's content (its DataVolume's UID): the
+	// journal's files in the journal claim are named for it, so that a
+	// claim replaced since never resumes from the old claim's journal.
+	ClaimID string
 	// Secret is the migration's Secret (SecretName); PrivateKey says it
 	// holds SecretKeyPrivateKey rather than SecretKeyPassword.
 	Secret     string
@@ -127,7 +131,7 @@ func (c Copy) Spec() copyjob.Spec {
 		Target: copyjob.Target{Kind: copyjob.TargetFile, Path: DataDir + "/disk.img"}}
 	if c.Block {
 		s.Target = copyjob.Target{Kind: copyjob.TargetBlock, Path: DevicePath}
-		s.JournalPath = JournalDir + "/disk-" + strconv.Itoa(c.Disk) + ".journal"
+		s.JournalPath = JournalDir + "/disk-" + strconv.Itoa(c.Disk) + "-" + c.ClaimID + ".journal"
 	}
 	return s
 }
@@ -143,6 +147,9 @@ func (c Copy) Validate() error {
 	if c.Block {
 		if msgs := validation.IsDNS1123Subdomain(c.JournalClaim); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("journal claim %q of a Block-mode claim: %v", c.JournalClaim, msgs))
+		}
+		if msgs := validation.IsDNS1123Label(c.ClaimID); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("claim ID %q of a Block-mode claim: %v", c.ClaimID, msgs))
 		}
 	}
 	if c.Disk < 0 || c.Attempt < 1 {

@@ -100,6 +100,11 @@ func TestRenderCopyBlock(t *testing.T) {
 		t.Errorf("a Block-mode copy without a journal claim: %v", err)
 	}
 	c.JournalClaim = "web-journal"
+	c.ClaimID = "../etc"
+	if _, err := clusterjob.RenderCopy(c); err == nil || !strings.Contains(err.Error(), "claim ID") {
+		t.Errorf("a claim ID that is no name: %v", err)
+	}
+	c.ClaimID = "5f1c6a2e-0b1d-4c59-9d7e-3a8b2f6c1e90"
 	job, err := clusterjob.RenderCopy(c)
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +113,11 @@ func TestRenderCopyBlock(t *testing.T) {
 	if len(ctr.VolumeDevices) != 1 || ctr.VolumeDevices[0].DevicePath != clusterjob.DevicePath {
 		t.Errorf("volume devices %+v", ctr.VolumeDevices)
 	}
+	if len(ctr.VolumeMounts) != 2 || ctr.VolumeMounts[1].MountPath != clusterjob.JournalDir {
+		t.Errorf("volume mounts %+v: want the credential and the journal claim", ctr.VolumeMounts)
+	}
 	spec, err := copyjob.ParseSpec([]byte(ctr.Args[2]), "args")
-	if err != nil || spec.Target.Kind != copyjob.TargetBlock || spec.JournalPath != "/journal/disk-1.journal" {
+	if err != nil || spec.Target.Kind != copyjob.TargetBlock || spec.JournalPath != "/journal/disk-1-5f1c6a2e-0b1d-4c59-9d7e-3a8b2f6c1e90.journal" {
 		t.Errorf("spec %+v, %v", spec, err)
 	}
 }
@@ -338,5 +346,30 @@ func TestCheckResultOfChain(t *testing.T) {
 	}
 	if _, err := clusterjob.RenderCopy(c); err != nil {
 		t.Errorf("render: %v", err)
+	}
+}
+
+// A journal claim is a Filesystem-mode claim of the disk's class, owned
+// by the record, sized for the journal and the delta copies.
+func TestRenderJournalClaim(t *testing.T) {
+	owner := &metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "rec", UID: "u1"}
+	size := clusterjob.JournalClaimSize(2<<30, 64<<20, 100<<20)
+	if size < 164<<20 || size%(1<<20) != 0 {
+		t.Errorf("journal claim size %d: want at least the room and the base, whole MiB", size)
+	}
+	pvc := clusterjob.RenderJournalClaim(clusterjob.JournalClaim{Namespace: "apps", Migration: "web", Claim: "web-disk-0", Disk: 0,
+		StorageClass: "fast", Size: size, Owner: owner})
+	if pvc.Name != "web-disk-0-journal" || *pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem || *pvc.Spec.StorageClassName != "fast" ||
+		len(pvc.OwnerReferences) != 1 || pvc.Labels[clusterjob.LabelComponent] != clusterjob.ComponentJournal {
+		t.Errorf("journal claim %+v", pvc)
+	}
+	if q := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; q.Value() != size {
+		t.Errorf("request %s, want %d", q.String(), size)
+	}
+	if pvc := clusterjob.RenderJournalClaim(clusterjob.JournalClaim{Namespace: "apps", Migration: "web", Claim: "web-disk-0", Size: size}); pvc.Spec.StorageClassName != nil {
+		t.Errorf("no class asked: %v, want the cluster's default", *pvc.Spec.StorageClassName)
+	}
+	if long := clusterjob.JournalClaimName(strings.Repeat("a", 70)); len(long) > 63 || !strings.HasSuffix(long, "-journal") {
+		t.Errorf("journal claim name %q", long)
 	}
 }

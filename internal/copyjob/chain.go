@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -273,6 +274,31 @@ func (c *chainCopy) startOver() error {
 	}
 	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// clearJournalClaim removes, for a Block-mode target, the files in the
+// journal's folder (the disk's journal claim, which holds nothing else)
+// that are not named from the spec's side base: those of a claim
+// replaced since (their names carry the old claim's ID), which would
+// otherwise keep the room the delta copies need.
+func clearJournalClaim(s Spec) error {
+	if s.Target.Kind != TargetBlock {
+		return nil
+	}
+	dir, own := filepath.Split(s.sideBase())
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), own+".") {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}

@@ -45,6 +45,9 @@ func run(ctx context.Context, s Spec, p *progressPrinter) Result {
 	}
 	opts := transfer.Options{ChunkSize: s.ChunkSize, Streams: cfg.StreamsPerDisk, Sources: sources,
 		JournalPath: s.Journal(), Progress: p.progress}
+	if err := clearJournalClaim(s); err != nil {
+		return Failed(ctx, err, "")
+	}
 	if len(s.Deltas) == 0 {
 		// A chain flattened here earlier (its snapshots consolidated
 		// since): the target holds deltas the journal knows nothing of.

@@ -7,13 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
 // removeClusterWork deletes what cluster execution made for the migration
 // namespace/name besides its DataVolumes: its Jobs (with their pods), the
-// host and conversion slots they held, and its Secret with the ESXi credential. It says
+// host and conversion slots they held, the journal claims of Block-mode
+// claims, and its Secret with the ESXi credential. It says
 // what it did; objects already gone are fine. host is the migration's
 // configured host ("" when unknown: the slots of its Jobs are then
 // reclaimed by the next copy that needs one).
@@ -42,6 +44,20 @@ func (e *Engine) removeClusterWork(ctx context.Context, namespace, name, host st
 		if _, err := slots.Release(ctx, coord.ConversionSlotsID, holder); err != nil {
 			return actions, err
 		}
+	}
+	claims, err := kc.ListPersistentVolumeClaims(ctx, namespace, map[string]string{kube.LabelMigration: name, clusterjob.LabelComponent: clusterjob.ComponentJournal})
+	if err != nil {
+		return actions, err
+	}
+	for k := range claims {
+		c := &claims[k]
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		if err := kc.DeletePersistentVolumeClaim(ctx, c); err != nil {
+			return actions, err
+		}
+		actions = append(actions, "deleted the journal claim "+namespace+"/"+c.Name)
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: workerSecretName(name)}}
 	existing, err := kc.GetSecret(ctx, namespace, s.Name)

@@ -40,6 +40,9 @@ const CheckExecution = "execution"
 // inCluster reports whether the spec asks for cluster execution.
 func (s Spec) inCluster() bool { return s.Execution == ExecutionCluster }
 
+// block says the disks' claims are in Block volume mode.
+func (s Spec) block() bool { return s.VolumeMode == string(corev1.PersistentVolumeBlock) }
+
 // inCluster reports whether this run's migration executes in the cluster:
 // as its record says once it is Validated, else as the spec asks.
 func (r *run) inCluster() bool {
@@ -73,8 +76,8 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 	if e.deps.WorkerImage == "" {
 		missing = append(missing, "the provider's worker_image is not set: cluster execution runs its copy and conversion Jobs from that image (see make image; pin it by digest)")
 	}
-	if spec.VolumeMode == string(corev1.PersistentVolumeBlock) {
-		missing = append(missing, "Block-mode claims are not yet available in cluster execution (their journals need a claim of their own)")
+	if spec.block() && spec.Conversion == ConversionVirtV2V {
+		missing = append(missing, "a conversion Job converts guests in Filesystem-mode claims only: Block-mode claims are converted in local execution (or copied in cluster execution with conversion \"none\")")
 	}
 	if spec.Conversion == ConversionVirtV2V && len(vm.Disks) > convertjob.MaxDisks {
 		missing = append(missing, fmt.Sprintf("the VM has %d disks and a conversion Job converts at most %d", len(vm.Disks), convertjob.MaxDisks))

@@ -29,7 +29,8 @@ import (
 //	         claim; each disk's copy Job of the recorded attempt, its pods
 //	         and the last lines of their logs; older attempts' pods
 //	act      claims first (blank DataVolumes, bound at once, waited for
-//	         until Succeeded so that CDI has finished with them); the
+//	         until Succeeded so that CDI has finished with them; for
+//	         Block-mode claims each disk's journal claim beside them); the
 //	         migration's Secret; then per disk, within a host slot held in
 //	         the cluster, the copy Job of the recorded attempt, created or
 //	         adopted by spec hash, once no older attempt's pod can still
@@ -114,6 +115,9 @@ func (r *run) runCopyJobs(ctx context.Context, precopy bool) error {
 				return err
 			}
 		}
+	}
+	if err := r.ensureJournalClaims(ctx); err != nil {
+		return err
 	}
 	// A Job's change (started, ended, marked) ends the wait at once.
 	cc.jobs = r.e.wake.follow(kube.WatchJobs, r.spec.Namespace)
@@ -269,10 +273,69 @@ func (cc *clusterCopy) copyOf(i int) clusterjob.Copy {
 	src := copyjob.Disk{Path: d.SourcePath, SizeBytes: d.SizeBytes}
 	var deltas []copyjob.Delta
 	r.chainCopy(i, &src, &deltas, cc.precopy)
-	return clusterjob.Copy{Namespace: r.spec.Namespace, Migration: r.spec.Name, Disk: i, Attempt: d.CopyAttempt,
+	c := clusterjob.Copy{Namespace: r.spec.Namespace, Migration: r.spec.Name, Disk: i, Attempt: d.CopyAttempt,
 		Image: r.e.deps.WorkerImage, Claim: d.DataVolume, Secret: workerSecretName(r.spec.Name), PrivateKey: cc.privateKey,
 		Host: cc.host, Source: src, Deltas: deltas,
 		ChunkSize: r.chunkSize(), Streams: cc.streams, Owner: cc.owner}
+	if r.spec.block() {
+		c.Block, c.JournalClaim, c.ClaimID = true, clusterjob.JournalClaimName(d.DataVolume), d.DataVolumeUID
+	}
+	return c
+}
+
+// clusterRoom is the room disk d's copy needs beside the disk: the copy
+// of its largest snapshot delta, or in a warm migration warmScratch.
+func (r *run) clusterRoom(d record.DiskEvidence) int64 {
+	if r.spec.warm() || r.rec().Warm != nil {
+		return warmScratch(d)
+	}
+	return scratchBytes(d)
+}
+
+// ensureJournalClaims makes, for Block-mode claims, each disk's journal
+// claim (clusterjob's journal.go), sized for its journal and the room its
+// chain needs. One found is the migration's only if it carries the
+// migration's label; one too small (a chain that grew) is asked to grow.
+// A claim that waits for its first consumer binds when the copy pod is
+// scheduled: nothing waits for it here.
+func (r *run) ensureJournalClaims(ctx context.Context) error {
+	if !r.spec.block() {
+		return nil
+	}
+	kc := r.e.deps.Kube
+	rec := r.rec()
+	for i := range rec.Disks {
+		d := &rec.Disks[i]
+		want := clusterjob.RenderJournalClaim(clusterjob.JournalClaim{Namespace: r.spec.Namespace, Migration: r.spec.Name,
+			Claim: d.DataVolume, Disk: i, StorageClass: r.spec.StorageClass,
+			Size: clusterjob.JournalClaimSize(d.SizeBytes, r.chunkSize(), r.clusterRoom(*d)), Owner: r.recordOwner()})
+		got, err := kc.GetPersistentVolumeClaim(ctx, want.Namespace, want.Name)
+		switch {
+		case kube.IsNotFound(err):
+			if err := kc.CreatePersistentVolumeClaim(ctx, want); err != nil && !kube.IsAlreadyExists(err) {
+				return err
+			}
+			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: journal claim %s/%s keeps the copy's journal beside the Block-mode claim of DataVolume %s",
+				i, want.Namespace, want.Name, d.DataVolume)})
+			continue
+		case err != nil:
+			return err
+		case !kube.OfMigration(got.Labels, r.spec.Name):
+			return needsHuman("JournalClaimTaken", fmt.Sprintf("disk %d: the claim %s/%s, where the copy keeps its journal, exists and is not this migration's", i, got.Namespace, got.Name),
+				"delete or rename that claim, then run apply again", nil)
+		case got.DeletionTimestamp != nil:
+			return transient("JournalClaimDeleting", fmt.Sprintf("disk %d: journal claim %s/%s is being deleted; it is made again once it is gone", i, got.Namespace, got.Name), nil)
+		}
+		need := want.Spec.Resources.Requests[corev1.ResourceStorage]
+		if have := got.Spec.Resources.Requests[corev1.ResourceStorage]; have.Cmp(need) < 0 {
+			got.Spec.Resources.Requests[corev1.ResourceStorage] = need
+			if err := kc.UpdatePersistentVolumeClaim(ctx, got); err != nil {
+				return needsHuman("JournalClaimTooSmall", fmt.Sprintf("disk %d: journal claim %s/%s asks for %s and the copy needs %s, and it cannot grow: %v", i, got.Namespace, got.Name, have.String(), need.String(), err),
+					"delete the journal claim (the copy is then made again from the start) or let its StorageClass expand claims, then run apply again", nil)
+			}
+		}
+	}
+	return nil
 }
 
 // step observes disk i's copy and takes its next action; done once the

@@ -76,9 +76,11 @@ func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 		// An empty claim, which the disk's copy Job fills; with room
 		// for a snapshot delta's copy when it flattens a chain there.
 		src.Blank = &cdiv1beta1.DataVolumeBlankImage{}
-		room := scratchBytes(d)
-		if r.spec.warm() || r.rec().Warm != nil {
-			room = warmScratch(d)
+		room := r.clusterRoom(d)
+		if s.block() {
+			// A device is the disk, all of it: the room is in the
+			// disk's journal claim.
+			room = 0
 		}
 		if room > 0 {
 			size += room

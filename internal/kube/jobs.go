@@ -96,3 +96,32 @@ func (c *Client) ListNodes(ctx context.Context) ([]corev1.Node, error) {
 	}
 	return list.Items, nil
 }
+
+// CreatePersistentVolumeClaim creates pvc and fills it in with what the
+// server stored.
+func (c *Client) CreatePersistentVolumeClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	return c.write(ctx, "create", "PersistentVolumeClaim", pvc)
+}
+
+// ListPersistentVolumeClaims lists the claims in namespace carrying
+// labels.
+func (c *Client) ListPersistentVolumeClaims(ctx context.Context, namespace string, labels map[string]string) ([]corev1.PersistentVolumeClaim, error) {
+	var list corev1.PersistentVolumeClaimList
+	if err := c.list(ctx, "PersistentVolumeClaim", namespace, labels, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// DeletePersistentVolumeClaim deletes pvc (only that object: a
+// precondition on its UID); a claim already gone is success.
+func (c *Client) DeletePersistentVolumeClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	return c.del(ctx, "PersistentVolumeClaim", pvc, client.Preconditions{UID: &pvc.UID})
+}
+
+// UpdatePersistentVolumeClaim writes pvc (optimistic concurrency on its
+// resourceVersion): a larger request is an expansion, which the claim's
+// StorageClass may refuse.
+func (c *Client) UpdatePersistentVolumeClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	return c.write(ctx, "update", "PersistentVolumeClaim", pvc)
+}

@@ -1,0 +1,90 @@
+package clusterjob
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
+)
+
+// A Block-mode claim is a device with nothing beside it, so a disk copied
+// into one keeps its journal, its chain's state and the snapshot deltas'
+// copies in a journal claim of its own: a small Filesystem-mode claim
+// mounted at JournalDir, kept from attempt to attempt so that a pod that
+// is killed or evicted resumes where it was, and deleted with the
+// migration's other cluster objects once it has Completed (or with its
+// record, which owns it).
+
+// ComponentJournal marks a disk's journal claim.
+const ComponentJournal = "journal"
+
+// JournalClaimName is the journal claim of a disk's Block-mode claim:
+// "<claim>-journal", within 63 characters.
+func JournalClaimName(claim string) string { return boundedName(claim, "-journal") }
+
+// journalBytesPerChunk bounds what a journal holds per chunk of the disk
+// (a SHA-256 in hex and a count in JSON, about 100 bytes), with room for
+// the journal's next version written beside it and a delta copy's own
+// journal.
+const (
+	journalBytesPerChunk = 1 << 10
+	journalBaseBytes     = 64 << 20
+)
+
+// JournalClaimSize is what a disk's journal claim asks for: the journal of
+// a disk of size bytes copied in chunks of chunk bytes, and room for the
+// copies of the snapshot deltas applied over it (room bytes), whole MiB.
+func JournalClaimSize(size, chunk, room int64) int64 {
+	chunks := int64(1)
+	if chunk > 0 {
+		chunks = (size + chunk - 1) / chunk
+	}
+	n := journalBaseBytes + chunks*journalBytesPerChunk + room
+	return (n + (1<<20 - 1)) &^ (1<<20 - 1)
+}
+
+// JournalClaim is everything a disk's journal claim is rendered from.
+type JournalClaim struct {
+	Namespace, Migration string
+	// Claim is the disk's Block-mode claim; Disk its index.
+	Claim string
+	Disk  int
+	// StorageClass is the class to ask ("" for the cluster's default);
+	// Size the request (JournalClaimSize).
+	StorageClass string
+	Size         int64
+	// Owner, when set, owns the claim (the migration's record).
+	Owner *metav1.OwnerReference
+}
+
+// RenderJournalClaim is j's claim: Filesystem mode, ReadWriteOnce (one
+// copy pod at a time writes it), of the disk's storage class.
+func RenderJournalClaim(j JournalClaim) *corev1.PersistentVolumeClaim {
+	mode := corev1.PersistentVolumeFilesystem
+	pvc := &corev1.PersistentVolumeClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: JournalClaimName(j.Claim), Labels: map[string]string{
+			kube.LabelMigration: j.Migration,
+			LabelComponent:      ComponentJournal,
+			LabelDisk:           strconv.Itoa(j.Disk),
+		}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode:  &mode,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: *resource.NewQuantity(j.Size, resource.BinarySI),
+			}},
+		},
+	}
+	if j.StorageClass != "" {
+		sc := j.StorageClass
+		pvc.Spec.StorageClassName = &sc
+	}
+	if j.Owner != nil {
+		pvc.OwnerReferences = []metav1.OwnerReference{*j.Owner}
+	}
+	return pvc
+}
