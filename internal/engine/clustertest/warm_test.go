@@ -47,11 +47,25 @@ func (e *env) addWarmVM(name, ip string) (int, *esxisim.VMFiles) {
 // round and the cutover as local execution records them, and afterwards
 // the source runs on its base again, holding the same content, with no
 // snapshot and no delta left.
+//
+// Into Block-mode claims the same holds, each round's delta copied into
+// the disk's journal claim and applied on the device.
 func TestWarmMigrationInCluster(t *testing.T) {
-	t.Parallel()
+	for _, tc := range []struct{ volumeMode, name, ip string }{
+		{"Filesystem", "cx-warm", "10.0.0.7"},
+		{"Block", "cx-warmb", "10.0.0.17"},
+	} {
+		t.Run(tc.volumeMode, func(t *testing.T) {
+			t.Parallel()
+			warmInCluster(t, tc.name, tc.ip, tc.volumeMode)
+		})
+	}
+}
+
+func warmInCluster(t *testing.T, name, ip, volumeMode string) {
 	e := newEnv(t)
 	const capacity = warmCapacity
-	id, files := e.addWarmVM("cx-warm", "10.0.0.7")
+	id, files := e.addWarmVM(name, ip)
 	flat, err := os.ReadFile(files.Disks[0].LocalFlat)
 	if err != nil {
 		t.Fatal(err)
@@ -100,8 +114,8 @@ func TestWarmMigrationInCluster(t *testing.T) {
 		}
 	}
 	e.onEvent.Store(&hook)
-	spec := e.spec("cx-warm", "cx-warm")
-	spec.Mode, spec.PrecopyRounds = engine.ModeWarm, 2
+	spec := e.spec(name, name)
+	spec.Mode, spec.PrecopyRounds, spec.VolumeMode = engine.ModeWarm, 2, volumeMode
 	rec := e.mustComplete(spec)
 	e.onEvent.Store(nil)
 	for _, k := range []string{"before", "during", "between", "after", "off", "cutover", "converting"} {
@@ -149,7 +163,7 @@ func TestWarmMigrationInCluster(t *testing.T) {
 	if err != nil || len(esxi.FindSnapshots(tree, func(esxi.Snapshot) bool { return true })) != 0 {
 		t.Errorf("snapshots left on the source: %+v, %v", tree, err)
 	}
-	if ms, _ := filepath.Glob(filepath.Join(files.LocalDir, "cx-warm-00000*")); len(ms) != 0 {
+	if ms, _ := filepath.Glob(filepath.Join(files.LocalDir, name+"-00000*")); len(ms) != 0 {
 		t.Errorf("delta files left on the source: %v", ms)
 	}
 	base, _ := os.ReadFile(files.Disks[0].LocalFlat)
@@ -159,7 +173,10 @@ func TestWarmMigrationInCluster(t *testing.T) {
 	}
 	t.Logf("precopy %d + %d bytes; cutover %d bytes; %d bytes from the host with the source off; downtime %s",
 		w.Snapshots[0].CopiedBytes, w.Snapshots[1].CopiedBytes, w.CutoverBytes, offBytes, rec.Downtime())
-	e.checkCleanedUp("cx-warm")
+	if volumeMode == "Block" && len(e.messages("keeps the copy's journal beside the Block-mode claim")) != 1 {
+		t.Errorf("no journal claim was made for the Block-mode claim")
+	}
+	e.checkCleanedUp(name)
 }
 
 // A runner killed while a warm migration's second precopy round runs its
