@@ -62,6 +62,12 @@ type Convert struct {
 	Claims []string
 	Sizes  []int64
 	IDs    []string
+	// Block says the claims are in Block volume mode: each is attached as
+	// a device (ConvertDevicePath) and its overlay is kept in the disk's
+	// journal claim (JournalClaims, in disk order), mounted at
+	// JournalDir/<index>.
+	Block         bool
+	JournalClaims []string
 	// KVM requests ResourceKVM.
 	KVM bool
 	// StallSeconds: see convertjob.Spec.
@@ -88,12 +94,23 @@ func (c Convert) Spec() convertjob.Spec {
 		if i < len(c.IDs) {
 			id = c.IDs[i]
 		}
-		s.Disks = append(s.Disks, convertjob.Disk{Path: diskDir(i) + "/" + convertjob.ImageName, SizeBytes: size, ID: id})
+		d := convertjob.Disk{Path: diskDir(i) + "/" + convertjob.ImageName, SizeBytes: size, ID: id}
+		if c.Block {
+			d.Path, d.OverlayDir = ConvertDevicePath(i), journalDir(i)
+		}
+		s.Disks = append(s.Disks, d)
 	}
 	return s
 }
 
 func diskDir(i int) string { return DisksDir + "/" + strconv.Itoa(i) }
+
+// ConvertDevicePath is where the conversion pod finds disk i's device
+// when its claim is in Block mode.
+func ConvertDevicePath(i int) string { return DevicePath + "-" + strconv.Itoa(i) }
+
+// journalDir is where the conversion pod mounts disk i's journal claim.
+func journalDir(i int) string { return JournalDir + "/" + strconv.Itoa(i) }
 
 // Validate checks c before anything is rendered.
 func (c Convert) Validate() error {
@@ -110,6 +127,16 @@ func (c Convert) Validate() error {
 	}
 	if len(c.Sizes) != len(c.Claims) {
 		errs = append(errs, fmt.Errorf("%d sizes for %d claims", len(c.Sizes), len(c.Claims)))
+	}
+	if c.Block {
+		if len(c.JournalClaims) != len(c.Claims) {
+			errs = append(errs, fmt.Errorf("%d journal claims for %d Block-mode claims", len(c.JournalClaims), len(c.Claims)))
+		}
+		for i, claim := range c.JournalClaims {
+			if msgs := validation.IsDNS1123Subdomain(claim); len(msgs) > 0 {
+				errs = append(errs, fmt.Errorf("journal claim %d %q: %v", i, claim, msgs))
+			}
+		}
 	}
 	if c.Attempt < 1 {
 		errs = append(errs, fmt.Errorf("attempt %d: want >= 1", c.Attempt))
@@ -141,10 +168,18 @@ func RenderConvert(c Convert) (*batchv1.Job, error) {
 	scratch := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &scratchLimit}}
 	vols := []corev1.Volume{{Name: "tmp", VolumeSource: scratch}, {Name: "var-tmp", VolumeSource: scratch}}
 	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}, {Name: "var-tmp", MountPath: "/var/tmp"}}
+	var devices []corev1.VolumeDevice
 	for i, claim := range c.Claims {
 		name := "disk-" + strconv.Itoa(i)
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: diskDir(i)})
+		if !c.Block {
+			mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: diskDir(i)})
+			continue
+		}
+		devices = append(devices, corev1.VolumeDevice{Name: name, DevicePath: ConvertDevicePath(i)})
+		jname := "journal-" + strconv.Itoa(i)
+		vols = append(vols, corev1.Volume{Name: jname, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.JournalClaims[i]}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: jname, MountPath: journalDir(i)})
 	}
 	res := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: convertCPURequest, corev1.ResourceMemory: convertMemoryRequest},
@@ -163,6 +198,7 @@ func RenderConvert(c Convert) (*batchv1.Job, error) {
 		Env:                      []corev1.EnvVar{{Name: "LIBGUESTFS_CACHEDIR", Value: "/var/tmp"}, {Name: "TMPDIR", Value: "/tmp"}, {Name: "HOME", Value: "/tmp"}},
 		ImagePullPolicy:          corev1.PullIfNotPresent,
 		VolumeMounts:             mounts,
+		VolumeDevices:            devices,
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Resources:                res,

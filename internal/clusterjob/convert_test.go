@@ -157,3 +157,43 @@ func TestObserveConvert(t *testing.T) {
 		}
 	}
 }
+
+// Block-mode claims are attached as devices, each disk's journal claim
+// mounted where the worker keeps its overlay; without one journal claim
+// per disk nothing is rendered.
+func TestRenderConvertBlock(t *testing.T) {
+	c := sampleConvert()
+	c.Block = true
+	if _, err := clusterjob.RenderConvert(c); err == nil || !strings.Contains(err.Error(), "journal claims") {
+		t.Errorf("Block-mode claims without journal claims: %v", err)
+	}
+	c.JournalClaims = []string{"web-disk-0-journal", "web-disk-1-journal"}
+	job, err := clusterjob.RenderConvert(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := job.Spec.Template.Spec.Containers[0]
+	if len(ctr.VolumeDevices) != 2 || ctr.VolumeDevices[1].DevicePath != clusterjob.ConvertDevicePath(1) {
+		t.Errorf("volume devices %+v", ctr.VolumeDevices)
+	}
+	mounted := map[string]string{}
+	for _, m := range ctr.VolumeMounts {
+		mounted[m.MountPath] = m.Name
+	}
+	claims := map[string]string{}
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	if claims[mounted["/journal/1"]] != "web-disk-1-journal" || mounted["/disks/0"] != "" {
+		t.Errorf("mounts %v, claims %v: want each journal claim at /journal/<index> and no claim mounted as a folder", mounted, claims)
+	}
+	spec := c.Spec()
+	if d := spec.Disks[1]; d.Path != clusterjob.ConvertDevicePath(1) || d.OverlayDir != "/journal/1" || d.SizeBytes != 2<<30 {
+		t.Errorf("disk 1 in the worker's spec: %+v", d)
+	}
+	if err := spec.Validate(); err != nil {
+		t.Errorf("the worker's spec: %v", err)
+	}
+}

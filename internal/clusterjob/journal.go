@@ -12,7 +12,7 @@ import (
 
 // A Block-mode claim is a device with nothing beside it, so a disk copied
 // into one keeps its journal, its chain's state and the snapshot deltas'
-// copies in a journal claim of its own: a small Filesystem-mode claim
+// copies (and the conversion its overlay) in a journal claim of its own: a small Filesystem-mode claim
 // mounted at JournalDir, kept from attempt to attempt so that a pod that
 // is killed or evicted resumes where it was, and deleted with the
 // migration's other cluster objects once it has Completed (or with its
@@ -43,6 +43,15 @@ func JournalClaimSize(size, chunk, room int64) int64 {
 		chunks = (size + chunk - 1) / chunk
 	}
 	n := journalBaseBytes + chunks*journalBytesPerChunk + room
+	return (n + (1<<20 - 1)) &^ (1<<20 - 1)
+}
+
+// OverlayRoom is the room a disk of size bytes gets in its journal claim
+// for the conversion's overlay (what virt-v2v writes, typically tens to a
+// few hundred MiB): what a Filesystem-mode claim has beside its disk.img,
+// CDI's default file system overhead of 5.5%, and at least 256 MiB.
+func OverlayRoom(size int64) int64 {
+	n := max(size/1000*55, 256<<20)
 	return (n + (1<<20 - 1)) &^ (1<<20 - 1)
 }
 

@@ -1,9 +1,12 @@
 package convertjob
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
-// HashImage is hashImage, for the tests.
-var HashImage = hashImage
+// HashImage is hashImage of the image file p, for the tests.
+func HashImage(ctx context.Context, p string) (Checked, error) { return hashImage(ctx, Disk{Path: p}) }
 
 // SetAfterCommit sets the hook called after each image's commit, for the
 // rest of the test (nil removes it).

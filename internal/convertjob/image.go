@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,17 +17,46 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 )
 
-// createOverlay makes image's overlay, a qcow2 file beside it whose
-// backing file is the image by its relative name, so that the overlay
-// works wherever the claim is mounted.
-func createOverlay(ctx context.Context, image string) error {
-	return qemuImg(ctx, filepath.Dir(image), "create", "-q", "-f", "qcow2", "-F", "raw", "-b", filepath.Base(image), Overlay(image))
+// createOverlay makes the disk's overlay, a qcow2 file whose backing file
+// is the image by its relative name (beside it, so that the overlay works
+// wherever the claim is mounted), or a device by its path in the pod.
+func createOverlay(ctx context.Context, d Disk) error {
+	backing := filepath.Base(d.Path)
+	if d.device() {
+		backing = d.Path
+	}
+	return qemuImg(ctx, d.dir(), "create", "-q", "-f", "qcow2", "-F", "raw", "-b", backing, d.Overlay())
 }
 
-// commitOverlay writes what image's overlay holds into the image. -d
+// commitOverlay writes what the disk's overlay holds into its image. -d
 // leaves the overlay as it was: a commit cut short is made again whole.
-func commitOverlay(ctx context.Context, image string) error {
-	return qemuImg(ctx, filepath.Dir(image), "commit", "-q", "-d", "-f", "qcow2", Overlay(image))
+func commitOverlay(ctx context.Context, d Disk) error {
+	return qemuImg(ctx, d.dir(), "commit", "-q", "-d", "-f", "qcow2", d.Overlay())
+}
+
+// checkDevice checks that a device disk is a block device holding at
+// least the disk.
+func checkDevice(d Disk) error {
+	fi, err := os.Stat(d.Path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+		return fmt.Errorf("%s is not a block device (%s): is the claim in Block volume mode?", d.Path, fi.Mode().Type())
+	}
+	f, err := os.Open(d.Path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	if size < d.SizeBytes {
+		return fmt.Errorf("%s holds %d bytes, the disk %d", d.Path, size, d.SizeBytes)
+	}
+	return nil
 }
 
 // qemuImg runs qemu-img in dir with args (never through a shell; the
@@ -82,9 +112,14 @@ func fsyncPath(p string) error {
 }
 
 // hashImage is the SHA-256 and size of a raw image, its holes hashed as
-// the zeros they read as without being read.
-func hashImage(ctx context.Context, p string) (Checked, error) {
-	s, err := sparsefile.Hash(ctx, p)
+// the zeros they read as without being read; of a device, its first
+// SizeBytes.
+func hashImage(ctx context.Context, d Disk) (Checked, error) {
+	n := int64(-1)
+	if d.device() {
+		n = d.SizeBytes
+	}
+	s, err := sparsefile.HashPrefix(ctx, d.Path, n)
 	if err != nil {
 		return Checked{}, err
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -86,6 +85,12 @@ func run(ctx context.Context, s Spec, p *printer) Result {
 func checkDisks(s Spec) error {
 	var errs []error
 	for i, d := range s.Disks {
+		if d.device() {
+			if err := checkDevice(d); err != nil {
+				errs = append(errs, fmt.Errorf("disks[%d]: %w", i, err))
+			}
+			continue
+		}
 		fi, err := os.Lstat(d.Path)
 		switch {
 		case err != nil:
@@ -173,8 +178,8 @@ func (j *job) convert(ctx context.Context) error {
 	}
 	v2vDisks := make([]convert.V2VDisk, len(disks))
 	for i, d := range disks {
-		v2vDisks[i] = convert.V2VDisk{Path: Overlay(d.Path), Format: convert.QCOW2}
-		if err := createOverlay(ctx, d.Path); err != nil {
+		v2vDisks[i] = convert.V2VDisk{Path: d.Overlay(), Format: convert.QCOW2}
+		if err := createOverlay(ctx, d); err != nil {
 			_ = j.removeOverlays()
 			return err
 		}
@@ -201,8 +206,8 @@ func (j *job) commit(ctx context.Context) error {
 	disks := j.spec.Disks
 	var lost []string
 	for _, d := range disks {
-		if fi, err := os.Lstat(Overlay(d.Path)); err != nil || !fi.Mode().IsRegular() {
-			lost = append(lost, Overlay(d.Path))
+		if fi, err := os.Lstat(d.Overlay()); err != nil || !fi.Mode().IsRegular() {
+			lost = append(lost, d.Overlay())
 		}
 	}
 	if len(lost) > 0 {
@@ -213,7 +218,7 @@ func (j *job) commit(ctx context.Context) error {
 	}
 	j.out.stage(StageCommitting, len(disks), "committing the converted overlays into the images")
 	for i, d := range disks {
-		if err := commitOverlay(ctx, d.Path); err != nil {
+		if err := commitOverlay(ctx, d); err != nil {
 			return err
 		}
 		if err := fsyncPath(d.Path); err != nil {
@@ -228,7 +233,7 @@ func (j *job) commit(ctx context.Context) error {
 	j.out.stage(StageHashing, len(disks), "hashing the converted images")
 	checked := make([]Checked, len(disks))
 	for i, d := range disks {
-		c, err := hashImage(ctx, d.Path)
+		c, err := hashImage(ctx, d)
 		if err != nil {
 			return err
 		}
@@ -267,14 +272,14 @@ func (j *job) answer(ctx context.Context, reused bool) Result {
 // folders it removed one from.
 func (j *job) removeOverlays() error {
 	for _, d := range j.spec.Disks {
-		err := os.Remove(Overlay(d.Path))
+		err := os.Remove(d.Overlay())
 		if os.IsNotExist(err) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("remove the overlay: %w", err)
 		}
-		if err := durable.SyncDir(filepath.Dir(d.Path)); err != nil {
+		if err := durable.SyncDir(d.dir()); err != nil {
 			return err
 		}
 	}
@@ -284,10 +289,10 @@ func (j *job) removeOverlays() error {
 // syncOverlays makes the converted overlays and their names durable.
 func (j *job) syncOverlays() error {
 	for _, d := range j.spec.Disks {
-		if err := fsyncPath(Overlay(d.Path)); err != nil {
+		if err := fsyncPath(d.Overlay()); err != nil {
 			return err
 		}
-		if err := durable.SyncDir(filepath.Dir(d.Path)); err != nil {
+		if err := durable.SyncDir(d.dir()); err != nil {
 			return err
 		}
 	}

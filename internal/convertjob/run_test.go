@@ -22,6 +22,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob/convertjobtest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/loopdev"
 )
 
 const (
@@ -419,6 +420,13 @@ func TestRefusals(t *testing.T) {
 			"permanent", convertjob.ReasonBadSpec},
 		{"no disks", func(t *testing.T, s *convertjob.Spec) { s.Disks = nil },
 			"permanent", convertjob.ReasonBadSpec},
+		{"relative overlay folder", func(t *testing.T, s *convertjob.Spec) { s.Disks[0].OverlayDir = "journal/0" },
+			"permanent", convertjob.ReasonBadSpec},
+		{"two devices' overlays in one folder", func(t *testing.T, s *convertjob.Spec) {
+			s.Disks[0].OverlayDir, s.Disks[1].OverlayDir = "/journal", "/journal"
+		}, "permanent", convertjob.ReasonBadSpec},
+		{"a file given as a device", func(t *testing.T, s *convertjob.Spec) { s.Disks[1].OverlayDir = t.TempDir() },
+			"permanent", convertjob.ReasonBadDisk},
 		{"symlinked disk", func(t *testing.T, s *convertjob.Spec) {
 			real := filepath.Join(t.TempDir(), "real.img")
 			if err := os.Rename(s.Disks[1].Path, real); err != nil {
@@ -595,5 +603,71 @@ func TestStateOfReplacedClaimsIsNotBelieved(t *testing.T) {
 	}
 	if st := readState(t, c.spec); st.Phase != convertjob.PhaseDone || !slices.Equal(st.IDs, []string{"uid-a", "uid-c"}) {
 		t.Errorf("state %s for %v, want done for the new claims", st.Phase, st.IDs)
+	}
+}
+
+// The guest on Block-mode claims (loop devices, each larger than its
+// disk) is converted on overlays kept in each disk's overlay folder (its
+// journal claim), backed by the device by its path: only the conversion's
+// writes reach the devices, each result hashes the device's first
+// SizeBytes, the state is in the first disk's folder and no overlay is
+// left; a second run answers from the state.
+func TestConvertOnDevices(t *testing.T) {
+	fake := convertjobtest.Install(t, convertjobtest.Options{})
+	c := newClaims(t, 2)
+	var devs []string
+	for i := range c.spec.Disks {
+		d := &c.spec.Disks[i]
+		if err := os.Truncate(d.Path, diskSize+mib); err != nil {
+			t.Fatal(err)
+		}
+		dev, err := loopdev.Attach(d.Path)
+		if err != nil {
+			t.Fatalf("this test converts on loop devices: %v", err)
+		}
+		t.Cleanup(func() { _ = dev.Detach() })
+		d.Path, d.OverlayDir = dev.Path, t.TempDir()
+		devs = append(devs, dev.Path)
+	}
+	res, _ := run(t, t.Context(), c.spec)
+	if !res.OK || len(res.Disks) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	for i, d := range c.spec.Disks {
+		f, err := os.Open(d.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, diskSize)
+		_, err = f.ReadAt(got, 0)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := convertjobtest.Apply(c.before[i], i); !bytes.Equal(got, want) {
+			t.Errorf("disk %d: the device is not its content before with the conversion's write (first difference at %d)", i, firstDiff(got, want))
+		}
+		if res.Disks[i] != (convertjob.Checked{SHA256: sha256Hex(got), Bytes: diskSize}) {
+			t.Errorf("disk %d: result %+v, the device's disk hashes to %s", i, res.Disks[i], sha256Hex(got))
+		}
+		entries, _ := os.ReadDir(d.OverlayDir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		want := []string(nil)
+		if i == 0 {
+			want = []string{convertjob.StateFile}
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("disk %d: its overlay folder holds %q, want %q", i, names, want)
+		}
+	}
+	if got := fake.Backings(t); !slices.Equal(got, devs) {
+		t.Errorf("the overlays' backing files %q, want the devices %q", got, devs)
+	}
+	again, _ := run(t, t.Context(), c.spec)
+	if !again.OK || !again.Reused || !slices.Equal(again.Disks, res.Disks) {
+		t.Errorf("second run %+v, want the first's answer from the state", again)
 	}
 }

@@ -61,10 +61,15 @@ type Spec struct {
 	ResultPath string `json:"result_path,omitempty"`
 }
 
-// Disk is one raw image in a claim.
+// Disk is one raw image in a claim: a claim's disk.img, or with
+// OverlayDir a Block-mode claim's device.
 type Disk struct {
 	Path      string `json:"path"`
 	SizeBytes int64  `json:"size_bytes"`
+	// OverlayDir, for a device, is where its overlay (and for the first
+	// disk the state) is kept: the disk's journal claim, since a device
+	// has nothing beside it. The device's first SizeBytes are the disk.
+	OverlayDir string `json:"overlay_dir,omitempty"`
 	// ID identifies the claim's content (the DataVolume's UID): a state
 	// recorded for other IDs is another conversion's, of claims since
 	// replaced, and is started over rather than believed.
@@ -102,10 +107,17 @@ func (s Spec) Validate() error {
 	}
 	dirs := map[string]bool{}
 	for i, d := range s.Disks {
-		if err := checkPath(d.Path); err != nil {
+		check := checkPath
+		if d.OverlayDir != "" {
+			check = checkAbs
+			if err := checkAbs(d.OverlayDir); err != nil {
+				errs = append(errs, fmt.Errorf("disks[%d].overlay_dir: %w", i, err))
+			}
+		}
+		if err := check(d.Path); err != nil {
 			errs = append(errs, fmt.Errorf("disks[%d].path: %w", i, err))
-		} else if dir := filepath.Dir(d.Path); dirs[dir] {
-			errs = append(errs, fmt.Errorf("disks[%d].path %q shares its folder with another disk", i, d.Path))
+		} else if dir := d.dir(); dirs[dir] {
+			errs = append(errs, fmt.Errorf("disks[%d] shares its folder %s with another disk", i, dir))
 		} else {
 			dirs[dir] = true
 		}
@@ -152,6 +164,26 @@ func checkAbs(p string) error {
 // Overlay is the overlay path of disk image p.
 func Overlay(p string) string { return p + OverlaySuffix }
 
+// device says the disk is a Block-mode claim's device.
+func (d Disk) device() bool { return d.OverlayDir != "" }
+
+// dir is the folder the disk's overlay is kept in.
+func (d Disk) dir() string {
+	if d.device() {
+		return d.OverlayDir
+	}
+	return filepath.Dir(d.Path)
+}
+
+// Overlay is the disk's overlay: Overlay(Path), or for a device the
+// device's name with OverlaySuffix in OverlayDir.
+func (d Disk) Overlay() string {
+	if d.device() {
+		return filepath.Join(d.OverlayDir, filepath.Base(d.Path)+OverlaySuffix)
+	}
+	return Overlay(d.Path)
+}
+
 // IDs are the disks' IDs, in order.
 func (s Spec) IDs() []string {
 	ids := make([]string, len(s.Disks))
@@ -162,7 +194,7 @@ func (s Spec) IDs() []string {
 }
 
 // StatePath is the state file of a conversion of these disks.
-func (s Spec) StatePath() string { return filepath.Join(filepath.Dir(s.Disks[0].Path), StateFile) }
+func (s Spec) StatePath() string { return filepath.Join(s.Disks[0].dir(), StateFile) }
 
 // Conversion states (State.Phase).
 const (

@@ -30,8 +30,10 @@ import (
 //	observe  the record's copies (Preparing verified them); the
 //	         conversion Job of the recorded attempt and its pods; whether
 //	         the cluster offers KVM to pods (devices.kubevirt.io/kvm)
-//	act      the conversion Job, created or adopted by spec hash, once no
-//	         pod of an earlier attempt can still write the claims
+//	act      for Block-mode claims, each disk's journal claim (where its
+//	         overlay is kept) if gone since Preparing; the conversion Job,
+//	         created or adopted by spec hash, once no pod of an earlier
+//	         attempt can still write the claims
 //	record   the attempt number before its Job is created; the Job's name
 //	         and UID; each disk's converted SHA-256 and what virt-v2v saw
 //	         and did, once checked; a failed attempt's successor
@@ -87,6 +89,11 @@ func (r *run) convertInCluster(ctx context.Context) error {
 			if err := r.save(ctx); err != nil {
 				return err
 			}
+		}
+		// Block-mode claims keep their overlays in their journal
+		// claims (made at Preparing; made again if gone since).
+		if err := r.ensureJournalClaims(ctx); err != nil {
+			return err
 		}
 		// The Job's change ends the wait at once (wakeups.go).
 		job := r.e.wake.follow(kube.WatchJobs, r.spec.Namespace)
@@ -179,10 +186,14 @@ func (cv *clusterConvert) convertOf() clusterjob.Convert {
 	if t := r.e.deps.ConversionStallTimeout; t > 0 {
 		c.StallSeconds = int(max(t.Round(time.Second), time.Second) / time.Second)
 	}
+	c.Block = r.spec.block()
 	for _, d := range rec.Disks {
 		c.Claims = append(c.Claims, d.DataVolume)
 		c.Sizes = append(c.Sizes, d.SizeBytes)
 		c.IDs = append(c.IDs, d.DataVolumeUID)
+		if c.Block {
+			c.JournalClaims = append(c.JournalClaims, clusterjob.JournalClaimName(d.DataVolume))
+		}
 	}
 	return c
 }

@@ -76,9 +76,6 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 	if e.deps.WorkerImage == "" {
 		missing = append(missing, "the provider's worker_image is not set: cluster execution runs its copy and conversion Jobs from that image (see make image; pin it by digest)")
 	}
-	if spec.block() && spec.Conversion == ConversionVirtV2V {
-		missing = append(missing, "a conversion Job converts guests in Filesystem-mode claims only: Block-mode claims are converted in local execution (or copied in cluster execution with conversion \"none\")")
-	}
 	if spec.Conversion == ConversionVirtV2V && len(vm.Disks) > convertjob.MaxDisks {
 		missing = append(missing, fmt.Sprintf("the VM has %d disks and a conversion Job converts at most %d", len(vm.Disks), convertjob.MaxDisks))
 	}

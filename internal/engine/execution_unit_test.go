@@ -115,7 +115,7 @@ func TestExecutionCheck(t *testing.T) {
 		{"warm", withImage, func(s Spec) Spec { s.Mode = ModeWarm; return s }, plain, true, "copy the disks"},
 		{"block", withImage, func(s Spec) Spec { s.VolumeMode = "Block"; return s }, plain, true, "copy the disks"},
 		{"block on snapshots, warm", withImage, func(s Spec) Spec { s.VolumeMode, s.Mode = "Block", ModeWarm; return s }, onChain, true, "copy the disks"},
-		{"block converted by virt-v2v", withImage, func(s Spec) Spec { s.VolumeMode, s.Conversion = "Block", ConversionVirtV2V; return s }, plain, false, "Filesystem-mode claims only"},
+		{"block converted by virt-v2v", withImage, func(s Spec) Spec { s.VolumeMode, s.Conversion = "Block", ConversionVirtV2V; return s }, plain, true, "a conversion Job converts the guest"},
 		{"virt-v2v", withImage, func(s Spec) Spec { s.Conversion = ConversionVirtV2V; return s }, plain, true, "a conversion Job converts the guest"},
 		{"snapshot chain", withImage, nil, onChain, true, "copy the disks"},
 		{"a chain link of two extents", withImage, nil, twoExtents, false, "has 2 extent files"},

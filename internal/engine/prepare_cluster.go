@@ -293,8 +293,8 @@ func (r *run) clusterRoom(d record.DiskEvidence) int64 {
 }
 
 // ensureJournalClaims makes, for Block-mode claims, each disk's journal
-// claim (clusterjob's journal.go), sized for its journal and the room its
-// chain needs. One found is the migration's only if it carries the
+// claim (clusterjob's journal.go), sized for its journal, the room its
+// chain needs and, with conversion "virt-v2v", its overlay. One found is the migration's only if it carries the
 // migration's label; one too small (a chain that grew) is asked to grow.
 // A claim that waits for its first consumer binds when the copy pod is
 // scheduled: nothing waits for it here.
@@ -306,9 +306,13 @@ func (r *run) ensureJournalClaims(ctx context.Context) error {
 	rec := r.rec()
 	for i := range rec.Disks {
 		d := &rec.Disks[i]
+		room := r.clusterRoom(*d)
+		if r.spec.Conversion == ConversionVirtV2V {
+			room += clusterjob.OverlayRoom(d.SizeBytes)
+		}
 		want := clusterjob.RenderJournalClaim(clusterjob.JournalClaim{Namespace: r.spec.Namespace, Migration: r.spec.Name,
 			Claim: d.DataVolume, Disk: i, StorageClass: r.spec.StorageClass,
-			Size: clusterjob.JournalClaimSize(d.SizeBytes, r.chunkSize(), r.clusterRoom(*d)), Owner: r.recordOwner()})
+			Size: clusterjob.JournalClaimSize(d.SizeBytes, r.chunkSize(), room), Owner: r.recordOwner()})
 		got, err := kc.GetPersistentVolumeClaim(ctx, want.Namespace, want.Name)
 		switch {
 		case kube.IsNotFound(err):

@@ -96,12 +96,21 @@ func fileSHA256(t *testing.T, p string) string {
 // converted disks, the record holds what virt-v2v saw with each image's
 // SHA-256 (as in local execution), the Job ran once, no overlay is left,
 // and nothing was uploaded or staged locally.
+//
+// Into Block-mode claims the same holds, the Job converting on the
+// claims' devices with each overlay in the disk's journal claim.
 func TestGuestConvertedInCluster(t *testing.T) {
+	for _, tc := range []struct{ volumeMode, name string }{{"Filesystem", "cx-conv"}, {"Block", "cx-convb"}} {
+		t.Run(tc.volumeMode, func(t *testing.T) { guestConvertedInCluster(t, tc.name, tc.volumeMode) })
+	}
+}
+
+func guestConvertedInCluster(t *testing.T, name, volumeMode string) {
 	e := newEnv(t)
 	e.image = v2vImage
-	files := e.addVM("cx-conv", 6)
-	spec := e.spec("cx-conv", "cx-conv")
-	spec.Conversion = engine.ConversionVirtV2V
+	files := e.addVM(name, 6)
+	spec := e.spec(name, name)
+	spec.Conversion, spec.VolumeMode = engine.ConversionVirtV2V, volumeMode
 	before := shared.v2v.Runs(t)
 	rec := e.mustComplete(spec)
 
@@ -121,7 +130,17 @@ func TestGuestConvertedInCluster(t *testing.T) {
 	if left, _ := os.ReadDir(spec.WorkDir); len(left) != 0 {
 		t.Errorf("work_dir holds %d entries; cluster execution stages nothing locally", len(left))
 	}
-	e.checkCleanedUp("cx-conv")
+	if volumeMode == "Block" {
+		// virt-v2v converted overlays backed by the pod's devices.
+		b := shared.v2v.Backings(t)
+		if len(b) < 2 || b[len(b)-2] != clusterjob.ConvertDevicePath(0) || b[len(b)-1] != clusterjob.ConvertDevicePath(1) {
+			t.Errorf("the overlays' backing files %q, want the claims' devices last", b)
+		}
+		if n := len(e.messages("keeps the copy's journal beside the Block-mode claim")); n != 2 {
+			t.Errorf("%d journal claims made, want one per disk", n)
+		}
+	}
+	e.checkCleanedUp(name)
 }
 
 // A conversion Job whose worker is killed while virt-v2v writes leaves the
