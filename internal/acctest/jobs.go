@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,16 @@ func (c *Cluster) Jobs(t testing.TB, namespace string) []batchv1.Job {
 	var l batchv1.JobList
 	if err := c.cl.List(t.Context(), &l, client.InNamespace(namespace)); err != nil {
 		t.Fatalf("listing Jobs in %s: %v", namespace, err)
+	}
+	return l.Items
+}
+
+// PersistentVolumeClaims lists the claims in namespace.
+func (c *Cluster) PersistentVolumeClaims(t testing.TB, namespace string) []corev1.PersistentVolumeClaim {
+	t.Helper()
+	var l corev1.PersistentVolumeClaimList
+	if err := c.cl.List(t.Context(), &l, client.InNamespace(namespace)); err != nil {
+		t.Fatalf("listing claims in %s: %v", namespace, err)
 	}
 	return l.Items
 }

@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +18,11 @@ import (
 
 // TestAccClusterWarmOnSnapshots migrates, through the Terraform CLI, a
 // running VM that already runs on its owner's snapshot with mode = "warm"
-// and execution = "cluster": two precopy rounds and the cutover each run
-// a copy Job (attempts 1 to 3) that flattens the chain in the claim, the
-// claim holds what the guest sees, the state has every chain file's
+// and execution = "cluster" into a Block-mode claim: two precopy rounds
+// and the cutover each run a copy Job (attempts 1 to 3) that flattens the
+// chain on the claim's device, keeping its journal and the deltas' copies
+// in the disk's journal claim, which is gone at the end; the device is
+// exactly the disk and holds what the guest sees, the state has every chain file's
 // SHA-256 and the warm evidence as a local migration has them, the
 // migration's snapshots are gone and the owner's kept, and a second plan
 // changes nothing.
@@ -47,6 +50,7 @@ resource "vmmigration_migration" "jw" {
     namespace     = %q
     name          = "jw"
     storage_class = "claims"
+    volume_mode   = "Block"
     network_map   = { "VM Network" = "pod" }
   }
   mode               = "warm"
@@ -85,6 +89,14 @@ resource "vmmigration_migration" "jw" {
 					}
 					if got := fileSHA256(t, sim.ReceivedPath(ns, "jw-disk-0")); got != want {
 						return fmt.Errorf("the claim holds %s, the guest sees %s", got, want)
+					}
+					if fi, err := os.Stat(sim.ReceivedPath(ns, "jw-disk-0")); err != nil || fi.Size() != 8*mib {
+						return fmt.Errorf("the claim's device: %v (%v), want exactly the disk's %d bytes", fi, err, 8*mib)
+					}
+					for _, pvc := range c.PersistentVolumeClaims(t, ns) {
+						if pvc.Name == "jw-disk-0-journal" && pvc.DeletionTimestamp == nil {
+							return fmt.Errorf("the journal claim %s outlived the migration", pvc.Name)
+						}
 					}
 					cmds := strings.Join(host.Commands(), "\n")
 					if n := strings.Count(cmds, "snapshot.create"); n != 2 {
