@@ -97,32 +97,15 @@ func TestChainResumesAndStartsOver(t *testing.T) {
 	}
 	// As if killed between applying the top delta and recording it.
 	statePath := target + ".chain"
-	var st map[string]any
-	b, err := os.ReadFile(statePath)
-	if err != nil || json.Unmarshal(b, &st) != nil {
-		t.Fatalf("state: %v %s", err, b)
-	}
-	st["applied"] = st["applied"].([]any)[:1]
-	b, _ = json.Marshal(st)
-	if err := os.WriteFile(statePath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editState(t, statePath, unrecordTopDelta)
 	h.srv.ResetStats()
 	code, _, res := runInProcess(t, spec)
 	if code != 0 || res.SHA256 != disk.SHA256() || sha256Of(t, target, size) != disk.SHA256() {
 		t.Fatalf("resumed run: exit %d, %+v; file %s, chain %s", code, res, sha256Of(t, target, size), disk.SHA256())
 	}
-	for _, r := range h.srv.DDReads() {
-		if r.Path != s.Deltas[1].Path {
-			t.Errorf("the resumed run read %s at %d: only the unrecorded delta is read again", r.Path, r.Offset)
-		}
-	}
+	h.checkOnlyDeltaReadAgain(t, s.Deltas[1].Path)
 	// A state of another base: everything starts over.
-	st["base"] = "/vmfs/volumes/datastore1/other/other-flat.vmdk"
-	b, _ = json.Marshal(st)
-	if err := os.WriteFile(statePath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editState(t, statePath, otherBase)
 	h.srv.ResetStats()
 	code, _, res = runInProcess(t, spec)
 	if code != 0 || res.SHA256 != disk.SHA256() || res.ChunksCopied == 0 {
@@ -195,37 +178,52 @@ func TestChainFlattenedIntoBlockClaim(t *testing.T) {
 		t.Fatalf("state %v, delta copies left %v: want the state beside the journal and no copy", err, left)
 	}
 	// As if killed between applying the top delta and recording it.
-	var st map[string]any
-	b, err := os.ReadFile(statePath)
-	if err != nil || json.Unmarshal(b, &st) != nil {
-		t.Fatalf("state: %v %s", err, b)
-	}
-	st["applied"] = st["applied"].([]any)[:1]
-	b, _ = json.Marshal(st)
-	if err := os.WriteFile(statePath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editState(t, statePath, unrecordTopDelta)
 	h.srv.ResetStats()
 	if code, _, res := runInProcess(t, spec); code != 0 || res.SHA256 != disk.SHA256() {
 		t.Fatalf("resumed run: exit %d, %+v", code, res)
 	}
-	for _, r := range h.srv.DDReads() {
-		if r.Path != s.Deltas[1].Path {
-			t.Errorf("the resumed run read %s at %d: only the unrecorded delta is read again", r.Path, r.Offset)
-		}
-	}
+	h.checkOnlyDeltaReadAgain(t, s.Deltas[1].Path)
 	// Another chain's state: the device is written again, and stays a
 	// device.
-	st["base"] = "/vmfs/volumes/datastore1/other/other-flat.vmdk"
-	b, _ = json.Marshal(st)
-	if err := os.WriteFile(statePath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editState(t, statePath, otherBase)
 	code, _, res = runInProcess(t, spec)
 	if code != 0 || res.SHA256 != disk.SHA256() || res.ChunksCopied == 0 {
 		t.Fatalf("run over another chain's state: exit %d, %+v", code, res)
 	}
 	if fi, err := os.Stat(dev.Path); err != nil || fi.Mode()&os.ModeDevice == 0 {
 		t.Fatalf("the device after starting over: %v %v", fi, err)
+	}
+}
+
+// editState rewrites the chain state file at p as edit changes it.
+func editState(t *testing.T, p string, edit func(st map[string]any)) {
+	t.Helper()
+	var st map[string]any
+	b, err := os.ReadFile(p)
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("state: %v %s", err, b)
+	}
+	edit(st)
+	b, _ = json.Marshal(st)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unrecordTopDelta edits the state as a worker killed between applying
+// the top delta and recording it leaves it.
+func unrecordTopDelta(st map[string]any) { st["applied"] = st["applied"].([]any)[:1] }
+
+// otherBase edits the state into one of another chain.
+func otherBase(st map[string]any) { st["base"] = "/vmfs/volumes/datastore1/other/other-flat.vmdk" }
+
+// checkOnlyDeltaReadAgain checks that the host served reads of delta only.
+func (h *host) checkOnlyDeltaReadAgain(t *testing.T, delta string) {
+	t.Helper()
+	for _, r := range h.srv.DDReads() {
+		if r.Path != delta {
+			t.Errorf("the resumed run read %s at %d: only the unrecorded delta is read again", r.Path, r.Offset)
+		}
 	}
 }

@@ -4,8 +4,6 @@ package clustertest
 
 import (
 	"os"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
@@ -56,34 +53,9 @@ func TestBlockClaimsInCluster(t *testing.T) {
 	spec := e.spec("cx-blk", "cx-blk")
 	spec.VolumeMode = string(corev1.PersistentVolumeBlock)
 
-	var killed atomic.Bool
-	var readByFirst atomic.Int64
-	readByFirst.Store(-1)
-	watch := func(ev engine.Event) {
-		if strings.Contains(ev.Message, "is not used again") {
-			readByFirst.CompareAndSwap(-1, int64(len(e.host.DDReads())))
-		}
-		if ev.Kind != engine.EventProgress || ev.Disk != 1 || !strings.Contains(ev.Message, "copy Job pod") || ev.BytesDone < 4*mib {
-			return
-		}
-		pod := strings.Fields(strings.SplitN(ev.Message, "copy Job pod ", 2)[1])[0]
-		pid, ok := shared.runner.Pid(e.ns, pod, clusterjob.CopyContainer)
-		if ok && killed.CompareAndSwap(false, true) {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				t.Errorf("killing the worker of pod %s: %v", pod, err)
-			}
-		}
-	}
-	e.onEvent.Store(&watch)
-	rec, err := e.engine().Run(e.runCtx(), spec)
-	e.onEvent.Store(nil)
-	if err != nil || rec.Phase != record.PhaseCompleted {
-		t.Logf("first run: %v", err)
-		rec = e.mustComplete(spec)
-	}
-	if !killed.Load() {
-		t.Fatal("no worker was killed")
-	}
+	ci := e.interruptCopy(1, func(_ string, pid int) error { return syscall.Kill(pid, syscall.SIGKILL) })
+	rec := e.completeWatching(spec, ci.watch)
+	first := ci.check()
 
 	for i, d := range rec.Disks {
 		want := files.Disks[i].SHA256()
@@ -115,26 +87,10 @@ func TestBlockClaimsInCluster(t *testing.T) {
 	if got := rec.Disks[1].CopyAttempt; got != 2 {
 		t.Errorf("disk 1: attempt %d, want 2 (the killed Job is never run again)", got)
 	}
-	first := int(readByFirst.Load())
-	if first < 0 {
-		t.Fatal("the engine never said the killed Job is not used again")
-	}
-	reads := e.host.DDReads()
-	before := map[int64]bool{}
-	for _, r := range reads[:first] {
-		if r.Path == files.Disks[1].Flat && r.Length == spec.CopyChunkSize {
-			before[r.Offset] = true
-		}
-	}
-	var again []int64
-	for _, r := range reads[first:] {
-		if r.Path == files.Disks[1].Flat && r.Length == spec.CopyChunkSize && before[r.Offset] {
-			again = append(again, r.Offset/mib)
-		}
-	}
-	t.Logf("%d chunks of disk 1 read by the killed Job; read again: %v", len(before), again)
-	if len(before) == 0 || len(again) > 4 {
-		t.Errorf("chunks %v of disk 1 read again after %d were read, want at most two per stream (4)", again, len(before))
+	before, again := e.chunksReadAgain(first, files.Disks[1].Flat, spec.CopyChunkSize)
+	t.Logf("%d chunks of disk 1 read by the killed Job; read again: %v", before, again)
+	if before == 0 || len(again) > 4 {
+		t.Errorf("chunks %v of disk 1 read again after %d were read, want at most two per stream (4)", again, before)
 	}
 	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
 		t.Errorf("%d power-off commands, want 1", n)

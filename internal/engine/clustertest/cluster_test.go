@@ -97,6 +97,94 @@ func (e *env) checkCleanedUp(name string) {
 	}
 }
 
+// copyInterrupter interrupts the first copy Job of a disk that has copied
+// 4 MiB, and notes how many reads the host had logged when the engine gave
+// that Job up (its pod ended: every read it made is logged).
+type copyInterrupter struct {
+	e         *env
+	disk      int
+	interrupt func(pod string, pid int) error
+	pod       atomic.Pointer[string]
+	first     atomic.Int64
+}
+
+// interruptCopy is a copyInterrupter of disk's copy; its watch goes to
+// completeWatching.
+func (e *env) interruptCopy(disk int, interrupt func(pod string, pid int) error) *copyInterrupter {
+	c := &copyInterrupter{e: e, disk: disk, interrupt: interrupt}
+	c.first.Store(-1)
+	return c
+}
+
+func (c *copyInterrupter) watch(ev engine.Event) {
+	if strings.Contains(ev.Message, "is not used again") {
+		c.first.CompareAndSwap(-1, int64(len(c.e.host.DDReads())))
+	}
+	if ev.Kind != engine.EventProgress || ev.Disk != c.disk || !strings.Contains(ev.Message, "copy Job pod") || ev.BytesDone < 4*mib {
+		return
+	}
+	pod := strings.Fields(strings.SplitN(ev.Message, "copy Job pod ", 2)[1])[0]
+	pid, ok := shared.runner.Pid(c.e.ns, pod, clusterjob.CopyContainer)
+	if !ok || !c.pod.CompareAndSwap(nil, &pod) {
+		return
+	}
+	if err := c.interrupt(pod, pid); err != nil {
+		c.e.t.Errorf("interrupting pod %s: %v", pod, err)
+	}
+}
+
+// check fails the test unless a copy was interrupted and given up, and
+// returns how many reads the host had logged by then.
+func (c *copyInterrupter) check() int {
+	c.e.t.Helper()
+	pod := c.pod.Load()
+	if pod == nil {
+		c.e.t.Fatal("no copy was interrupted")
+	}
+	c.e.t.Logf("interrupted the copy of pod %s", *pod)
+	first := int(c.first.Load())
+	if first < 0 {
+		c.e.t.Fatal("the engine never said the interrupted Job is not used again")
+	}
+	return first
+}
+
+// completeWatching runs the migration with watch seeing every event, and
+// once more if that run stopped short of Completed (a transient stop may
+// take one more run, as one more apply).
+func (e *env) completeWatching(spec engine.Spec, watch func(engine.Event)) record.Record {
+	e.t.Helper()
+	e.onEvent.Store(&watch)
+	rec, err := e.engine().Run(e.runCtx(), spec)
+	e.onEvent.Store(nil)
+	if err != nil || rec.Phase != record.PhaseCompleted {
+		e.t.Logf("first run: %v", err)
+		rec = e.mustComplete(spec)
+	}
+	return rec
+}
+
+// chunksReadAgain counts the chunks of the extent file flat that the host
+// served among its first reads (first: how many reads the host had logged
+// when the first Job was done with), and returns those of them read again
+// since, in MiB. Chunk reads only: a copy also reads the disk's last
+// sector to check its size.
+func (e *env) chunksReadAgain(first int, flat string, chunk int64) (before int, again []int64) {
+	reads := e.host.DDReads()
+	read := map[int64]bool{}
+	for _, r := range reads[:first] {
+		if r.Path == flat && r.Length == chunk {
+			read[r.Offset] = true
+		}
+	}
+	for _, r := range reads[first:] {
+		if r.Path == flat && r.Length == chunk && read[r.Offset] {
+			again = append(again, r.Offset/mib)
+		}
+	}
+	return len(read), again
+}
+
 // A cold migration in cluster execution runs every checkpoint with copy
 // Jobs that write straight into the DataVolumes' claims: the claims hold
 // the source disks, the record has each disk's Job, attempt and checked
@@ -222,69 +310,15 @@ func copyInterrupted(t *testing.T, interrupt func(e *env, pod string, pid int) e
 	e.host.SetCommandDelay(100 * time.Millisecond)
 	spec := e.spec("cx-app", "cx-app")
 
-	interrupted := make(chan string, 1)
-	var readByFirst atomic.Int64
-	readByFirst.Store(-1)
-	watch := func(ev engine.Event) {
-		if strings.Contains(ev.Message, "is not used again") {
-			// The first Job has failed, its pod ended: every read it made
-			// is logged.
-			readByFirst.CompareAndSwap(-1, int64(len(e.host.DDReads())))
-		}
-		if ev.Kind != engine.EventProgress || ev.Disk != 0 || !strings.Contains(ev.Message, "copy Job pod") || ev.BytesDone < 4*mib {
-			return
-		}
-		pod := strings.Fields(strings.SplitN(ev.Message, "copy Job pod ", 2)[1])[0]
-		pid, ok := shared.runner.Pid(e.ns, pod, clusterjob.CopyContainer)
-		if !ok {
-			return
-		}
-		select {
-		case interrupted <- pod:
-			if err := interrupt(e, pod, pid); err != nil {
-				t.Errorf("interrupting pod %s: %v", pod, err)
-			}
-		default:
-		}
-	}
-	e.onEvent.Store(&watch)
-	rec, err := e.engine().Run(e.runCtx(), spec)
-	e.onEvent.Store(nil)
-	if err != nil || rec.Phase != record.PhaseCompleted {
-		// A transient stop may take one more run (one more apply).
-		t.Logf("first run: %v", err)
-		rec = e.mustComplete(spec)
-	}
-	select {
-	case pod := <-interrupted:
-		t.Logf("interrupted the copy of pod %s", pod)
-	default:
-		t.Fatal("no copy was interrupted")
-	}
-	first := int(readByFirst.Load())
-	if first < 0 {
-		t.Fatal("the engine never said the first Job is not used again")
-	}
+	ci := e.interruptCopy(0, func(pod string, pid int) error { return interrupt(e, pod, pid) })
+	rec := e.completeWatching(spec, ci.watch)
+	first := ci.check()
 	e.checkClaimsHoldSources(rec, files)
 	if got := rec.Disks[0].CopyAttempt; got != 2 {
 		t.Errorf("disk 0: attempt %d, want 2 (the interrupted Job is never run again)", got)
 	}
-	// Chunk reads only (a copy also reads the disk's last sector to
-	// check its size).
-	reads := e.host.DDReads()
-	before := map[int64]bool{}
-	for _, r := range reads[:first] {
-		if r.Path == files.Disks[0].Flat && r.Length == spec.CopyChunkSize {
-			before[r.Offset] = true
-		}
-	}
-	var again []int64
-	for _, r := range reads[first:] {
-		if r.Path == files.Disks[0].Flat && r.Length == spec.CopyChunkSize && before[r.Offset] {
-			again = append(again, r.Offset/mib)
-		}
-	}
-	t.Logf("%d chunks of disk 0 read by the first Job; read again by the second: %v", len(before), again)
+	before, again := e.chunksReadAgain(first, files.Disks[0].Flat, spec.CopyChunkSize)
+	t.Logf("%d chunks of disk 0 read by the first Job; read again by the second: %v", before, again)
 	// Per stream, the chunk being read and the one before it, not yet in
 	// the journal (transfer's runStreams): two streams here.
 	if len(again) > 4 {

@@ -198,13 +198,7 @@ func TestConversionKilledMidway(t *testing.T) {
 			_ = os.Remove(hold)
 		}()
 	}
-	e.onEvent.Store(&watch)
-	rec, err := e.engine().Run(e.runCtx(), spec)
-	e.onEvent.Store(nil)
-	if err != nil || rec.Phase != record.PhaseCompleted {
-		t.Logf("first run: %v", err)
-		rec = e.mustComplete(spec)
-	}
+	rec := e.completeWatching(spec, watch)
 	if !killed.Load() {
 		t.Fatal("no conversion was killed")
 	}
