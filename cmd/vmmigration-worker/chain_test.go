@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/loopdev"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -144,15 +142,7 @@ func TestChainStateLeftForAPlainCopy(t *testing.T) {
 func TestChainFlattenedIntoBlockClaim(t *testing.T) {
 	const size = 32 * mib
 	h := newHost(t, esxisim.HostPython())
-	backing := filepath.Join(t.TempDir(), "claim.raw")
-	if err := os.WriteFile(backing, bytes.Repeat([]byte{0x5a}, size+mib), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := loopdev.Attach(backing)
-	if err != nil {
-		t.Fatalf("this test writes to a loop device: %v", err)
-	}
-	t.Cleanup(func() { _ = dev.Detach() })
+	dev := staleDevice(t, size+mib, 0x5a)
 	disk, s := h.addChainDisk(t, "snapblk", size, dev.Path)
 	journalDir := t.TempDir()
 	s.Target.Kind, s.JournalPath = copyjob.TargetBlock, filepath.Join(journalDir, "disk-0.journal")

@@ -78,14 +78,12 @@ func TestCopyIntoFileClaim(t *testing.T) {
 	}
 }
 
-// A disk copied into a Block-mode claim (a loop device full of stale
-// bytes) reads back equal to the source, with its journal on a file system.
-func TestCopyIntoBlockClaim(t *testing.T) {
-	const size = 24 * mib
-	h := newHost(t, "")
-	disk := h.addDisk(t, "db", size, sparseContent(size))
+// staleDevice is a Block-mode claim of size bytes that others used
+// before: a loop device full of fill bytes, detached when the test ends.
+func staleDevice(t *testing.T, size int64, fill byte) *loopdev.Device {
+	t.Helper()
 	backing := filepath.Join(t.TempDir(), "claim.raw")
-	if err := os.WriteFile(backing, bytes.Repeat([]byte{0xa5}, size+mib), 0o600); err != nil {
+	if err := os.WriteFile(backing, bytes.Repeat([]byte{fill}, int(size)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	dev, err := loopdev.Attach(backing)
@@ -93,6 +91,16 @@ func TestCopyIntoBlockClaim(t *testing.T) {
 		t.Fatalf("this test writes to a loop device: %v", err)
 	}
 	t.Cleanup(func() { _ = dev.Detach() })
+	return dev
+}
+
+// A disk copied into a Block-mode claim (a loop device full of stale
+// bytes) reads back equal to the source, with its journal on a file system.
+func TestCopyIntoBlockClaim(t *testing.T) {
+	const size = 24 * mib
+	h := newHost(t, "")
+	disk := h.addDisk(t, "db", size, sparseContent(size))
+	dev := staleDevice(t, size+mib, 0xa5)
 	s := h.spec(t, disk, copyjob.Target{Kind: copyjob.TargetBlock, Path: dev.Path})
 	s.JournalPath = filepath.Join(t.TempDir(), "disk.journal")
 	code, _, res := runInProcess(t, h.writeSpec(t, s))
