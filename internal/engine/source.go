@@ -25,20 +25,30 @@ type inventoryCache struct {
 }
 
 type inventoryEntry struct {
-	done     chan struct{}
-	at       time.Time
-	vms      []esxi.VM
-	problems []esxi.Problem
-	err      error
+	done chan struct{}
+	// started is when the read began, at when it ended.
+	started, at time.Time
+	vms         []esxi.VM
+	problems    []esxi.Problem
+	err         error
 }
 
 // Inventory returns every VM of a configured host (and the host-wide
 // problems), reusing a read made at most maxAge ago by any caller; a zero
 // maxAge always reads the host. Concurrent callers share one read.
 func (e *Engine) Inventory(ctx context.Context, host string, maxAge time.Duration) ([]esxi.VM, []esxi.Problem, error) {
-	c, err := e.hostClient(host)
+	ent, err := e.inventory(ctx, host, maxAge)
 	if err != nil {
 		return nil, nil, err
+	}
+	return ent.vms, ent.problems, ent.err
+}
+
+// inventory is Inventory's read, with when it was made.
+func (e *Engine) inventory(ctx context.Context, host string, maxAge time.Duration) (*inventoryEntry, error) {
+	c, err := e.hostClient(host)
+	if err != nil {
+		return nil, err
 	}
 	ic := &e.inventories
 	ic.mu.Lock()
@@ -55,7 +65,7 @@ func (e *Engine) Inventory(ctx context.Context, host string, maxAge time.Duratio
 		}
 	}
 	if !ok {
-		ent = &inventoryEntry{done: make(chan struct{})}
+		ent = &inventoryEntry{done: make(chan struct{}), started: time.Now()}
 		ic.entries[host] = ent
 		ic.mu.Unlock()
 		ent.vms, ent.problems, ent.err = c.Inventory(ctx)
@@ -66,10 +76,10 @@ func (e *Engine) Inventory(ctx context.Context, host string, maxAge time.Duratio
 		select {
 		case <-ent.done:
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	return ent.vms, ent.problems, ent.err
+	return ent, nil
 }
 
 // ForgetInventory drops a host's cached inventory after a change made to
@@ -157,8 +167,10 @@ func (e *Engine) findSource(ctx context.Context, spec Spec, id record.Identity, 
 	if err != nil {
 		return nil, err
 	}
+	var listing *inventoryEntry
 	if id.VMID == 0 && maxAge == 0 && spec.VMID == 0 {
-		if vm, ok := e.pickNamedNow(ctx, c, spec); ok {
+		var vm *esxi.VM
+		if vm, listing = e.pickNamedNow(ctx, c, spec); vm != nil {
 			return vm, nil
 		}
 	}
@@ -195,7 +207,12 @@ func (e *Engine) findSource(ctx context.Context, spec Spec, id record.Identity, 
 		}
 		return &picked, nil
 	}
-	vms, hostProblems, err := e.Inventory(ctx, spec.Host, maxAge)
+	if listing == nil {
+		if listing, err = e.inventory(ctx, spec.Host, maxAge); err != nil {
+			return nil, err
+		}
+	}
+	vms, hostProblems, err := listing.vms, listing.problems, listing.err
 	if err != nil {
 		return nil, err
 	}
@@ -223,21 +240,27 @@ func (e *Engine) findSource(ctx context.Context, spec Spec, id record.Identity, 
 // with it; the caller then reads the whole host now, so a VM registered,
 // renamed or re-registered since the listing is found, and a verdict
 // against the migration (no such VM, two of that name) is never made on
-// a listing older than the call.
-func (e *Engine) pickNamedNow(ctx context.Context, c *esxi.Client, spec Spec) (*esxi.VM, bool) {
-	vms, _, err := e.Inventory(ctx, spec.Host, DefaultInventoryMaxAge)
-	if err != nil {
-		return nil, false
+// a listing older than the call. A listing whose read began after the
+// call did (this call's own, or a concurrent caller's) is that whole
+// read: it is returned for the caller's verdict rather than read again.
+func (e *Engine) pickNamedNow(ctx context.Context, c *esxi.Client, spec Spec) (*esxi.VM, *inventoryEntry) {
+	called := time.Now()
+	ent, err := e.inventory(ctx, spec.Host, DefaultInventoryMaxAge)
+	if err != nil || ent.err != nil {
+		return nil, nil
 	}
-	listed, err := PickVM(vms, spec.Host, spec.VMName, 0)
+	listed, err := PickVM(ent.vms, spec.Host, spec.VMName, 0)
 	if err != nil {
-		return nil, false
+		if ent.started.Before(called) {
+			ent = nil
+		}
+		return nil, ent
 	}
 	vm, err := c.VM(ctx, listed.VMID)
 	if err != nil || vm.System || vm.Name != spec.VMName || vm.VMXPath != listed.VMXPath {
-		return nil, false
+		return nil, nil
 	}
-	return &vm, true
+	return &vm, nil
 }
 
 // esxiClient returns the source host's client.

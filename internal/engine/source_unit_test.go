@@ -99,6 +99,16 @@ func TestDiscoveryByNameSharesTheListing(t *testing.T) {
 	if _, err := find("vm-2"); !errors.As(err, &ferr) || ferr.Reason != "SourceVMNotFound" {
 		t.Fatalf("unregistered vm-2: got %v, want SourceVMNotFound", err)
 	}
+	// A name not on the host, with no listing to share: the one listing
+	// read for the call is the verdict's, the host is not read twice.
+	e.ForgetInventory("esx1")
+	before := guestReads()
+	if _, err := find("nowhere"); !errors.As(err, &ferr) || ferr.Reason != "SourceVMNotFound" {
+		t.Fatalf("a VM of no such name: got %v, want SourceVMNotFound", err)
+	}
+	if got, want := guestReads()-before, len(srv.VMs()); got != want {
+		t.Errorf("a VM of no such name read guest info %d times, want %d (the host's VMs once)", got, want)
+	}
 }
 
 func newSimHost(t *testing.T) (*esxisim.Server, *esxi.Registry) {
