@@ -38,8 +38,9 @@ type journal struct {
 	// SHA256State is the binary-marshaled state of the whole-file SHA-256
 	// after VerifiedChunks chunks (base64 in JSON).
 	SHA256State []byte `json:"sha256_state"`
-	// Ahead holds chunks after the first VerifiedChunks that parallel
-	// streams read and fsync-ed out of order, by index. Each is verified
+	// Ahead holds chunks from VerifiedChunks on that parallel streams
+	// read and fsync-ed out of order, by index (the next one in order
+	// too, until it is hashed into the whole-file hash). Each is verified
 	// against its record before it is trusted, and moves to Chunks (and
 	// into the whole-file hash) once every chunk before it is there.
 	Ahead map[int]chunkRecord `json:"ahead,omitempty"`
@@ -102,7 +103,7 @@ func (j *journal) consistent() bool {
 		}
 	}
 	for i, c := range j.Ahead {
-		if i <= j.VerifiedChunks || i >= n || !isSHA256Hex(c.SHA256) || c.ZeroBytes < 0 || c.ZeroBytes > j.ChunkSize {
+		if i < j.VerifiedChunks || i >= n || !isSHA256Hex(c.SHA256) || c.ZeroBytes < 0 || c.ZeroBytes > j.ChunkSize {
 			return false
 		}
 	}

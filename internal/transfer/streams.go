@@ -34,11 +34,12 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 			}
 		}
 	}()
-	// A stream hands over a chunk only once the one it handed over before
-	// is in the journal (done closed): it reads the next chunk while the
-	// last one is recorded, but never runs further ahead. So a kill -9
-	// loses at most two chunks per stream, the one being read and the one
-	// being recorded, and the next copy reads only those again.
+	// A stream starts its next chunk only once the one it handed over is
+	// in the journal (done closed, as soon as the journal on disk lists it
+	// among the chunks ahead: landAhead). So a kill -9 loses at most one
+	// chunk per stream, the one being read or the one being recorded,
+	// never both, and the next copy reads only those again. The wait is
+	// one journal write; the other streams keep the link busy meanwhile.
 	type landed struct {
 		i    int
 		rec  chunkRecord
@@ -56,23 +57,41 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 		go func() {
 			defer wg.Done()
 			ring := newBufferRing()
-			var prev chan struct{}
 			for i := range todo {
 				rec, err := c.readChunkAt(ctx, src, i, ring)
-				if prev != nil {
-					<-prev // the collector closes every done it receives
-				}
-				prev = make(chan struct{})
-				results <- landed{i, rec, err, prev}
+				done := make(chan struct{})
+				results <- landed{i, rec, err, done}
 				if err != nil {
 					return
 				}
+				<-done // the collector closes every done it receives
 			}
 		}()
 	}
 	go func() {
 		wg.Wait()
 		close(results)
+	}()
+	// The chunks ahead join the verified prefix (and the whole-file hash)
+	// in an advancer of their own, so that hashing a run of them never
+	// holds up a stream waiting for its chunk to be recorded. jmu guards
+	// the journal between the two; the hash is the advancer's alone.
+	var jmu sync.Mutex
+	wake := make(chan struct{}, 1)
+	advanced := make(chan error, 1)
+	go func() {
+		var err error
+		for range wake {
+			if err == nil {
+				if err = c.advance(&jmu); err != nil {
+					cancel()
+				}
+			}
+		}
+		if err == nil {
+			err = c.advance(&jmu)
+		}
+		advanced <- err
 	}()
 	var first error
 	for l := range results {
@@ -84,11 +103,27 @@ func (c *copier) runStreams(ctx context.Context, start int) error {
 			close(l.done)
 			continue
 		}
-		if err := c.land(l.i, l.rec); err != nil && first == nil {
-			first = err
-			cancel()
-		}
+		jmu.Lock()
+		err := c.landAhead(l.i, l.rec)
+		done, verified := c.verifiedBytes(), c.j.VerifiedChunks
+		jmu.Unlock()
 		close(l.done)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			cancel()
+			continue
+		}
+		c.report(done, verified, true)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	close(wake)
+	if err := <-advanced; err != nil && first == nil {
+		first = err
 	}
 	if first != nil {
 		return first
@@ -145,56 +180,64 @@ func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, ring c
 	return rec, nil
 }
 
-// land records chunk i, read and fsync-ed, in the journal: ahead of the
-// verified prefix, then moves every leading chunk into the prefix, adding
-// it to the whole-file hash from the staging file. The data is trusted as
-// the sequential copy trusts its writes (the chunk's own hash was taken as
-// it arrived; a resumed copy checks the file against it), so each byte is
-// hashed twice, as there, but by different goroutines.
-func (c *copier) land(i int, rec chunkRecord) error {
+// landAhead records chunk i, read and fsync-ed, in the journal, ahead of
+// the verified prefix: from here a kill does not lose it.
+func (c *copier) landAhead(i int, rec chunkRecord) error {
 	if c.j.Ahead == nil {
 		c.j.Ahead = map[int]chunkRecord{}
 	}
 	c.j.Ahead[i] = rec
-	var ferr error
+	return c.saveJournal()
+}
+
+// advance moves every leading chunk ahead into the verified prefix, one
+// at a time, adding it to the whole-file hash from the staging file, and
+// records each move; mu guards the journal. The data is trusted as the
+// sequential copy trusts its writes (the chunk's own hash was taken as it
+// arrived; a resumed copy checks the file against it), so each byte is
+// hashed twice, as there, but by different goroutines.
+func (c *copier) advance(mu *sync.Mutex) error {
 	for {
+		mu.Lock()
 		k := c.j.VerifiedChunks
 		r, ok := c.j.Ahead[k]
+		mu.Unlock()
 		if !ok {
-			break
+			return nil
 		}
 		state := marshalHash(c.whole)
 		off := int64(k) * c.opts.ChunkSize
 		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
-		err := c.hashRange(c.whole, off, n)
-		if err != nil {
-			err = fmt.Errorf("chunk %d of the staging file: %w", k, err)
-		}
-		if err != nil {
+		herr := c.hashRange(c.whole, off, n)
+		mu.Lock()
+		if herr != nil {
 			// Not trusted: drop it; the next copy reads it again.
 			delete(c.j.Ahead, k)
-			if c.whole, ferr = restoreHash(state); ferr != nil {
-				return ferr
-			}
-			ferr = &localError{fmt.Errorf("verify staging file: %w", err)}
-			break
+		} else {
+			c.j.Chunks = append(c.j.Chunks, r)
+			c.j.VerifiedChunks = k + 1
+			delete(c.j.Ahead, k)
 		}
-		c.j.Chunks = append(c.j.Chunks, r)
-		c.j.VerifiedChunks = k + 1
-		delete(c.j.Ahead, k)
+		if len(c.j.Ahead) == 0 {
+			c.j.Ahead = nil
+		}
+		if herr != nil {
+			var rerr error
+			if c.whole, rerr = restoreHash(state); rerr != nil {
+				mu.Unlock()
+				return rerr
+			}
+		}
+		c.j.SHA256State = marshalHash(c.whole)
+		serr := c.saveJournal()
+		mu.Unlock()
+		switch {
+		case serr != nil:
+			return serr
+		case herr != nil:
+			return &localError{fmt.Errorf("verify staging file: chunk %d of the staging file: %w", k, herr)}
+		}
 	}
-	if len(c.j.Ahead) == 0 {
-		c.j.Ahead = nil
-	}
-	c.j.SHA256State = marshalHash(c.whole)
-	if err := c.saveJournal(); err != nil {
-		return err
-	}
-	c.report(c.verifiedBytes(), c.j.VerifiedChunks, true)
-	if ferr != nil {
-		return ferr
-	}
-	return nil
 }
 
 // verifiedBytes is how much of the disk the journal holds.

@@ -450,6 +450,14 @@ func (c *copier) reconcile() (int, error) {
 		}
 	} else if err := c.keepAhead(k, size); err != nil {
 		return 0, err
+	} else {
+		// Those next in order join the prefix now: the copy resumes
+		// after them.
+		var mu sync.Mutex
+		if err := c.advance(&mu); err != nil {
+			return 0, err
+		}
+		k = j.VerifiedChunks
 	}
 	if err := c.saveJournal(); err != nil {
 		return 0, err

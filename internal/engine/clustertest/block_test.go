@@ -24,7 +24,7 @@ import (
 // journal, and a chain's state and delta copies, in the disk's journal
 // claim. The disk on snapshots is flattened on the device; the other
 // disk's worker is SIGKILLed mid-copy and its next attempt resumes from
-// the journal claim, reading at most two chunks per stream again. The
+// the journal claim, reading at most one chunk per stream again. The
 // devices are exactly the disks (no room beside them: a guest sees the
 // whole device), hold the sources, and at Completed the journal claims
 // are gone with the Jobs and the Secret.
@@ -89,8 +89,8 @@ func TestBlockClaimsInCluster(t *testing.T) {
 	}
 	before, again := e.chunksReadAgain(first, files.Disks[1].Flat, spec.CopyChunkSize)
 	t.Logf("%d chunks of disk 1 read by the killed Job; read again: %v", before, again)
-	if before == 0 || len(again) > 4 {
-		t.Errorf("chunks %v of disk 1 read again after %d were read, want at most two per stream (4)", again, before)
+	if before == 0 || len(again) > 2 {
+		t.Errorf("chunks %v of disk 1 read again after %d were read, want at most one per stream (2)", again, before)
 	}
 	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
 		t.Errorf("%d power-off commands, want 1", n)
