@@ -369,3 +369,31 @@ func TestResumeWithTheNextChunkAhead(t *testing.T) {
 		t.Errorf("resumed copy read chunks %v (skipped %d, copied %d), want only 4, 6 and 7", read, res.ChunksSkipped, res.ChunksCopied)
 	}
 }
+
+// A copy with streams reports its verified prefix as it grows, never
+// going back, and ends reporting every chunk verified: an upload that
+// follows the copy reads ChunksDone and would otherwise wait forever.
+func TestStreamsReportTheWholePrefix(t *testing.T) {
+	const chunks = 12
+	data := patterned(chunks * mib)
+	dest := filepath.Join(t.TempDir(), "disk.raw")
+	var mu sync.Mutex
+	var seen []Progress
+	_, err := Copy(context.Background(), &fakeSource{data: data}, Disk{Path: "/p", SizeBytes: int64(len(data))}, dest,
+		Options{ChunkSize: mib, Streams: 3, Progress: func(p Progress) {
+			mu.Lock()
+			seen = append(seen, p)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k < len(seen); k++ {
+		if seen[k].ChunksDone < seen[k-1].ChunksDone || seen[k].BytesDone < seen[k-1].BytesDone {
+			t.Fatalf("report %d says %d chunks (%d bytes) after %d (%d)", k, seen[k].ChunksDone, seen[k].BytesDone, seen[k-1].ChunksDone, seen[k-1].BytesDone)
+		}
+	}
+	if n := len(seen); n == 0 || seen[n-1].ChunksDone != chunks {
+		t.Fatalf("the last report says %+v, want all %d chunks verified", seen[len(seen)-1], chunks)
+	}
+}

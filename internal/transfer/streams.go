@@ -230,6 +230,7 @@ func (c *copier) advance(mu *sync.Mutex) error {
 		}
 		c.j.SHA256State = marshalHash(c.whole)
 		serr := c.saveJournal()
+		done, verified := c.verifiedBytes(), c.j.VerifiedChunks
 		mu.Unlock()
 		switch {
 		case serr != nil:
@@ -237,6 +238,9 @@ func (c *copier) advance(mu *sync.Mutex) error {
 		case herr != nil:
 			return &localError{fmt.Errorf("verify staging file: chunk %d of the staging file: %w", k, herr)}
 		}
+		// The verified prefix grew: an upload that follows the copy may
+		// read on.
+		c.report(done, verified, true)
 	}
 }
 

@@ -241,6 +241,8 @@ type copier struct {
 	ring        chan []byte // the write-behind's buffers (one stream)
 	repMu       sync.Mutex  // report may be called from a stream's goroutine
 	lastRep     time.Time
+	lastDone    int64 // the most BytesDone reported
+	lastChunks  int   // the most ChunksDone reported
 	stages      stageClock
 }
 
@@ -696,6 +698,11 @@ func (c *copier) report(done int64, chunksDone int, force bool) {
 		return
 	}
 	c.lastRep = now
+	// Reports come from the streams' collector and from the advancer;
+	// what they say never goes back (the upload that follows a copy
+	// reads ChunksDone).
+	done, chunksDone = max(done, c.lastDone), max(chunksDone, c.lastChunks)
+	c.lastDone, c.lastChunks = done, chunksDone
 	c.opts.Progress(Progress{Source: c.disk.Path, Dest: c.dest, BytesDone: done, BytesTotal: c.disk.SizeBytes,
 		Percent: float64(done) * 100 / float64(c.disk.SizeBytes), ChunksDone: chunksDone, ChunksTotal: c.chunks,
 		Stages: c.stages.snapshot()})
