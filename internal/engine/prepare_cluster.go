@@ -294,8 +294,9 @@ func (r *run) clusterRoom(d record.DiskEvidence) int64 {
 
 // ensureJournalClaims makes, for Block-mode claims, each disk's journal
 // claim (clusterjob's journal.go), sized for its journal, the room its
-// chain needs and, with conversion "virt-v2v", its overlay. One found is the migration's only if it carries the
-// migration's label; one too small (a chain that grew) is asked to grow.
+// chain needs and, with conversion "virt-v2v", its overlay. One found is
+// the migration's only if it carries the migration's label; one too
+// small (a chain that grew) is asked to grow.
 // A claim that waits for its first consumer binds when the copy pod is
 // scheduled: nothing waits for it here.
 func (r *run) ensureJournalClaims(ctx context.Context) error {
@@ -333,7 +334,11 @@ func (r *run) ensureJournalClaims(ctx context.Context) error {
 		need := want.Spec.Resources.Requests[corev1.ResourceStorage]
 		if have := got.Spec.Resources.Requests[corev1.ResourceStorage]; have.Cmp(need) < 0 {
 			got.Spec.Resources.Requests[corev1.ResourceStorage] = need
-			if err := kc.UpdatePersistentVolumeClaim(ctx, got); err != nil {
+			err := kc.UpdatePersistentVolumeClaim(ctx, got)
+			if kube.IsConflict(err) {
+				return transient("JournalClaimChanged", fmt.Sprintf("disk %d: journal claim %s/%s changed while it was asked to grow; it is read again", i, got.Namespace, got.Name), err)
+			}
+			if err != nil {
 				return needsHuman("JournalClaimTooSmall", fmt.Sprintf("disk %d: journal claim %s/%s asks for %s and the copy needs %s, and it cannot grow: %v", i, got.Namespace, got.Name, have.String(), need.String(), err),
 					"delete the journal claim (the copy is then made again from the start) or let its StorageClass expand claims, then run apply again", nil)
 			}
