@@ -133,19 +133,30 @@ func TestChainStateLeftForAPlainCopy(t *testing.T) {
 	}
 }
 
-// A chain flattened into a Block-mode claim (a loop device of stale bytes,
-// larger than the disk) keeps its state and delta copies beside the
-// journal, in the journal's claim: the device reads back as the chain's
-// guest-visible content, a worker killed before recording a delta reads
-// only that delta again, and a state of another chain starts over by
-// writing the device again, never by removing it.
-func TestChainFlattenedIntoBlockClaim(t *testing.T) {
+// A chain flattened with a journal claim keeps its state and delta copies
+// beside the journal, in the journal's claim, so that the disk's claim
+// holds the disk alone: a Block-mode claim (a loop device of stale bytes,
+// larger than the disk) or a Filesystem-mode claim's disk.img. The disk
+// reads back as the chain's guest-visible content, a worker killed before
+// recording a delta reads only that delta again, and a state of another
+// chain starts over by writing the disk again (a device is never
+// removed).
+func TestChainFlattenedWithJournalClaim(t *testing.T) {
+	for _, block := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Block", false: "Filesystem"}[block], func(t *testing.T) { testChainWithJournalClaim(t, block) })
+	}
+}
+
+func testChainWithJournalClaim(t *testing.T, block bool) {
 	const size = 32 * mib
 	h := newHost(t, esxisim.HostPython())
-	dev := staleDevice(t, size+mib, 0x5a)
-	disk, s := h.addChainDisk(t, "snapblk", size, dev.Path)
+	target, kind := filepath.Join(t.TempDir(), "disk.img"), copyjob.TargetFile
+	if block {
+		target, kind = staleDevice(t, size+mib, 0x5a).Path, copyjob.TargetBlock
+	}
+	disk, s := h.addChainDisk(t, "snapblk", size, target)
 	journalDir := t.TempDir()
-	s.Target.Kind, s.JournalPath = copyjob.TargetBlock, filepath.Join(journalDir, "disk-0.journal")
+	s.Target.Kind, s.JournalPath = kind, filepath.Join(journalDir, "disk-0.journal")
 	// A replaced claim's journal and state: removed, never built on.
 	stale := filepath.Join(journalDir, "disk-0-old.chain")
 	if err := os.WriteFile(stale, []byte("{}"), 0o600); err != nil {
@@ -159,8 +170,11 @@ func TestChainFlattenedIntoBlockClaim(t *testing.T) {
 	if code != copyjob.ExitOK || res.SHA256 != disk.SHA256() || res.Bytes != size {
 		t.Fatalf("exit %d, result %+v, want sha %s", code, res, disk.SHA256())
 	}
-	if got := sha256Of(t, dev.Path, size); got != disk.SHA256() {
-		t.Fatalf("the device's first %d bytes hash to %s, the chain to %s", size, got, disk.SHA256())
+	if got := sha256Of(t, target, size); got != disk.SHA256() {
+		t.Fatalf("the disk's first %d bytes hash to %s, the chain to %s", size, got, disk.SHA256())
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(target)); !block && (len(entries) != 1 || entries[0].Name() != "disk.img") {
+		t.Errorf("the claim holds %v, want disk.img alone", entries)
 	}
 	statePath := filepath.Join(journalDir, "disk-0.chain")
 	left, _ := filepath.Glob(filepath.Join(journalDir, "*.delta-*"))
@@ -181,7 +195,7 @@ func TestChainFlattenedIntoBlockClaim(t *testing.T) {
 	if code != 0 || res.SHA256 != disk.SHA256() || res.ChunksCopied == 0 {
 		t.Fatalf("run over another chain's state: exit %d, %+v", code, res)
 	}
-	if fi, err := os.Stat(dev.Path); err != nil || fi.Mode()&os.ModeDevice == 0 {
+	if fi, err := os.Stat(target); block && (err != nil || fi.Mode()&os.ModeDevice == 0) {
 		t.Fatalf("the device after starting over: %v %v", fi, err)
 	}
 }

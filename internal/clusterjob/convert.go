@@ -63,9 +63,11 @@ type Convert struct {
 	Sizes  []int64
 	IDs    []string
 	// Block says the claims are in Block volume mode: each is attached as
-	// a device (ConvertDevicePath) and its overlay is kept in the disk's
-	// journal claim (JournalClaims, in disk order), mounted at
-	// JournalDir/<index>.
+	// a device (ConvertDevicePath). JournalClaims, when set, are the
+	// disks' journal claims in disk order, mounted at JournalDir/<index>,
+	// which keep the overlays; Block-mode claims need them (a device has
+	// nothing beside it). Without them the overlays are kept beside
+	// disk.img.
 	Block         bool
 	JournalClaims []string
 	// KVM requests ResourceKVM.
@@ -96,7 +98,10 @@ func (c Convert) Spec() convertjob.Spec {
 		}
 		d := convertjob.Disk{Path: diskDir(i) + "/" + convertjob.ImageName, SizeBytes: size, ID: id}
 		if c.Block {
-			d.Path, d.OverlayDir = ConvertDevicePath(i), journalDir(i)
+			d.Path, d.Device = ConvertDevicePath(i), true
+		}
+		if len(c.JournalClaims) > 0 {
+			d.OverlayDir = journalDir(i)
 		}
 		s.Disks = append(s.Disks, d)
 	}
@@ -128,9 +133,9 @@ func (c Convert) Validate() error {
 	if len(c.Sizes) != len(c.Claims) {
 		errs = append(errs, fmt.Errorf("%d sizes for %d claims", len(c.Sizes), len(c.Claims)))
 	}
-	if c.Block {
+	if c.Block || len(c.JournalClaims) > 0 {
 		if len(c.JournalClaims) != len(c.Claims) {
-			errs = append(errs, fmt.Errorf("%d journal claims for %d Block-mode claims", len(c.JournalClaims), len(c.Claims)))
+			errs = append(errs, fmt.Errorf("%d journal claims for %d claims", len(c.JournalClaims), len(c.Claims)))
 		}
 		for i, claim := range c.JournalClaims {
 			if msgs := validation.IsDNS1123Subdomain(claim); len(msgs) > 0 {
@@ -172,11 +177,14 @@ func RenderConvert(c Convert) (*batchv1.Job, error) {
 	for i, claim := range c.Claims {
 		name := "disk-" + strconv.Itoa(i)
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
-		if !c.Block {
+		if c.Block {
+			devices = append(devices, corev1.VolumeDevice{Name: name, DevicePath: ConvertDevicePath(i)})
+		} else {
 			mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: diskDir(i)})
+		}
+		if len(c.JournalClaims) == 0 {
 			continue
 		}
-		devices = append(devices, corev1.VolumeDevice{Name: name, DevicePath: ConvertDevicePath(i)})
 		jname := "journal-" + strconv.Itoa(i)
 		vols = append(vols, corev1.Volume{Name: jname, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.JournalClaims[i]}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: jname, MountPath: journalDir(i)})

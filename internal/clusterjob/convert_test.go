@@ -176,21 +176,40 @@ func TestRenderConvertBlock(t *testing.T) {
 	if len(ctr.VolumeDevices) != 2 || ctr.VolumeDevices[1].DevicePath != clusterjob.ConvertDevicePath(1) {
 		t.Errorf("volume devices %+v", ctr.VolumeDevices)
 	}
-	mounted := map[string]string{}
-	for _, m := range ctr.VolumeMounts {
-		mounted[m.MountPath] = m.Name
-	}
-	claims := map[string]string{}
-	for _, v := range job.Spec.Template.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
-			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
-		}
-	}
-	if claims[mounted["/journal/1"]] != "web-disk-1-journal" || mounted["/disks/0"] != "" {
-		t.Errorf("mounts %v, claims %v: want each journal claim at /journal/<index> and no claim mounted as a folder", mounted, claims)
+	at := mountedClaims(job)
+	if at["/journal/1"] != "web-disk-1-journal" || at["/disks/0"] != "" {
+		t.Errorf("claims mounted %v: want each journal claim at /journal/<index> and no claim mounted as a folder", at)
 	}
 	spec := c.Spec()
-	if d := spec.Disks[1]; d.Path != clusterjob.ConvertDevicePath(1) || d.OverlayDir != "/journal/1" || d.SizeBytes != 2<<30 {
+	if d := spec.Disks[1]; d.Path != clusterjob.ConvertDevicePath(1) || !d.Device || d.OverlayDir != "/journal/1" || d.SizeBytes != 2<<30 {
+		t.Errorf("disk 1 in the worker's spec: %+v", d)
+	}
+	if err := spec.Validate(); err != nil {
+		t.Errorf("the worker's spec: %v", err)
+	}
+}
+
+// Filesystem-mode claims with journal claims are mounted as folders, each
+// disk's journal claim where the worker keeps its overlay: the claims
+// hold their disks alone.
+func TestRenderConvertFilesystemWithJournalClaims(t *testing.T) {
+	c := sampleConvert()
+	c.JournalClaims = []string{"web-disk-0-journal"}
+	if _, err := clusterjob.RenderConvert(c); err == nil || !strings.Contains(err.Error(), "journal claims") {
+		t.Errorf("one journal claim for two claims: %v", err)
+	}
+	c.JournalClaims = []string{"web-disk-0-journal", "web-disk-1-journal"}
+	job, err := clusterjob.RenderConvert(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := job.Spec.Template.Spec.Containers[0]
+	at := mountedClaims(job)
+	if len(ctr.VolumeDevices) != 0 || at["/disks/1"] != c.Claims[1] || at["/journal/1"] != "web-disk-1-journal" {
+		t.Errorf("devices %+v, claims mounted %v: want each claim at /disks/<index> and its journal claim at /journal/<index>", ctr.VolumeDevices, at)
+	}
+	spec := c.Spec()
+	if d := spec.Disks[1]; d.Path != "/disks/1/disk.img" || d.Device || d.OverlayDir != "/journal/1" {
 		t.Errorf("disk 1 in the worker's spec: %+v", d)
 	}
 	if err := spec.Validate(); err != nil {

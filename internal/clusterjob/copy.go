@@ -57,7 +57,7 @@ const (
 	DataDir = "/data"
 	// DevicePath is where a Block-mode claim's device appears.
 	DevicePath = "/dev/vmmigration-disk"
-	// JournalDir is where a Block-mode claim's journal claim is mounted.
+	// JournalDir is where the disk's journal claim is mounted.
 	JournalDir = "/journal"
 	// CopyContainer is the copy pod's one container.
 	CopyContainer = "copy"
@@ -91,9 +91,11 @@ type Copy struct {
 	Image string
 	// Claim is the disk's PersistentVolumeClaim (its DataVolume's name).
 	Claim string
-	// Block says the claim is in Block volume mode; JournalClaim is then a
-	// Filesystem-mode claim that keeps the journal (a device has no room
-	// for one beside the data).
+	// Block says the claim is in Block volume mode. JournalClaim, when
+	// set, is a Filesystem-mode claim that keeps the journal and the
+	// chain's side files, so that the claim holds the disk alone; a
+	// Block-mode claim needs one (a device has no room beside the data).
+	// Without it they are kept beside disk.img.
 	Block        bool
 	JournalClaim string
 	// ClaimID identifies the claim's content (its DataVolume's UID): the
@@ -131,6 +133,8 @@ func (c Copy) Spec() copyjob.Spec {
 		Target: copyjob.Target{Kind: copyjob.TargetFile, Path: DataDir + "/disk.img"}}
 	if c.Block {
 		s.Target = copyjob.Target{Kind: copyjob.TargetBlock, Path: DevicePath}
+	}
+	if c.JournalClaim != "" {
 		s.JournalPath = JournalDir + "/disk-" + strconv.Itoa(c.Disk) + "-" + c.ClaimID + ".journal"
 	}
 	return s
@@ -144,12 +148,12 @@ func (c Copy) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q: %v", f.field, f.v, msgs))
 		}
 	}
-	if c.Block {
+	if c.Block || c.JournalClaim != "" {
 		if msgs := validation.IsDNS1123Subdomain(c.JournalClaim); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("journal claim %q of a Block-mode claim: %v", c.JournalClaim, msgs))
+			errs = append(errs, fmt.Errorf("journal claim %q: %v", c.JournalClaim, msgs))
 		}
 		if msgs := validation.IsDNS1123Label(c.ClaimID); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("claim ID %q of a Block-mode claim: %v", c.ClaimID, msgs))
+			errs = append(errs, fmt.Errorf("claim ID %q of the journal's files: %v", c.ClaimID, msgs))
 		}
 	}
 	if c.Disk < 0 || c.Attempt < 1 {
@@ -205,10 +209,12 @@ func RenderCopy(c Copy) (*batchv1.Job, error) {
 	}
 	if c.Block {
 		ctr.VolumeDevices = []corev1.VolumeDevice{{Name: "disk", DevicePath: DevicePath}}
-		vols = append(vols, corev1.Volume{Name: "journal", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.JournalClaim}}})
-		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "journal", MountPath: JournalDir})
 	} else {
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "disk", MountPath: DataDir})
+	}
+	if c.JournalClaim != "" {
+		vols = append(vols, corev1.Volume{Name: "journal", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.JournalClaim}}})
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "journal", MountPath: JournalDir})
 	}
 	return workerJob(c.Namespace, CopyJobName(c.Claim, c.Attempt), labels, ctr, vols, c.Owner), nil
 }

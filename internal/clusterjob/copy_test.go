@@ -122,6 +122,27 @@ func TestRenderCopyBlock(t *testing.T) {
 	}
 }
 
+// A Filesystem-mode claim with a journal claim is mounted as a folder
+// holding disk.img, and the journal (and with it the chain's side files)
+// goes to the journal claim: the disk's claim holds the disk alone.
+func TestRenderCopyFilesystemWithJournalClaim(t *testing.T) {
+	c := sampleCopy()
+	c.JournalClaim, c.ClaimID = "web-journal", "5f1c6a2e-0b1d-4c59-9d7e-3a8b2f6c1e90"
+	job, err := clusterjob.RenderCopy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := job.Spec.Template.Spec.Containers[0]
+	if at := mountedClaims(job); len(ctr.VolumeDevices) != 0 || at[clusterjob.DataDir] != c.Claim || at[clusterjob.JournalDir] != "web-journal" {
+		t.Errorf("devices %+v, claims mounted %v: want the claim at %s and the journal claim at %s", ctr.VolumeDevices, at, clusterjob.DataDir, clusterjob.JournalDir)
+	}
+	spec, err := copyjob.ParseSpec([]byte(ctr.Args[2]), "args")
+	if err != nil || spec.Target != (copyjob.Target{Kind: copyjob.TargetFile, Path: clusterjob.DataDir + "/disk.img"}) ||
+		spec.JournalPath != "/journal/disk-1-5f1c6a2e-0b1d-4c59-9d7e-3a8b2f6c1e90.journal" {
+		t.Errorf("spec %+v, %v", spec, err)
+	}
+}
+
 // Untrusted names and paths are refused before anything is rendered.
 func TestRenderCopyRefusesBadInput(t *testing.T) {
 	for name, change := range map[string]func(*clusterjob.Copy){
@@ -372,4 +393,22 @@ func TestRenderJournalClaim(t *testing.T) {
 	if long := clusterjob.JournalClaimName(strings.Repeat("a", 70)); len(long) > 63 || !strings.HasSuffix(long, "-journal") {
 		t.Errorf("journal claim name %q", long)
 	}
+}
+
+// mountedClaims maps each folder the Job's container mounts a claim at to
+// the claim's name.
+func mountedClaims(job *batchv1.Job) map[string]string {
+	claims := map[string]string{}
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	at := map[string]string{}
+	for _, m := range job.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if c, ok := claims[m.Name]; ok {
+			at[m.MountPath] = c
+		}
+	}
+	return at
 }

@@ -10,18 +10,21 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
-// A Block-mode claim is a device with nothing beside it, so a disk copied
-// into one keeps its journal, its chain's state and the snapshot deltas'
-// copies (and the conversion its overlay) in a journal claim of its own: a small Filesystem-mode claim
-// mounted at JournalDir, kept from attempt to attempt so that a pod that
-// is killed or evicted resumes where it was, and deleted with the
-// migration's other cluster objects once it has Completed (or with its
-// record, which owns it).
+// A disk's claim holds the disk and nothing else: a Block-mode claim is a
+// device with nothing beside it, and a Filesystem-mode claim larger than
+// its disk.img would show the guest a larger disk where KubeVirt's
+// ExpandDisks grows disk.img to fill its claim. So a disk copied in the
+// cluster keeps its journal, its chain's state and the snapshot deltas'
+// copies (and the conversion its overlay) in a journal claim of its own:
+// a small Filesystem-mode claim mounted at JournalDir, kept from attempt
+// to attempt so that a pod that is killed or evicted resumes where it
+// was, and deleted with the migration's other cluster objects once it
+// has Completed (or with its record, which owns it).
 
 // ComponentJournal marks a disk's journal claim.
 const ComponentJournal = "journal"
 
-// JournalClaimName is the journal claim of a disk's Block-mode claim:
+// JournalClaimName is the journal claim of a disk's claim:
 // "<claim>-journal", within 63 characters.
 func JournalClaimName(claim string) string { return boundedName(claim, "-journal") }
 

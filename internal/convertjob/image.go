@@ -18,11 +18,12 @@ import (
 )
 
 // createOverlay makes the disk's overlay, a qcow2 file whose backing file
-// is the image by its relative name (beside it, so that the overlay works
-// wherever the claim is mounted), or a device by its path in the pod.
+// is the image by its relative name when the overlay is beside it (so
+// that the overlay works wherever the claim is mounted), or else by its
+// path in the pod (a device, or a disk.img in another claim).
 func createOverlay(ctx context.Context, d Disk) error {
 	backing := filepath.Base(d.Path)
-	if d.device() {
+	if d.OverlayDir != "" {
 		backing = d.Path
 	}
 	return qemuImg(ctx, d.dir(), "create", "-q", "-f", "qcow2", "-F", "raw", "-b", backing, d.Overlay())

@@ -425,7 +425,9 @@ func TestRefusals(t *testing.T) {
 		{"two devices' overlays in one folder", func(t *testing.T, s *convertjob.Spec) {
 			s.Disks[0].OverlayDir, s.Disks[1].OverlayDir = "/journal", "/journal"
 		}, "permanent", convertjob.ReasonBadSpec},
-		{"a file given as a device", func(t *testing.T, s *convertjob.Spec) { s.Disks[1].OverlayDir = t.TempDir() },
+		{"a device without an overlay folder", func(t *testing.T, s *convertjob.Spec) { s.Disks[1].Path, s.Disks[1].Device = "/dev/loop7", true },
+			"permanent", convertjob.ReasonBadSpec},
+		{"a file given as a device", func(t *testing.T, s *convertjob.Spec) { s.Disks[1].Device, s.Disks[1].OverlayDir = true, t.TempDir() },
 			"permanent", convertjob.ReasonBadDisk},
 		{"symlinked disk", func(t *testing.T, s *convertjob.Spec) {
 			real := filepath.Join(t.TempDir(), "real.img")
@@ -606,18 +608,30 @@ func TestStateOfReplacedClaimsIsNotBelieved(t *testing.T) {
 	}
 }
 
-// The guest on Block-mode claims (loop devices, each larger than its
-// disk) is converted on overlays kept in each disk's overlay folder (its
-// journal claim), backed by the device by its path: only the conversion's
-// writes reach the devices, each result hashes the device's first
-// SizeBytes, the state is in the first disk's folder and no overlay is
-// left; a second run answers from the state.
+// The guest is converted on overlays kept in each disk's overlay folder
+// (its journal claim), backed by the image by its path: on Block-mode
+// claims (loop devices, each larger than its disk), and on disk.img files
+// whose claims then hold the disk alone. Only the conversion's writes
+// reach the disks, each result hashes the disk's SizeBytes, the state is
+// in the first disk's overlay folder and no overlay is left; a second run
+// answers from the state.
 func TestConvertOnDevices(t *testing.T) {
+	for _, device := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Block", false: "Filesystem"}[device], func(t *testing.T) { testConvertOverlaysElsewhere(t, device) })
+	}
+}
+
+func testConvertOverlaysElsewhere(t *testing.T, device bool) {
 	fake := convertjobtest.Install(t, convertjobtest.Options{})
 	c := newClaims(t, 2)
-	var devs []string
+	var backings []string
 	for i := range c.spec.Disks {
 		d := &c.spec.Disks[i]
+		d.OverlayDir = t.TempDir()
+		if !device {
+			backings = append(backings, d.Path)
+			continue
+		}
 		if err := os.Truncate(d.Path, diskSize+mib); err != nil {
 			t.Fatal(err)
 		}
@@ -626,8 +640,8 @@ func TestConvertOnDevices(t *testing.T) {
 			t.Fatalf("this test converts on loop devices: %v", err)
 		}
 		t.Cleanup(func() { _ = dev.Detach() })
-		d.Path, d.OverlayDir = dev.Path, t.TempDir()
-		devs = append(devs, dev.Path)
+		d.Path, d.Device = dev.Path, true
+		backings = append(backings, dev.Path)
 	}
 	res, _ := run(t, t.Context(), c.spec)
 	if !res.OK || len(res.Disks) != 2 {
@@ -645,29 +659,41 @@ func TestConvertOnDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 		if want := convertjobtest.Apply(c.before[i], i); !bytes.Equal(got, want) {
-			t.Errorf("disk %d: the device is not its content before with the conversion's write (first difference at %d)", i, firstDiff(got, want))
+			t.Errorf("disk %d: the disk is not its content before with the conversion's write (first difference at %d)", i, firstDiff(got, want))
 		}
 		if res.Disks[i] != (convertjob.Checked{SHA256: sha256Hex(got), Bytes: diskSize}) {
-			t.Errorf("disk %d: result %+v, the device's disk hashes to %s", i, res.Disks[i], sha256Hex(got))
-		}
-		entries, _ := os.ReadDir(d.OverlayDir)
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
+			t.Errorf("disk %d: result %+v, the disk hashes to %s", i, res.Disks[i], sha256Hex(got))
 		}
 		want := []string(nil)
 		if i == 0 {
 			want = []string{convertjob.StateFile}
 		}
-		if !slices.Equal(names, want) {
+		if names := dirNames(t, d.OverlayDir); !slices.Equal(names, want) {
 			t.Errorf("disk %d: its overlay folder holds %q, want %q", i, names, want)
 		}
+		if names := dirNames(t, filepath.Dir(d.Path)); !device && !slices.Equal(names, []string{convertjob.ImageName}) {
+			t.Errorf("disk %d: its claim holds %q, want the disk alone", i, names)
+		}
 	}
-	if got := fake.Backings(t); !slices.Equal(got, devs) {
-		t.Errorf("the overlays' backing files %q, want the devices %q", got, devs)
+	if got := fake.Backings(t); !slices.Equal(got, backings) {
+		t.Errorf("the overlays' backing files %q, want the disks by their paths %q", got, backings)
 	}
 	again, _ := run(t, t.Context(), c.spec)
 	if !again.OK || !again.Reused || !slices.Equal(again.Disks, res.Disks) {
 		t.Errorf("second run %+v, want the first's answer from the state", again)
 	}
+}
+
+// dirNames are the names of the entries of dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

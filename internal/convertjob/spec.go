@@ -61,14 +61,18 @@ type Spec struct {
 	ResultPath string `json:"result_path,omitempty"`
 }
 
-// Disk is one raw image in a claim: a claim's disk.img, or with
-// OverlayDir a Block-mode claim's device.
+// Disk is one raw image in a claim: a claim's disk.img, or a Block-mode
+// claim's device.
 type Disk struct {
 	Path      string `json:"path"`
 	SizeBytes int64  `json:"size_bytes"`
-	// OverlayDir, for a device, is where its overlay (and for the first
-	// disk the state) is kept: the disk's journal claim, since a device
-	// has nothing beside it. The device's first SizeBytes are the disk.
+	// Device says Path is a Block-mode claim's device: its first
+	// SizeBytes are the disk.
+	Device bool `json:"device,omitempty"`
+	// OverlayDir is where the disk's overlay (and for the first disk the
+	// state) is kept: the disk's journal claim, so that its claim holds
+	// the disk alone. A device needs one, since it has nothing beside
+	// it; without one, a disk.img's overlay is kept beside it.
 	OverlayDir string `json:"overlay_dir,omitempty"`
 	// ID identifies the claim's content (the DataVolume's UID): a state
 	// recorded for other IDs is another conversion's, of claims since
@@ -108,8 +112,13 @@ func (s Spec) Validate() error {
 	dirs := map[string]bool{}
 	for i, d := range s.Disks {
 		check := checkPath
-		if d.OverlayDir != "" {
+		if d.Device {
 			check = checkAbs
+			if d.OverlayDir == "" {
+				errs = append(errs, fmt.Errorf("disks[%d] is a device and has no overlay_dir: a device has nothing beside it", i))
+			}
+		}
+		if d.OverlayDir != "" {
 			if err := checkAbs(d.OverlayDir); err != nil {
 				errs = append(errs, fmt.Errorf("disks[%d].overlay_dir: %w", i, err))
 			}
@@ -165,20 +174,20 @@ func checkAbs(p string) error {
 func Overlay(p string) string { return p + OverlaySuffix }
 
 // device says the disk is a Block-mode claim's device.
-func (d Disk) device() bool { return d.OverlayDir != "" }
+func (d Disk) device() bool { return d.Device }
 
 // dir is the folder the disk's overlay is kept in.
 func (d Disk) dir() string {
-	if d.device() {
+	if d.OverlayDir != "" {
 		return d.OverlayDir
 	}
 	return filepath.Dir(d.Path)
 }
 
-// Overlay is the disk's overlay: Overlay(Path), or for a device the
-// device's name with OverlaySuffix in OverlayDir.
+// Overlay is the disk's overlay: Overlay(Path), or with OverlayDir the
+// image's name with OverlaySuffix there.
 func (d Disk) Overlay() string {
-	if d.device() {
+	if d.OverlayDir != "" {
 		return filepath.Join(d.OverlayDir, filepath.Base(d.Path)+OverlaySuffix)
 	}
 	return Overlay(d.Path)

@@ -70,13 +70,14 @@ func chainStatePath(side string) string { return side + ".chain" }
 // deltaCopyPath is where delta k is copied before it is applied.
 func deltaCopyPath(side string, k int) string { return side + ".delta-" + strconv.Itoa(k) }
 
-// sideBase is what the files kept beside a copy are named from: the file
-// target itself (disk.img.chain beside disk.img), or for a Block-mode
-// target its journal without the suffix (disk-0.chain beside
-// disk-0.journal), since a device has nothing beside it.
+// sideBase is what the files kept beside a copy are named from: with a
+// journal_path (a Block-mode target's, since a device has nothing beside
+// it, or one in the disk's journal claim) the journal without its suffix
+// (disk-0.chain beside disk-0.journal), else the file target itself
+// (disk.img.chain beside disk.img).
 func (s Spec) sideBase() string {
-	if s.Target.Kind == TargetBlock {
-		return strings.TrimSuffix(s.Journal(), transfer.JournalSuffix)
+	if s.JournalPath != "" {
+		return strings.TrimSuffix(s.JournalPath, transfer.JournalSuffix)
 	}
 	return s.Target.Path
 }
@@ -280,13 +281,13 @@ func (c *chainCopy) startOver() error {
 	return nil
 }
 
-// clearJournalClaim removes, for a Block-mode target, the files in the
-// journal's folder (the disk's journal claim, which holds nothing else)
-// that are not named from the spec's side base: those of a claim
+// clearJournalClaim removes, for a copy with a journal_path, the files in
+// the journal's folder (the disk's journal claim, which holds nothing
+// else) that are not named from the spec's side base: those of a claim
 // replaced since (their names carry the old claim's ID), which would
 // otherwise keep the room the delta copies need.
 func clearJournalClaim(s Spec) error {
-	if s.Target.Kind != TargetBlock {
+	if s.JournalPath == "" {
 		return nil
 	}
 	dir, own := filepath.Split(s.sideBase())

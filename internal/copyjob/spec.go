@@ -50,12 +50,16 @@ type Spec struct {
 	// Deltas are the snapshot deltas the disk runs on, oldest first: Disk
 	// is then the chain's base (its flat extent), and the worker applies
 	// each delta's grains over the base's copy in order (chain.go).
-	Deltas      []Delta `json:"deltas,omitempty"`
-	ChunkSize   int64   `json:"chunk_size,omitempty"`
-	Streams     int     `json:"streams,omitempty"`
-	Target      Target  `json:"target"`
-	JournalPath string  `json:"journal_path,omitempty"`
-	ResultPath  string  `json:"result_path,omitempty"`
+	Deltas    []Delta `json:"deltas,omitempty"`
+	ChunkSize int64   `json:"chunk_size,omitempty"`
+	Streams   int     `json:"streams,omitempty"`
+	Target    Target  `json:"target"`
+	// JournalPath, when set, is the journal in a folder that holds only
+	// this copy's files (the disk's journal claim): the chain's state and
+	// the deltas' copies are kept beside it, and the copy removes the
+	// folder's other files. Without it they are kept beside the target.
+	JournalPath string `json:"journal_path,omitempty"`
+	ResultPath  string `json:"result_path,omitempty"`
 }
 
 // Host is the ESXi host and how to log in to it.

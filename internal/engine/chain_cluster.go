@@ -12,10 +12,12 @@ import (
 
 // A disk on snapshots in cluster execution is flattened by its copy Job,
 // in its claim (copyjob's chain.go): the base's flat extent is copied into
-// disk.img, then each delta file is copied beside it, its grains applied
-// in place and the copy removed. The claim therefore needs room for the
-// largest delta file beside the disk; its DataVolume asks for that much
-// more storage and says so in AnnotationScratchBytes.
+// the disk, then each delta file is copied into the disk's journal claim,
+// its grains applied in place and the copy removed. The journal claim
+// therefore needs room for the largest delta file (ensureJournalClaims).
+// Migrations recorded before journal claims keep that room beside
+// disk.img: their DataVolume asks for that much more storage and says so
+// in AnnotationScratchBytes.
 //
 //	observe  the chain as the source holds it after the power-off (the
 //	         top delta grows while the VM runs): every extent file's size,
@@ -115,8 +117,8 @@ func (r *run) sizeClusterChains(ctx context.Context, frozenOnly bool) error {
 	return r.save(ctx)
 }
 
-// scratchBytes is the room disk d's claim needs beside the disk: its
-// largest delta file, whole MiB.
+// scratchBytes is the room disk d's copy needs for its chain's deltas:
+// its largest delta file, whole MiB.
 func scratchBytes(d record.DiskEvidence) int64 {
 	var most int64
 	for _, f := range d.Chain {

@@ -14,8 +14,8 @@ import (
 
 // removeClusterWork deletes what cluster execution made for the migration
 // namespace/name besides its DataVolumes: its Jobs (with their pods), the
-// host and conversion slots they held, the journal claims of Block-mode
-// claims, and its Secret with the ESXi credential. It says
+// host and conversion slots they held, its disks' journal claims, and its
+// Secret with the ESXi credential. It says
 // what it did; objects already gone are fine. host is the migration's
 // configured host ("" when unknown: the slots of its Jobs are then
 // reclaimed by the next copy that needs one).

@@ -30,8 +30,8 @@ import (
 //	observe  the record's copies (Preparing verified them); the
 //	         conversion Job of the recorded attempt and its pods; whether
 //	         the cluster offers KVM to pods (devices.kubevirt.io/kvm)
-//	act      for Block-mode claims, each disk's journal claim (where its
-//	         overlay is kept) if gone since Preparing; the conversion Job,
+//	act      each disk's journal claim (where its overlay is kept) if
+//	         gone since Preparing; the conversion Job,
 //	         created or adopted by spec hash, once no pod of an earlier
 //	         attempt can still write the claims
 //	record   the attempt number before its Job is created; the Job's name
@@ -90,8 +90,8 @@ func (r *run) convertInCluster(ctx context.Context) error {
 				return err
 			}
 		}
-		// Block-mode claims keep their overlays in their journal
-		// claims (made at Preparing; made again if gone since).
+		// The overlays are kept in the disks' journal claims (made
+		// at Preparing; made again if gone since).
 		if err := r.ensureJournalClaims(ctx); err != nil {
 			return err
 		}
@@ -191,7 +191,7 @@ func (cv *clusterConvert) convertOf() clusterjob.Convert {
 		c.Claims = append(c.Claims, d.DataVolume)
 		c.Sizes = append(c.Sizes, d.SizeBytes)
 		c.IDs = append(c.IDs, d.DataVolumeUID)
-		if c.Block {
+		if r.journalClaims() {
 			c.JournalClaims = append(c.JournalClaims, clusterjob.JournalClaimName(d.DataVolume))
 		}
 	}

@@ -58,7 +58,17 @@ func (r *run) inCluster() bool {
 func (r *run) recordExecution() {
 	if rec := r.rec(); rec.Execution == "" {
 		rec.Execution = r.spec.Execution
+		rec.JournalClaims = rec.Execution == ExecutionCluster
 	}
+}
+
+// journalClaims says whether each disk's copy journal and side files are
+// kept in a journal claim of its own (clusterjob's journal.go) rather
+// than beside disk.img in its claim: for migrations recorded since
+// Record.JournalClaims, and for Block-mode claims, which have nothing
+// beside the data, always.
+func (r *run) journalClaims() bool {
+	return r.inCluster() && (r.rec().JournalClaims || r.spec.block())
 }
 
 // executionCheck judges whether the migration can run where it is asked

@@ -177,10 +177,12 @@ func TestClaimReplacedStartsANewAttempt(t *testing.T) {
 	}
 }
 
-// A disk on snapshots gets a claim with room for its largest delta's copy
-// beside the disk, and says how much; adoption reads the disk's size back
-// without that room, and an annotation anyone edited never makes a disk
-// larger, negative or odd.
+// A disk on snapshots of a migration recorded before journal claims gets
+// a claim with room for its largest delta's copy beside the disk, and
+// says how much; adoption reads the disk's size back without that room,
+// and an annotation anyone edited never makes a disk larger, negative or
+// odd. One recorded since asks for exactly the disk (the room is in its
+// journal claim), in either volume mode.
 func TestClaimRoomForSnapshotDeltas(t *testing.T) {
 	spec := Spec{Execution: ExecutionCluster, Namespace: "ns", Name: "db", StorageClass: "fast"}.WithDefaults()
 	r := &run{spec: spec, s: &coord.Stored{}}
@@ -198,9 +200,22 @@ func TestClaimRoomForSnapshotDeltas(t *testing.T) {
 	if got := q.Value() - scratchOf(dv.Annotations, q.Value()); !sizeMatches(d.SizeBytes, got) {
 		t.Errorf("adoption reads the disk as %d bytes, the source has %d", got, d.SizeBytes)
 	}
+	chain := d.Chain
 	d.Chain = nil
 	if dv := r.renderDataVolume(d); dv.Annotations[AnnotationScratchBytes] != "" {
 		t.Errorf("a disk on no snapshot gets room: %v", dv.Annotations)
+	}
+	d.Chain = chain
+	r.recordExecution()
+	if !r.rec().JournalClaims || !r.journalClaims() {
+		t.Fatalf("a cluster migration recorded now keeps no journal claims: %+v", r.rec())
+	}
+	for _, mode := range []string{"Filesystem", "Block"} {
+		r.spec.VolumeMode = mode
+		dv := r.renderDataVolume(d)
+		if q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; q.Value() != 64<<20 || dv.Annotations[AnnotationScratchBytes] != "" {
+			t.Errorf("%s: request %s, scratch %q; want exactly the disk", mode, q.String(), dv.Annotations[AnnotationScratchBytes])
+		}
 	}
 	for _, v := range []string{"", "x", "-1048576", "1000", fmt.Sprint(73 << 20), fmt.Sprint(1 << 40)} {
 		if n := scratchOf(map[string]string{AnnotationScratchBytes: v}, 73<<20); n != 0 {

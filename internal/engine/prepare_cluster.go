@@ -29,8 +29,8 @@ import (
 //	         claim; each disk's copy Job of the recorded attempt, its pods
 //	         and the last lines of their logs; older attempts' pods
 //	act      claims first (blank DataVolumes, bound at once, waited for
-//	         until Succeeded so that CDI has finished with them; for
-//	         Block-mode claims each disk's journal claim beside them); the
+//	         until Succeeded so that CDI has finished with them; each
+//	         disk's journal claim beside them); the
 //	         migration's Secret; then per disk, within a host slot held in
 //	         the cluster, the copy Job of the recorded attempt, created or
 //	         adopted by spec hash, once no older attempt's pod can still
@@ -103,7 +103,7 @@ func (r *run) runCopyJobs(ctx context.Context, precopy bool) error {
 	}
 	cc.precopy = precopy
 	rec := r.rec()
-	// Each claim has room for its disk's largest snapshot delta.
+	// Each disk's journal claim has room for its largest snapshot delta.
 	if err := r.sizeClusterChains(ctx, precopy); err != nil {
 		return err
 	}
@@ -277,8 +277,9 @@ func (cc *clusterCopy) copyOf(i int) clusterjob.Copy {
 		Image: r.e.deps.WorkerImage, Claim: d.DataVolume, Secret: workerSecretName(r.spec.Name), PrivateKey: cc.privateKey,
 		Host: cc.host, Source: src, Deltas: deltas,
 		ChunkSize: r.chunkSize(), Streams: cc.streams, Owner: cc.owner}
-	if r.spec.block() {
-		c.Block, c.JournalClaim, c.ClaimID = true, clusterjob.JournalClaimName(d.DataVolume), d.DataVolumeUID
+	c.Block = r.spec.block()
+	if r.journalClaims() {
+		c.JournalClaim, c.ClaimID = clusterjob.JournalClaimName(d.DataVolume), d.DataVolumeUID
 	}
 	return c
 }
@@ -292,15 +293,16 @@ func (r *run) clusterRoom(d record.DiskEvidence) int64 {
 	return scratchBytes(d)
 }
 
-// ensureJournalClaims makes, for Block-mode claims, each disk's journal
-// claim (clusterjob's journal.go), sized for its journal, the room its
-// chain needs and, with conversion "virt-v2v", its overlay. One found is
+// ensureJournalClaims makes, where the migration keeps them
+// (journalClaims), each disk's journal claim (clusterjob's journal.go),
+// sized for its journal, the room its chain needs and, with conversion
+// "virt-v2v", its overlay. One found is
 // the migration's only if it carries the migration's label; one too
 // small (a chain that grew) is asked to grow.
 // A claim that waits for its first consumer binds when the copy pod is
 // scheduled: nothing waits for it here.
 func (r *run) ensureJournalClaims(ctx context.Context) error {
-	if !r.spec.block() {
+	if !r.journalClaims() {
 		return nil
 	}
 	kc := r.e.deps.Kube
@@ -320,7 +322,7 @@ func (r *run) ensureJournalClaims(ctx context.Context) error {
 			if err := kc.CreatePersistentVolumeClaim(ctx, want); err != nil && !kube.IsAlreadyExists(err) {
 				return err
 			}
-			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: journal claim %s/%s keeps the copy's journal beside the Block-mode claim of DataVolume %s",
+			r.report(ctx, Event{Kind: EventInfo, Message: fmt.Sprintf("disk %d: journal claim %s/%s keeps the copy's journal and side files beside the claim of DataVolume %s",
 				i, want.Namespace, want.Name, d.DataVolume)})
 			continue
 		case err != nil:

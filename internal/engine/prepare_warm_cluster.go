@@ -29,16 +29,17 @@ import (
 //	         Job is created), the round copied; at cutover the disks'
 //	         checked results as a cold migration records them
 
-// warmScratchShare is the room a warm migration's claims get beside the
-// disk, as a share of its size: the deltas the rounds and the cutover
-// apply are copied there first, one at a time, and their size is not
-// known when the claim is made. At least warmScratchMin.
+// warmScratchShare is the room a warm migration's copies get for the
+// deltas (in the disk's journal claim), as a share of the disk's size: the
+// deltas the rounds and the cutover apply are copied there first, one at
+// a time, and their size is not known when the claim is made. At least
+// warmScratchMin.
 const (
 	warmScratchShare = 10 // percent
 	warmScratchMin   = 64 << 20
 )
 
-// warmScratch is the room disk d's claim gets in a warm migration.
+// warmScratch is the room disk d's copy gets in a warm migration.
 func warmScratch(d record.DiskEvidence) int64 {
 	return roundUpMiB(max(d.SizeBytes/100*warmScratchShare, warmScratchMin, scratchBytes(d)))
 }

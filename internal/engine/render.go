@@ -73,16 +73,15 @@ func (r *run) renderDataVolume(d record.DiskEvidence) *cdiv1beta1.DataVolume {
 	size := roundUpMiB(d.SizeBytes)
 	switch {
 	case r.inCluster():
-		// An empty claim, which the disk's copy Job fills; with room
-		// for a snapshot delta's copy when it flattens a chain there.
+		// An empty claim, which the disk's copy Job fills. It asks for
+		// exactly the disk: the copy's journal and the room a chain's
+		// deltas need are in the disk's journal claim, and a claim
+		// larger than the disk would show the guest a larger disk where
+		// KubeVirt's ExpandDisks grows disk.img to fill its claim (and
+		// a device is the disk, all of it). Migrations recorded before
+		// journal claims keep that room beside disk.img.
 		src.Blank = &cdiv1beta1.DataVolumeBlankImage{}
-		room := r.clusterRoom(d)
-		if s.block() {
-			// A device is the disk, all of it: the room is in the
-			// disk's journal claim.
-			room = 0
-		}
-		if room > 0 {
+		if room := r.clusterRoom(d); room > 0 && !r.journalClaims() {
 			size += room
 			annotations[AnnotationScratchBytes] = strconv.FormatInt(room, 10)
 		}

@@ -10,11 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -69,19 +66,12 @@ func TestBlockClaimsInCluster(t *testing.T) {
 		if fi, err := os.Stat(img); err != nil || fi.Size() != d.SizeBytes {
 			t.Errorf("disk %d: the device is %v bytes (%v), the disk %d", i, fi.Size(), err, d.SizeBytes)
 		}
-		dv, err := e.kube.GetDataVolume(t.Context(), e.ns, d.DataVolume)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
-		if q.Value() != d.SizeBytes || dv.Annotations[engine.AnnotationScratchBytes] != "" {
-			t.Errorf("disk %d: DataVolume asks for %s with scratch %q; want exactly the disk", i, q.String(), dv.Annotations[engine.AnnotationScratchBytes])
-		}
 	}
+	e.checkClaimsHoldDisks(rec)
 	if rec.Disks[0].GuestSHA256 != files.Disks[0].SHA256() || len(rec.Disks[0].Chain) == 0 {
 		t.Errorf("disk 0: guest-visible %s, chain %d files; want the chain flattened", rec.Disks[0].GuestSHA256, len(rec.Disks[0].Chain))
 	}
-	if n := len(e.messages("keeps the copy's journal beside the Block-mode claim")); n != 2 {
+	if n := len(e.messages("keeps the copy's journal and side files beside the claim")); n != 2 {
 		t.Errorf("%d journal claims made, want one per disk", n)
 	}
 	if got := rec.Disks[1].CopyAttempt; got != 2 {
@@ -94,15 +84,6 @@ func TestBlockClaimsInCluster(t *testing.T) {
 	}
 	if n := len(e.commands("power.shutdown")) + len(e.commands("power.off")); n != 1 {
 		t.Errorf("%d power-off commands, want 1", n)
-	}
-	claims, err := e.kube.ListPersistentVolumeClaims(t.Context(), e.ns, map[string]string{kube.LabelMigration: "cx-blk", clusterjob.LabelComponent: clusterjob.ComponentJournal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range claims {
-		if c.DeletionTimestamp == nil {
-			t.Errorf("journal claim %s still exists after Completed", c.Name)
-		}
 	}
 	e.checkCleanedUp("cx-blk")
 }

@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
@@ -94,6 +96,45 @@ func (e *env) checkCleanedUp(name string) {
 	}
 	if _, err := shared.cs.CoreV1().Secrets(e.ns).Get(ctx, clusterjob.SecretName("vmmigration-"+name), metav1.GetOptions{}); !kube.IsNotFound(err) {
 		e.t.Errorf("the migration's Secret after Completed: %v, want not found", err)
+	}
+	claims, err := e.kube.ListPersistentVolumeClaims(ctx, e.ns, map[string]string{kube.LabelMigration: name, clusterjob.LabelComponent: clusterjob.ComponentJournal})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, c := range claims {
+		if c.DeletionTimestamp == nil {
+			e.t.Errorf("journal claim %s still exists after Completed", c.Name)
+		}
+	}
+}
+
+// checkClaimsHoldDisks checks that each disk's DataVolume asks for
+// exactly the disk (no room beside it, which KubeVirt's ExpandDisks would
+// show the guest) and, for a Filesystem-mode claim, that the claim holds
+// disk.img alone: the journal and the chain's side files were kept in the
+// disk's journal claim.
+func (e *env) checkClaimsHoldDisks(rec record.Record) {
+	e.t.Helper()
+	for i, d := range rec.Disks {
+		dv, err := e.kube.GetDataVolume(e.t.Context(), e.ns, d.DataVolume)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+		if q.Value() != (d.SizeBytes+mib-1)/mib*mib || dv.Annotations[engine.AnnotationScratchBytes] != "" {
+			e.t.Errorf("disk %d: DataVolume asks for %s with scratch %q; want exactly the disk", i, q.String(), dv.Annotations[engine.AnnotationScratchBytes])
+		}
+		if m := dv.Spec.Storage.VolumeMode; m != nil && *m == corev1.PersistentVolumeBlock {
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Dir(e.sim.ReceivedPath(e.ns, d.DataVolume)))
+		var names []string
+		for _, en := range entries {
+			names = append(names, en.Name())
+		}
+		if err != nil || len(names) != 1 || names[0] != filepath.Base(e.sim.ReceivedPath(e.ns, d.DataVolume)) {
+			e.t.Errorf("disk %d: the claim of DataVolume %s holds %q (%v), want its disk alone", i, d.DataVolume, names, err)
+		}
 	}
 }
 
@@ -225,6 +266,7 @@ func TestColdMigrationInCluster(t *testing.T) {
 	if len(e.messages("copies the disk into the claim of DataVolume")) != 2 {
 		t.Errorf("events do not name one copy Job per disk: %q", e.messages("copy Job"))
 	}
+	e.checkClaimsHoldDisks(rec)
 	e.checkCleanedUp("cx-web")
 }
 

@@ -136,10 +136,12 @@ func guestConvertedInCluster(t *testing.T, name, volumeMode string) {
 		if len(b) < 2 || b[len(b)-2] != clusterjob.ConvertDevicePath(0) || b[len(b)-1] != clusterjob.ConvertDevicePath(1) {
 			t.Errorf("the overlays' backing files %q, want the claims' devices last", b)
 		}
-		if n := len(e.messages("keeps the copy's journal beside the Block-mode claim")); n != 2 {
-			t.Errorf("%d journal claims made, want one per disk", n)
-		}
 	}
+	// Both modes: the overlays were kept in the journal claims.
+	if n := len(e.messages("keeps the copy's journal and side files beside the claim")); n != 2 {
+		t.Errorf("%d journal claims made, want one per disk", n)
+	}
+	e.checkClaimsHoldDisks(rec)
 	e.checkCleanedUp(name)
 }
 

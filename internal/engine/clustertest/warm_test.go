@@ -173,9 +173,10 @@ func warmInCluster(t *testing.T, name, ip, volumeMode string) {
 	}
 	t.Logf("precopy %d + %d bytes; cutover %d bytes; %d bytes from the host with the source off; downtime %s",
 		w.Snapshots[0].CopiedBytes, w.Snapshots[1].CopiedBytes, w.CutoverBytes, offBytes, rec.Downtime())
-	if volumeMode == "Block" && len(e.messages("keeps the copy's journal beside the Block-mode claim")) != 1 {
-		t.Errorf("no journal claim was made for the Block-mode claim")
+	if n := len(e.messages("keeps the copy's journal and side files beside the claim")); n != 1 {
+		t.Errorf("%d journal claims made, want one for the disk", n)
 	}
+	e.checkClaimsHoldDisks(rec)
 	e.checkCleanedUp(name)
 }
 

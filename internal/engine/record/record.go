@@ -167,6 +167,13 @@ type Record struct {
 	// never switched afterwards. Empty in records from before cluster
 	// execution existed, which are local.
 	Execution string `json:"execution,omitempty"`
+	// JournalClaims says that, in cluster execution, each disk's copy
+	// journal, chain state, delta copies and conversion overlay are kept
+	// in a journal claim of their own, so that the DataVolume asks for
+	// exactly the disk: recorded with Execution. Records from before the
+	// field kept them beside disk.img in a Filesystem-mode claim (which
+	// asked for that room too) and in journal claims for Block mode.
+	JournalClaims bool `json:"journalClaims,omitempty"`
 	// Validation holds the Validating phase's check results.
 	Validation []CheckResult `json:"validation,omitempty"`
 	// Errors is the history of failed attempts, interruptions and human
