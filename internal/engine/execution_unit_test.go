@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/coord"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
@@ -221,5 +222,38 @@ func TestClaimRoomForSnapshotDeltas(t *testing.T) {
 		if n := scratchOf(map[string]string{AnnotationScratchBytes: v}, 73<<20); n != 0 {
 			t.Errorf("scratch %q read as %d, want 0", v, n)
 		}
+	}
+}
+
+// A plan counts against the namespace's storage quota exactly the journal
+// claims Preparing makes: one per disk in cluster execution, sized by the
+// same rule (journal, a warm migration's room, the virt-v2v overlay's),
+// and none in local execution.
+func TestPlanCountsJournalClaims(t *testing.T) {
+	vm := &esxi.VM{Name: "db", Disks: []esxi.Disk{
+		{DataPath: "/vmfs/volumes/ds1/db/db-flat.vmdk", CapacityBytes: 10 << 30},
+		{DataPath: "/vmfs/volumes/ds1/db/db_1-flat.vmdk", CapacityBytes: 1 << 30},
+	}}
+	spec := Spec{Execution: ExecutionCluster, Namespace: "ns", Name: "db", StorageClass: "fast", Mode: ModeWarm,
+		Conversion: ConversionVirtV2V}.WithDefaults()
+	var want int64
+	for _, d := range vm.Disks {
+		room := warmScratch(record.DiskEvidence{SizeBytes: d.CapacityBytes}) + clusterjob.OverlayRoom(d.CapacityBytes)
+		want += clusterjob.JournalClaimSize(d.CapacityBytes, spec.chunkSize(), room)
+	}
+	if got := spec.destination(vm).JournalClaimBytes; got != want {
+		t.Errorf("the plan counts %d bytes of journal claims, want %d", got, want)
+	}
+	r := &run{spec: spec, s: &coord.Stored{}}
+	var made int64
+	for _, d := range planDisks(spec, vm, nil) {
+		made += r.spec.journalClaimSize(d, r.spec.warm() || r.rec().Warm != nil)
+	}
+	if made != want {
+		t.Errorf("Preparing sizes the journal claims at %d bytes in all, the plan %d", made, want)
+	}
+	spec.Execution = ExecutionLocal
+	if got := spec.destination(vm).JournalClaimBytes; got != 0 {
+		t.Errorf("local execution counts %d bytes of journal claims", got)
 	}
 }

@@ -287,10 +287,27 @@ func (cc *clusterCopy) copyOf(i int) clusterjob.Copy {
 // clusterRoom is the room disk d's copy needs beside the disk: the copy
 // of its largest snapshot delta, or in a warm migration warmScratch.
 func (r *run) clusterRoom(d record.DiskEvidence) int64 {
-	if r.spec.warm() || r.rec().Warm != nil {
+	return clusterRoom(d, r.spec.warm() || r.rec().Warm != nil)
+}
+
+func clusterRoom(d record.DiskEvidence, warm bool) int64 {
+	if warm {
 		return warmScratch(d)
 	}
 	return scratchBytes(d)
+}
+
+// journalClaimSize is what disk d's journal claim asks for: its journal,
+// the room its chain needs (warm: a warm migration's) and, with
+// conversion "virt-v2v", its overlay. Plans count it against the
+// namespace's storage quota (destination) and Preparing makes the claim
+// with it (ensureJournalClaims).
+func (s Spec) journalClaimSize(d record.DiskEvidence, warm bool) int64 {
+	room := clusterRoom(d, warm)
+	if s.Conversion == ConversionVirtV2V {
+		room += clusterjob.OverlayRoom(d.SizeBytes)
+	}
+	return clusterjob.JournalClaimSize(d.SizeBytes, s.chunkSize(), room)
 }
 
 // ensureJournalClaims makes, where the migration keeps them
@@ -309,13 +326,9 @@ func (r *run) ensureJournalClaims(ctx context.Context) error {
 	rec := r.rec()
 	for i := range rec.Disks {
 		d := &rec.Disks[i]
-		room := r.clusterRoom(*d)
-		if r.spec.Conversion == ConversionVirtV2V {
-			room += clusterjob.OverlayRoom(d.SizeBytes)
-		}
 		want := clusterjob.RenderJournalClaim(clusterjob.JournalClaim{Namespace: r.spec.Namespace, Migration: r.spec.Name,
 			Claim: d.DataVolume, Disk: i, StorageClass: r.spec.StorageClass,
-			Size: clusterjob.JournalClaimSize(d.SizeBytes, r.chunkSize(), room), Owner: r.recordOwner()})
+			Size: r.spec.journalClaimSize(*d, r.spec.warm() || rec.Warm != nil), Owner: r.recordOwner()})
 		got, err := kc.GetPersistentVolumeClaim(ctx, want.Namespace, want.Name)
 		switch {
 		case kube.IsNotFound(err):

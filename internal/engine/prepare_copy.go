@@ -21,9 +21,12 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
-func (r *run) chunkSize() int64 {
-	if r.spec.CopyChunkSize > 0 {
-		return r.spec.CopyChunkSize
+func (r *run) chunkSize() int64 { return r.spec.chunkSize() }
+
+// chunkSize is the copy's unit of copying and resumption.
+func (s Spec) chunkSize() int64 {
+	if s.CopyChunkSize > 0 {
+		return s.CopyChunkSize
 	}
 	return transfer.DefaultChunkSize
 }

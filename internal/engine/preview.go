@@ -85,7 +85,7 @@ func (e *Engine) Preview(ctx context.Context, spec Spec, opts PreviewOptions) (P
 // disks, keeping the evidence of disks in prev that are unchanged; warm is
 // the record's warm evidence, if any.
 func (e *Engine) judge(ctx context.Context, spec Spec, vm *esxi.VM, prev []record.DiskEvidence, warm *record.WarmEvidence) (Preview, error) {
-	res, err := preflight.Run(ctx, *vm, spec.destination(), e.deps.Kube)
+	res, err := preflight.Run(ctx, *vm, spec.destination(vm), e.deps.Kube)
 	if err != nil {
 		return Preview{}, transient("ClusterUnreachable",
 			fmt.Sprintf("the destination cluster could not be queried for the pre-flight checks of %s/%s", spec.Namespace, spec.Name), err)
@@ -134,15 +134,22 @@ func CheckField(id string) string {
 	return FieldSource
 }
 
-// destination is the destination as the pre-flight checks see it.
-func (s Spec) destination() preflight.Destination {
+// destination is the destination of the migration of vm as the
+// pre-flight checks see it.
+func (s Spec) destination(vm *esxi.VM) preflight.Destination {
 	nm := s.NetworkMap
 	if nm == nil {
 		nm = map[string]string{}
 	}
-	return preflight.Destination{Namespace: s.Namespace, Name: s.Name, StorageClass: s.StorageClass,
+	d := preflight.Destination{Namespace: s.Namespace, Name: s.Name, StorageClass: s.StorageClass,
 		NetworkMap: nm, PowerOffPolicy: s.PowerOffPolicy, Owner: s.Name,
 		Block: s.VolumeMode == string(corev1.PersistentVolumeBlock), Upload: s.Transport.Kind != TransportHTTP && !s.inCluster()}
+	if s.inCluster() {
+		for _, disk := range planDisks(s, vm, nil) {
+			d.JournalClaimBytes += s.journalClaimSize(disk, s.warm())
+		}
+	}
+	return d
 }
 
 // planDisks is the per-disk plan of a source VM: one entry per disk in

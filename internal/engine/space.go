@@ -42,10 +42,7 @@ func (s Spec) workDirNeed(disks []record.DiskEvidence) int64 {
 // file system, served by another program. vm, when known, is the source
 // as observed; nil uses the record only.
 func (s Spec) workDirNeeds(disks []record.DiskEvidence, vm *esxi.VM) preflight.WorkDirNeed {
-	chunk := s.CopyChunkSize
-	if chunk == 0 {
-		chunk = transfer.DefaultChunkSize
-	}
+	chunk := s.chunkSize()
 	// A disk on a snapshot chain is flattened into its staged copy, which
 	// staged counts.
 	var staged, chain, conv, upload int64

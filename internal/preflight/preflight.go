@@ -89,6 +89,10 @@ type Destination struct {
 	// (an HTTP import otherwise). Both change what the claims take from a
 	// storage quota (see StorageNeed).
 	Block, Upload bool
+	// JournalClaimBytes is what cluster execution's journal claims (one
+	// beside each disk's claim, for the copy's journal and side files)
+	// request in all; 0 in local execution.
+	JournalClaimBytes int64
 	// Owner is the migration label value that marks objects as this
 	// migration's own; objects with another value (or none) are not ours.
 	Owner string
@@ -446,7 +450,7 @@ func destinationChecks(ctx context.Context, vm esxi.VM, dest Destination, cluste
 				return nil, fmt.Errorf("checking how CDI fills claims of StorageClass %q: %w", dest.StorageClass, err)
 			}
 		}
-		need := StorageNeed(vm.Disks, dest.Block, dest.Upload, populated)
+		need := StorageNeed(vm.Disks, dest.Block, dest.Upload, populated) + dest.JournalClaimBytes
 		switch {
 		case !limited:
 			out = append(out, pass(CheckQuota, Blocker, fmt.Sprintf("No storage quota limits namespace %q.", dest.Namespace)))
@@ -547,6 +551,9 @@ func storageNeedDetail(dest Destination, populated bool) string {
 		s += " and the claim prime CDI's populator fills beside each"
 	case dest.Upload:
 		s += " and the upload's scratch claim beside each"
+	}
+	if dest.JournalClaimBytes > 0 {
+		s += fmt.Sprintf(", and %s for the copies' journal claims", humanBytes(dest.JournalClaimBytes))
 	}
 	return s
 }

@@ -373,4 +373,23 @@ func TestStorageNeed(t *testing.T) {
 	if !found {
 		t.Error("no quota check")
 	}
+	// Cluster execution's journal claims count too: a quota that holds
+	// the claims but not them does not fit, and says why.
+	need := StorageNeed(goodVM().Disks, false, false, false)
+	dest.Upload, dest.JournalClaimBytes = false, 200<<20
+	for _, tc := range []struct {
+		remaining int64
+		pass      bool
+	}{{need + 200<<20, true}, {need + 199<<20, false}} {
+		fc.remaining = tc.remaining
+		res, err := Run(t.Context(), goodVM(), dest, fc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range res.Checks {
+			if c.ID == CheckQuota && (c.Passed != tc.pass || !strings.Contains(c.Message, "200 MiB for the copies' journal claims")) {
+				t.Errorf("quota leaving %d bytes: %+v, want passed %v naming the journal claims", tc.remaining, c, tc.pass)
+			}
+		}
+	}
 }
