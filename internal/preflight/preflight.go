@@ -553,7 +553,7 @@ func storageNeedDetail(dest Destination, populated bool) string {
 		s += " and the upload's scratch claim beside each"
 	}
 	if dest.JournalClaimBytes > 0 {
-		s += fmt.Sprintf(", and %s for the copies' journal claims", humanBytes(dest.JournalClaimBytes))
+		s += fmt.Sprintf(" and a journal claim beside each for cluster execution's copies (%s of the total)", humanBytes(dest.JournalClaimBytes))
 	}
 	return s
 }

@@ -387,7 +387,7 @@ func TestStorageNeed(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range res.Checks {
-			if c.ID == CheckQuota && (c.Passed != tc.pass || !strings.Contains(c.Message, "200 MiB for the copies' journal claims")) {
+			if c.ID == CheckQuota && (c.Passed != tc.pass || !strings.Contains(c.Message, "a journal claim beside each for cluster execution's copies (200 MiB of the total)")) {
 				t.Errorf("quota leaving %d bytes: %+v, want passed %v naming the journal claims", tc.remaining, c, tc.pass)
 			}
 		}

@@ -123,14 +123,17 @@ data "vmmigration_preflight" "blocked" {
 					"warnings.0": `power_off_policy: VM "web-01" is poweredOn and power_off_policy is "hard": it will be powered off without a guest shutdown (like pulling the plug).`,
 				}),
 				// Cluster execution without the provider's worker_image:
-				// one blocker that says so, and what to set instead (the
+				// a blocker that says so, and what to set instead (the
 				// guest conversion runs in a conversion Job). No work_dir
-				// check: nothing is staged locally.
+				// check: nothing is staged locally. The quota that holds
+				// the disks' claims does not hold the journal claims the
+				// copies keep beside them: a blocker too.
 				attrs(inCluster, map[string]string{
 					"execution":    "cluster",
 					"passed":       "false",
-					"blockers.#":   "1",
-					"blockers.0":   `execution: VM "web-01" cannot be migrated with execution "cluster": the provider's worker_image is not set: cluster execution runs its copy and conversion Jobs from that image (see make image; pin it by digest). Set execution = "local" for this migration, or fix what is listed.`,
+					"blockers.#":   "2",
+					"blockers.0":   `storage_quota_fits: The disks need 648.4 MiB (679854737 bytes) for their claims with CDI's 6% filesystem overhead and a journal claim beside each for cluster execution's copies (642 MiB of the total) but the ResourceQuota of namespace "apps" leaves 20 MiB for StorageClass "fast". Raise the quota or free space first.`,
+					"blockers.1":   `execution: VM "web-01" cannot be migrated with execution "cluster": the provider's worker_image is not set: cluster execution runs its copy and conversion Jobs from that image (see make image; pin it by digest). Set execution = "local" for this migration, or fix what is listed.`,
 					"checks.#":     "17",
 					"checks.16.id": "execution",
 				}),
