@@ -8,6 +8,15 @@
 # are dealt longest first (scripts/acctest-seconds, measured by a run with
 # TEST_LOG_DIR) to the shard with less so far.
 #
+# The real guests the tests boot and convert run under TCG, one CPU-bound
+# QEMU each (guestslot limits how many at once), and have timeouts inside
+# them (systemd's device jobs, virt-v2v's own); with everything else the
+# run does on two cores, they got a sixth of a core each and their
+# conversions took six times as long as on an idle machine. The tests
+# therefore run at nice $TEST_NICE (default 5) and, when this script may
+# raise priorities (root), every QEMU thread is moved back to nice 0 as it
+# appears: the guests get the CPU first, the rest still about 60% of it.
+#
 # TEST_LOG_DIR=dir keeps each process's verbose output (-v, with every
 # test's duration) in dir and prints only results and failures.
 set -euo pipefail
@@ -22,8 +31,30 @@ if [[ -n $logdir ]]; then
 fi
 outs=()
 pids=()
-cleanup() { [[ -n $logdir ]] || rm -f "${outs[@]}"; }
+favor_pid=
+cleanup() {
+	[[ -z $favor_pid ]] || kill "$favor_pid" 2>/dev/null || true
+	[[ -n $logdir ]] || rm -f "${outs[@]}"
+}
 trap cleanup EXIT
+
+niced=()
+if [[ $(id -u) -eq 0 ]] && command -v renice >/dev/null && command -v pgrep >/dev/null; then
+	niced=(nice -n "${TEST_NICE:-5}")
+	# Every thread: QEMU starts its vCPU threads after its main thread,
+	# and a nice value is a thread's.
+	favor_guests() {
+		while sleep 1; do
+			for p in $(pgrep -x qemu-system-x86 || true); do
+				for task in /proc/"$p"/task/*; do
+					renice -n 0 -p "${task##*/}" >/dev/null 2>&1 || true
+				done
+			done
+		done
+	}
+	favor_guests &
+	favor_pid=$!
+fi
 
 tests=$(go test -list '^Test' "$acc" | grep '^Test' || true)
 if [[ -z $tests ]]; then
@@ -46,17 +77,17 @@ while IFS= read -r names; do
 		out=$(mktemp)
 	fi
 	outs+=("$out")
-	TF_ACC=1 go test -count=1 "${verbose[@]}" -timeout "$timeout" -run "^($names)\$" "$acc" >"$out" 2>&1 &
+	TF_ACC=1 "${niced[@]}" go test -count=1 "${verbose[@]}" -timeout "$timeout" -run "^($names)\$" "$acc" >"$out" 2>&1 &
 	pids+=($!)
 	shard=$((shard + 1))
 done <<<"$shards"
 
 rest_status=0
 if [[ -n $logdir ]]; then
-	TF_ACC=1 go test -count=1 -v -timeout "$timeout" $(go list ./... | grep -vx "$acc") >"$logdir/packages.log" 2>&1 || rest_status=$?
+	TF_ACC=1 "${niced[@]}" go test -count=1 -v -timeout "$timeout" $(go list ./... | grep -vx "$acc") >"$logdir/packages.log" 2>&1 || rest_status=$?
 	grep -E '^(ok|FAIL|panic:|--- FAIL|\?)' "$logdir/packages.log" || true
 else
-	TF_ACC=1 go test -count=1 -timeout "$timeout" $(go list ./... | grep -vx "$acc") || rest_status=$?
+	TF_ACC=1 "${niced[@]}" go test -count=1 -timeout "$timeout" $(go list ./... | grep -vx "$acc") || rest_status=$?
 fi
 
 acc_status=0

@@ -77,7 +77,7 @@ func newEnv(t *testing.T, simOpts ...func(*kubesim.Options)) *env {
 		t.Fatal(err)
 	}
 	opts := kubesim.Options{
-		Cluster: c, Namespaces: []string{e.ns}, Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond,
+		Cluster: c, Namespaces: []string{e.ns}, Step: 30 * time.Millisecond,
 		AgentDelay: 100 * time.Millisecond, UploadReadyWait: 2 * time.Second,
 	}
 	for _, o := range simOpts {

@@ -38,7 +38,7 @@ func newServerTarget(t *testing.T) *serverTarget {
 	if err := c.AdminClient().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	sim, err := kubesim.Start(t.Context(), kubesim.Options{Cluster: c, Namespaces: []string{ns}, Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond})
+	sim, err := kubesim.Start(t.Context(), kubesim.Options{Cluster: c, Namespaces: []string{ns}, Step: 30 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestUploadThroughKubesim(t *testing.T) {
 	_, err := kc.RequestUploadToken(ctx, ns, "disk")
 	wantClass(t, "token without CDI", err, NeedsHuman)
 
-	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: c, Namespaces: []string{ns}, Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond})
+	sim, err := kubesim.Start(ctx, kubesim.Options{Cluster: c, Namespaces: []string{ns}, Step: 30 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

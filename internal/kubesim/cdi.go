@@ -256,7 +256,7 @@ func (s *Sim) stepCommon(dv *cdiv1.DataVolume, scheduled cdiv1.DataVolumePhase) 
 		if !s.claimProvisioned(dv) || !s.ensurePrimeClaim(dv) {
 			return false
 		}
-		if s.since(dv.UID, string(cdiv1.Pending)) < s.opts.Step {
+		if !s.due(dv.UID, string(cdiv1.Pending), s.opts.Step) {
 			return false
 		}
 		st.Phase = scheduled
@@ -266,7 +266,7 @@ func (s *Sim) stepCommon(dv *cdiv1.DataVolume, scheduled cdiv1.DataVolumePhase) 
 		}
 		return false
 	case scheduled:
-		return s.since(dv.UID, string(scheduled)) >= s.opts.Step
+		return s.due(dv.UID, string(scheduled), s.opts.Step)
 	}
 	return true
 }
@@ -324,7 +324,7 @@ func (s *Sim) stepImport(dv *cdiv1.DataVolume) {
 		// conditions.go updateRunningCondition); the phase stays
 		// ImportInProgress.
 		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, res.message, res.reason)
-		if s.since(dv.UID, fmt.Sprintf("restart-%d", st.RestartCount)) < s.restartBackoff(st.RestartCount) {
+		if !s.due(dv.UID, fmt.Sprintf("restart-%d", st.RestartCount), s.restartBackoff(st.RestartCount)) {
 			return
 		}
 		st.RestartCount++

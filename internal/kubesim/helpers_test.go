@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 // business).
 func fast(c *testcluster.Cluster, ns ...string) Options {
 	return Options{
-		Cluster: c, Namespaces: ns, Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond,
+		Cluster: c, Namespaces: ns, Step: 30 * time.Millisecond,
 		AgentDelay: 100 * time.Millisecond, UploadReadyWait: 500 * time.Millisecond,
 	}
 }

@@ -353,7 +353,7 @@ func (s *Sim) stepVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 			return nil
 		}
 		removeVMICondition(st, synchronized)
-		if s.since(vmi.UID, string(kubevirtv1.Pending)) >= s.opts.Step {
+		if s.due(vmi.UID, string(kubevirtv1.Pending), s.opts.Step) {
 			setPhase(kubevirtv1.Scheduling)
 		}
 	case kubevirtv1.Scheduling:
@@ -361,13 +361,13 @@ func (s *Sim) stepVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 			setVMICondition(st, podScheduled, corev1.ConditionFalse, ReasonUnschedulable, f.message())
 			return nil
 		}
-		if s.since(vmi.UID, string(kubevirtv1.Scheduling)) >= s.opts.Step {
+		if s.due(vmi.UID, string(kubevirtv1.Scheduling), s.opts.Step) {
 			setVMICondition(st, podScheduled, corev1.ConditionTrue, "", "")
 			st.NodeName = NodeName
 			setPhase(kubevirtv1.Scheduled)
 		}
 	case kubevirtv1.Scheduled:
-		if s.since(vmi.UID, string(kubevirtv1.Scheduled)) >= s.opts.Step {
+		if s.due(vmi.UID, string(kubevirtv1.Scheduled), s.opts.Step) {
 			setPhase(kubevirtv1.Running)
 			st.GuestOSInfo = kubevirtv1.VirtualMachineInstanceGuestOSInfo{}
 			st.Interfaces = interfaces(vmi, false)
@@ -375,7 +375,7 @@ func (s *Sim) stepVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 		}
 	case kubevirtv1.Running:
 		agent := s.hasAgent(vmi.Namespace, vmi.Name, vmi.Annotations) &&
-			s.since(vmi.UID, string(kubevirtv1.Running)) >= s.opts.AgentDelay
+			s.due(vmi.UID, string(kubevirtv1.Running), s.opts.AgentDelay)
 		if agent {
 			setVMICondition(st, kubevirtv1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue, "", "")
 			st.GuestOSInfo = kubevirtv1.VirtualMachineInstanceGuestOSInfo{Name: "kubesim guest", ID: "kubesim", KernelRelease: "6.1.0-kubesim"}

@@ -46,7 +46,7 @@ func TestProvisionVolumes(t *testing.T) {
 	waitDVPhase(t, cl, ns, "other", cdiv1.Succeeded)
 
 	// Not handed over yet: no volume, the DataVolume waits.
-	time.Sleep(10 * opts.Resync)
+	time.Sleep(10 * opts.Step)
 	if dv := getDV(t, cl, ns, "ours"); dv.Status.Phase != cdiv1.Pending {
 		t.Fatalf("DataVolume of an unbound claim is %q, want Pending", dv.Status.Phase)
 	}

@@ -58,7 +58,9 @@ type Options struct {
 	// Step is how long each intermediate phase lasts (DataVolume Pending,
 	// UploadScheduled, ...; VMI Pending, Scheduling, Scheduled). Default 100ms.
 	Step time.Duration
-	// Resync is the polling interval. Default 50ms.
+	// Resync is the longest the controllers wait between passes: a change
+	// to an object they watch, or a timed step falling due, runs a pass
+	// sooner (watch.go). Default 250ms.
 	Resync time.Duration
 	// AgentDelay is how long after Running the guest agent connects.
 	// Default 300ms.
@@ -147,7 +149,7 @@ func (o *Options) setDefaults() error {
 		}
 	}
 	def(&o.Step, 100*time.Millisecond)
-	def(&o.Resync, 50*time.Millisecond)
+	def(&o.Resync, 250*time.Millisecond)
 	def(&o.AgentDelay, 300*time.Millisecond)
 	def(&o.TokenTTL, 5*time.Minute)
 	def(&o.UploadReadyWait, 10*time.Second)
@@ -179,11 +181,13 @@ func (o *Options) setDefaults() error {
 // Sim is a running set of simulated controllers and servers. Its methods
 // are safe for concurrent use.
 type Sim struct {
-	opts   Options
-	cl     client.Client
-	hc     *http.Client
-	dir    string
-	ownDir bool
+	opts Options
+	cl   client.Client
+	hc   *http.Client
+	// watchHC carries the watches that wake the controllers.
+	watchHC *http.Client
+	dir     string
+	ownDir  bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -211,7 +215,9 @@ type Sim struct {
 
 	mu      sync.Mutex
 	entered map[string]time.Time
-	pods    map[types.UID]*uploadPod
+	// wakeAt is the earliest timed step a pass found not yet due.
+	wakeAt time.Time
+	pods   map[types.UID]*uploadPod
 	// uploads are the upload requests taken, in order.
 	uploads  []UploadRequest
 	imports  map[types.UID]*transfer
@@ -302,6 +308,9 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 			return nil, err
 		}
 	}
+	if err := s.startWatches(cfg); err != nil {
+		return nil, fmt.Errorf("kubesim: %w", err)
+	}
 	s.wg.Add(1)
 	go s.run()
 	ok = true
@@ -355,6 +364,9 @@ func (s *Sim) Stop() error {
 		if s.hc != nil {
 			s.hc.CloseIdleConnections()
 		}
+		if s.watchHC != nil {
+			s.watchHC.CloseIdleConnections()
+		}
 		if s.ownDir && s.dir != "" {
 			errs = append(errs, os.RemoveAll(s.dir))
 		}
@@ -398,35 +410,31 @@ func (s *Sim) poke() {
 
 func (s *Sim) run() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.opts.Resync)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		err := errors.Join(s.reconcileDataVolumes(s.ctx), s.reconcileVirtualMachines(s.ctx), s.provisionClaims(s.ctx), s.deleteReleasedVolumes(s.ctx))
 		s.mu.Lock()
 		s.lastErr = err
 		s.mu.Unlock()
+		wait := s.nextPass()
+		if err != nil {
+			// A failed pass is retried at Resync, not at every event.
+			wait = s.opts.Resync
+		}
+		t.Reset(wait)
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
 		case <-s.kick:
+			// Several changes at once make one pass.
+			if !t.Stop() {
+				<-t.C
+			}
+			time.Sleep(minPassGap)
 		}
 	}
-}
-
-// since returns how long the object with uid has been in phase, as this sim
-// has observed it (zero when it sees the phase for the first time, e.g.
-// after a sim restart: timing is the only state kept in memory).
-func (s *Sim) since(uid types.UID, phase string) time.Duration {
-	k := string(uid) + "/" + phase
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.entered[k]
-	if !ok {
-		s.entered[k] = time.Now()
-		return 0
-	}
-	return time.Since(t)
 }
 
 // forget drops the timing of objects that are gone.

@@ -453,7 +453,7 @@ func (s *Sim) stepUpload(dv *cdiv1.DataVolume) {
 			return
 		}
 		setDVCondition(st, cdiv1.DataVolumeRunning, corev1.ConditionFalse, p.lastError(), ReasonError)
-		if s.since(dv.UID, fmt.Sprintf("upload-restart-%d", st.RestartCount)) < s.opts.Step {
+		if !s.due(dv.UID, fmt.Sprintf("upload-restart-%d", st.RestartCount), s.opts.Step) {
 			return
 		}
 		st.RestartCount++

@@ -137,8 +137,15 @@ type env struct {
 	image          string
 	maxConversions int
 
+	// start is when the env was made: log lines say how long after it.
+	start time.Time
+
 	mu     sync.Mutex
 	events []engine.Event
+	// logged is, by disk, the last quarter of a transfer logged: progress
+	// events are logged at 0, 25, 50, 75 and 100% only, so that a failing
+	// test's log shows its whole timeline rather than a page of progress.
+	logged map[int]int
 	// onEvent, if set, sees every event (under no lock).
 	onEvent atomic.Pointer[func(engine.Event)]
 }
@@ -150,13 +157,14 @@ func newEnvWith(t *testing.T, mod func(*kubesim.Options)) *env {
 	t.Helper()
 	c := cluster.Get(t)
 	startShared(t, c)
-	e := &env{t: t, c: c, ns: fmt.Sprintf("cx-%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1)), image: workerImage}
+	e := &env{t: t, c: c, ns: fmt.Sprintf("cx-%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1)), image: workerImage,
+		start: time.Now(), logged: map[int]int{}}
 	ctx := t.Context()
 	if _, err := shared.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	opts := kubesim.Options{Cluster: c, Namespaces: []string{e.ns}, ProvisionVolumes: true,
-		Step: 30 * time.Millisecond, Resync: 20 * time.Millisecond, AgentDelay: 100 * time.Millisecond}
+		Step: 30 * time.Millisecond, AgentDelay: 100 * time.Millisecond}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -202,10 +210,19 @@ func (e *env) engine() *engine.Engine {
 		ESXi: e.reg, Kube: e.kube, PollInterval: 50 * time.Millisecond, LeaseDuration: 3 * time.Second,
 		WorkerImage: e.image, MaxConcurrentConversions: e.maxConversions,
 		Progress: func(ev engine.Event) {
-			e.t.Logf("%s %s disk %d: %s", ev.Phase, ev.Kind, ev.Disk, ev.Message)
 			e.mu.Lock()
 			e.events = append(e.events, ev)
+			quiet := false
+			if ev.Kind == engine.EventProgress {
+				q := int(ev.Percent) / 25
+				last, seen := e.logged[ev.Disk]
+				quiet = seen && q == last
+				e.logged[ev.Disk] = q
+			}
 			e.mu.Unlock()
+			if !quiet {
+				e.t.Logf("+%.0fs %s %s disk %d: %s", time.Since(e.start).Seconds(), ev.Phase, ev.Kind, ev.Disk, ev.Message)
+			}
 			if f := e.onEvent.Load(); f != nil {
 				(*f)(ev)
 			}
