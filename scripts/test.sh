@@ -41,11 +41,25 @@ trap cleanup EXIT
 niced=()
 if [[ $(id -u) -eq 0 ]] && command -v renice >/dev/null && command -v pgrep >/dev/null; then
 	niced=(nice -n "${TEST_NICE:-5}")
-	# Every thread: QEMU starts its vCPU threads after its main thread,
-	# and a nice value is a thread's.
+	# Only this run's QEMUs (descendants of this script), every thread:
+	# QEMU starts its vCPU threads after its main thread, and a nice value
+	# is a thread's.
+	ours() {
+		local p=$1 stat
+		while [[ -n $p && $p -gt 1 ]]; do
+			[[ $p -eq $$ ]] && return 0
+			stat=$(<"/proc/$p/stat") 2>/dev/null || return 1
+			# After the command name: state, then the parent's PID.
+			stat=${stat##*) }
+			p=${stat#* }
+			p=${p%% *}
+		done
+		return 1
+	}
 	favor_guests() {
 		while sleep 1; do
 			for p in $(pgrep -x qemu-system-x86 || true); do
+				ours "$p" || continue
 				for task in /proc/"$p"/task/*; do
 					renice -n 0 -p "${task##*/}" >/dev/null 2>&1 || true
 				done

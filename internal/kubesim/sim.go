@@ -428,10 +428,9 @@ func (s *Sim) run() {
 			return
 		case <-t.C:
 		case <-s.kick:
+			// Stop and Reset leave no stale tick in t.C (Go 1.23 timers).
+			t.Stop()
 			// Several changes at once make one pass.
-			if !t.Stop() {
-				<-t.C
-			}
 			time.Sleep(minPassGap)
 		}
 	}
