@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -145,7 +145,7 @@ func readResult(t *testing.T, specPath string) copyjob.Result {
 	return r
 }
 
-// sha256Of hashes the first n bytes of path.
+// sha256Of is the disk digest of the first n bytes of path.
 func sha256Of(t *testing.T, path string, n int64) string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -153,11 +153,11 @@ func sha256Of(t *testing.T, path string, n int64) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := diskdigest.New()
 	if got, err := io.Copy(h, io.LimitReader(f, n)); err != nil || got != n {
 		t.Fatalf("read %d of %d bytes of %s: %v", got, n, path, err)
 	}
-	return fmt.Sprintf("%x", h.Sum(nil))
+	return h.Hex()
 }
 
 // allocated is how many bytes a file occupies on disk.

@@ -5,12 +5,9 @@ package clusterjob_test
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +28,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/podrun"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
 
@@ -243,19 +241,14 @@ func terminal(o clusterjob.Outcome) bool {
 	return o.State == clusterjob.Succeeded || o.State == clusterjob.Failed
 }
 
-// sha256File hashes the first n bytes of p.
+// sha256File is the disk digest of the first n bytes of p.
 func sha256File(t *testing.T, p string, n int64) string {
 	t.Helper()
-	f, err := os.Open(p)
+	s, err := sparsefile.HashPrefix(t.Context(), p, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.CopyN(h, f, n); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return s.SHA256
 }
 
 func addDisk(t *testing.T, name string, size int64, content []esxisim.Extent) esxisim.DiskFiles {

@@ -3,8 +3,6 @@ package convert
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
@@ -350,7 +349,7 @@ func flattenRaw(ctx context.Context, top, tmp string) (string, int64, error) {
 	if err := f.Truncate(size); err != nil {
 		return "", 0, err
 	}
-	h := sha256.New()
+	h := diskdigest.New()
 	buf := make([]byte, flattenBuffer)
 	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {
@@ -372,7 +371,7 @@ func flattenRaw(ctx context.Context, top, tmp string) (string, int64, error) {
 	if err := f.Close(); err != nil {
 		return "", 0, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), size, nil
+	return h.Hex(), size, nil
 }
 
 // flattenBuffer is flattenRaw's read size; zeroBlockSize the unit it leaves

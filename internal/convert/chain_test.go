@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -101,7 +101,7 @@ func TestFlattenChain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := fmt.Sprintf("%x", sha256.Sum256(model))
+			want := diskdigest.Bytes(model)
 			if a.GuestSHA256 != want {
 				t.Fatalf("guest sha %s, want %s", a.GuestSHA256, want)
 			}

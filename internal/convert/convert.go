@@ -20,11 +20,9 @@ package convert
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -33,6 +31,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 )
 
 // Format is a disk image format understood by qemu-img.
@@ -456,19 +455,11 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 
 func (b *limitedBuffer) Bytes() []byte { return b.buf.Bytes() }
 
-// hashFile returns the hex SHA-256 and size of a file.
+// hashFile returns the hex disk digest (package diskdigest) and size of a
+// file, its holes taken as zeros without being read.
 func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("hash %s: %w", path, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("hash %s: %w", path, err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil)), n, nil
+	s, err := sparsefile.Hash(context.Background(), path)
+	return s.SHA256, s.Bytes, err
 }
 
 func fsyncFile(path string) error {

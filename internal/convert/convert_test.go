@@ -3,7 +3,6 @@ package convert
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 const mib = 1 << 20
@@ -51,13 +52,14 @@ func sparseRaw(t *testing.T, path string, size int64) string {
 	return path
 }
 
+// fileSHA is the disk digest of the file at path, computed from its bytes.
 func fileSHA(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("%x", sha256.Sum256(b))
+	return diskdigest.Bytes(b)
 }
 
 func TestRawToQCOW2(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob/convertjobtest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/loopdev"
 )
 
@@ -55,7 +55,8 @@ func readFile(t *testing.T, p string) []byte {
 	return b
 }
 
-func sha256Hex(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+// sha256Hex is the disk digest of b, as results and records hold it.
+func sha256Hex(b []byte) string { return diskdigest.Bytes(b) }
 
 // run runs the conversion and returns its result and its stdout lines.
 func run(t *testing.T, ctx context.Context, s convertjob.Spec) (convertjob.Result, []convertjob.Line) {

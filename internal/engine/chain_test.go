@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -81,8 +80,7 @@ func fileSums(t *testing.T, ch *esxisim.DiskChainFiles) map[string]string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := sha256.Sum256(b)
-			out[host] = hex.EncodeToString(s[:])
+			out[host] = diskdigest.Bytes(b)
 		}
 	}
 	return out

@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -146,8 +145,7 @@ func wholeConversion(t *testing.T, source string) string {
 		t.Fatal(err)
 	}
 	copy(b[4096:], "converted-to-kvm")
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return diskdigest.Bytes(b)
 }
 
 // fakeV2VTools puts stand-ins for virt-v2v's tools first in PATH: the

@@ -3,8 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/preflight"
@@ -331,7 +330,7 @@ func (r *run) verifiedChain(i int, back func(why string) error) ([]convert.Chain
 			if err != nil {
 				return nil, back(fmt.Sprintf("%s: %v", local, err))
 			}
-			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != f.SHA256 {
+			if diskdigest.Bytes(b) != f.SHA256 {
 				return nil, back(local + " no longer matches its recorded SHA-256")
 			}
 			l.Descriptor = string(b)

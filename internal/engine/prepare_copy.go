@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
@@ -315,8 +314,8 @@ func (r *run) copyChainDescriptors(ctx context.Context, c *esxi.Client, i int) e
 		if err != nil {
 			return fmt.Errorf("disk %d: reading the snapshot descriptor %s: %w", i, f.SourcePath, err)
 		}
-		sum := sha256.Sum256([]byte(text))
-		if h := hex.EncodeToString(sum[:]); f.SHA256 != "" && f.SHA256 != h && d.GuestSHA256 != "" {
+		sum := diskdigest.Bytes([]byte(text))
+		if f.SHA256 != "" && f.SHA256 != sum && d.GuestSHA256 != "" {
 			// The descriptor changed since the chain was flattened.
 			d.GuestSHA256, d.SourceSHA256 = "", ""
 		}
@@ -326,7 +325,7 @@ func (r *run) copyChainDescriptors(ctx context.Context, c *esxi.Client, i int) e
 			}
 			return needsHuman("WorkDirUnusable", "cannot write "+r.spec.chainLocalPath(i, *f), "make work_dir writable, then run apply again", err)
 		}
-		f.Bytes, f.SHA256 = int64(len(text)), hex.EncodeToString(sum[:])
+		f.Bytes, f.SHA256 = int64(len(text)), sum
 	}
 	return nil
 }

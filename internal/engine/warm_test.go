@@ -1,14 +1,13 @@
 package engine_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
@@ -38,8 +37,7 @@ func (m *guestModel) write(t *testing.T, h *esxiHost, vmid int, node string, off
 func (m *guestModel) sha() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := sha256.Sum256(m.content)
-	return hex.EncodeToString(s[:])
+	return diskdigest.Bytes(m.content)
 }
 
 const warmCapacity = 24 << 20
@@ -82,7 +80,7 @@ func sourceClean(t *testing.T, e *env, id int, files *esxisim.VMFiles, name, wan
 	}
 	base, _ := os.ReadFile(files.Disks[0].LocalFlat)
 	base = append(base, make([]byte, warmCapacity-len(base))...)
-	if s := sha256.Sum256(base); hex.EncodeToString(s[:]) != want {
+	if diskdigest.Bytes(base) != want {
 		t.Error("the source's base does not hold the guest's content after the snapshots were removed")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -53,7 +54,7 @@ func TestReadRangeSparseSim(t *testing.T) {
 	// Read the disk in three ranges, the boundaries unaligned, and check the
 	// whole against the disk's known digest.
 	env.srv.ResetStats()
-	whole := sha256.New()
+	whole := diskdigest.New()
 	var wire, data int64
 	for _, r := range [][2]int64{{0, 20*mib + 3}, {20*mib + 3, 30 * mib}, {50*mib + 3, size - 50*mib - 3}} {
 		var buf bytes.Buffer
@@ -112,7 +113,7 @@ func TestReadRangeSkippingZerosFallsBackToDD(t *testing.T) {
 	if err != nil || n != size {
 		t.Fatalf("ReadRangeSkippingZeros: %d, %v", n, err)
 	}
-	if got := hex.EncodeToString(sha256Of(out.Bytes())); got != disk.SHA256() {
+	if got := diskdigest.Bytes(out.Bytes()); got != disk.SHA256() {
 		t.Errorf("digest %s, want %s", got, disk.SHA256())
 	}
 	if sent := env.srv.Stats().StdoutBytes; sent != size {
@@ -132,8 +133,6 @@ func TestReadRangeSkippingZerosFallsBackToDD(t *testing.T) {
 		t.Error("ReadRangeSparse succeeded on a host without Python")
 	}
 }
-
-func sha256Of(p []byte) []byte { s := sha256.Sum256(p); return s[:] }
 
 func TestReadRangeSparseSimErrors(t *testing.T) {
 	env := newSim(t, esxisim.Options{})

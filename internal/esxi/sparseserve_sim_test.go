@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
 
@@ -27,7 +28,7 @@ func TestSparseReaderServesManyRanges(t *testing.T) {
 		t.Fatalf("HasPython = %v, %v", ok, err)
 	}
 	env.srv.ResetStats()
-	whole := sha256.New()
+	whole := diskdigest.New()
 	for off := int64(0); off < size; off += 2 * mib {
 		var buf bytes.Buffer
 		st, err := c.ReadRangeSparse(ctx, disk.Flat, off, 2*mib, DenseSink(&buf))

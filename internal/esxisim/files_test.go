@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 func TestFileCommands(t *testing.T) {
@@ -143,7 +145,13 @@ func TestBusyFilesOfRunningVM(t *testing.T) {
 	}
 	_ = idSnap
 	r := mustRun(t, c, "sha256sum '"+flat+"'")
-	if want := files.Disks[0].SHA256() + "  " + flat + "\n"; r.out != want {
+	b, err := os.ReadFile(files.Disks[0].LocalFlat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// BusyBox sha256sum: a plain SHA-256 of the file.
+	sum := sha256.Sum256(b)
+	if want := hex.EncodeToString(sum[:]) + "  " + flat + "\n"; r.out != want {
 		t.Errorf("after power off: got %q want %q", r.out, want)
 	}
 }
@@ -208,8 +216,7 @@ func TestFixtureBuilder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(b)
-		if got := hex.EncodeToString(sum[:]); got != d.SHA256() {
+		if got := diskdigest.Bytes(b); got != d.SHA256() {
 			t.Errorf("disk %d: file sha256 %s, expected %s", i, got, d.SHA256())
 		}
 		if int64(len(b)) != d.CapacityBytes || d.CapacityBytes%512 != 0 {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -267,10 +268,11 @@ func (r *contentReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ExpectedSHA256 returns the hex SHA-256 of a disk of capacity bytes with
-// the given content, as the simulator writes it.
+// ExpectedSHA256 returns the hex disk digest (package diskdigest) of a
+// disk of capacity bytes with the given content, as the simulator writes
+// it.
 func ExpectedSHA256(capacity int64, exts []Extent) string {
-	h := sha256.New()
+	h := diskdigest.New()
 	buf := make([]byte, 1<<20)
 	_, _ = io.CopyBuffer(h, &contentReader{capacity: roundSector(capacity), exts: normalizeExtents(roundSector(capacity), exts)}, buf)
 	return hex.EncodeToString(h.Sum(nil))

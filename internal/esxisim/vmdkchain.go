@@ -2,7 +2,6 @@ package esxisim
 
 import (
 	"cmp"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -211,10 +211,11 @@ func (spec DiskChainSpec) writeDelta(local, host string, i int, d DeltaSpec, par
 		LocalDescriptor: w.Descriptor, LocalExtent: w.Extent, Stats: w.Stats}, nil
 }
 
-// ChainSHA256 is the hex SHA-256 of the guest-visible content of a disk
-// with the given base content and deltas (oldest first), streamed.
+// ChainSHA256 is the hex disk digest (package diskdigest) of the
+// guest-visible content of a disk with the given base content and deltas
+// (oldest first), streamed.
 func ChainSHA256(capacity int64, baseContent []Extent, deltas []DeltaSpec) string {
-	h := sha256.New()
+	h := diskdigest.New()
 	r := &contentReader{capacity: capacity, exts: normalizeExtents(capacity, baseContent)}
 	buf := make([]byte, 1<<20)
 	for off := int64(0); off < capacity; {

@@ -2,8 +2,6 @@ package esxisim
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -31,8 +30,7 @@ func fileSHA256(t *testing.T, p string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
+	return diskdigest.Bytes(b)
 }
 
 // flattenCopies copies every link's files into a staging directory under

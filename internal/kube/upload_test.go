@@ -1,8 +1,6 @@
 package kube
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"io"
@@ -22,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 )
 
@@ -58,7 +57,7 @@ func TestUploadThroughKubesim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(b)
+	sum := diskdigest.Bytes(b)
 
 	dv := &cdiv1beta1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "disk"},
@@ -104,9 +103,9 @@ func TestUploadThroughKubesim(t *testing.T) {
 	}
 	// The proxy received the qcow2 as it was sent; as CDI does, the claim
 	// holds its content as raw (an empty 64 MiB disk).
-	zeros := sha256.Sum256(make([]byte, 64<<20))
-	if rec, _ := sim.ReceivedImage(ns, "disk"); rec.SentSHA256 != hex.EncodeToString(sum[:]) || rec.SHA256 != hex.EncodeToString(zeros[:]) {
-		t.Errorf("the proxy received %s and the claim holds %s, want %x and %x", rec.SentSHA256, rec.SHA256, sum, zeros)
+	zeros := diskdigest.Bytes(make([]byte, 64<<20))
+	if rec, _ := sim.ReceivedImage(ns, "disk"); rec.SentSHA256 != sum || rec.SHA256 != zeros {
+		t.Errorf("the proxy received %s and the claim holds %s, want %s and %s", rec.SentSHA256, rec.SHA256, sum, zeros)
 	}
 
 	t.Run("wrong CA", func(t *testing.T) {

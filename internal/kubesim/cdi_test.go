@@ -1,10 +1,8 @@
 package kubesim
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +19,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -283,8 +282,8 @@ func TestUploadRefusals(t *testing.T) {
 			t.Fatalf("got %v, want it taken", err)
 		}
 		waitDVPhase(t, cl, ns, "vmdk", cdiv1.Succeeded)
-		zeros := sha256.Sum256(make([]byte, 64<<20))
-		if rec, _ := s.ReceivedImage(ns, "vmdk"); rec.SHA256 != hex.EncodeToString(zeros[:]) || rec.VirtualSize != 64<<20 {
+		zeros := diskdigest.Bytes(make([]byte, 64<<20))
+		if rec, _ := s.ReceivedImage(ns, "vmdk"); rec.SHA256 != zeros || rec.VirtualSize != 64<<20 {
 			t.Errorf("the claim holds %s (virtual size %d), want the VMDK's empty 64 MiB disk", rec.SHA256, rec.VirtualSize)
 		}
 	})

@@ -1,15 +1,14 @@
 package kubesim
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"net"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +17,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
@@ -176,9 +176,9 @@ func TestSurvivesAPIServerRestart(t *testing.T) {
 	waitDVPhase(t, cl, ns, "disk", cdiv1.Succeeded)
 	// As CDI does, the claim holds the qcow2's content as raw: an empty
 	// 64 MiB disk.
-	zeros := sha256.Sum256(make([]byte, 64<<20))
-	if got, _ := s.ReceivedSHA256(ns, "disk"); got != hex.EncodeToString(zeros[:]) {
-		t.Errorf("ReceivedSHA256 %q, want %x (64 MiB of zeros)", got, zeros)
+	zeros := diskdigest.Bytes(make([]byte, 64<<20))
+	if got, _ := s.ReceivedSHA256(ns, "disk"); got != zeros {
+		t.Errorf("ReceivedSHA256 %q, want %s (64 MiB of zeros)", got, zeros)
 	}
 	if rec, _ := s.ReceivedImage(ns, "disk"); rec.SentSHA256 != sum || rec.SentFormat != "qcow2" {
 		t.Errorf("received %+v, want the qcow2 with sha256 %s as sent", rec, sum)

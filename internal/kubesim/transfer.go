@@ -3,7 +3,6 @@ package kubesim
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
@@ -21,6 +20,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,7 +55,7 @@ func receive(r io.Reader, path string, limit int64, count func(int64)) (Received
 	if err != nil {
 		return Received{}, err
 	}
-	h := sha256.New()
+	h := diskdigest.New()
 	w := io.MultiWriter(f, h, countWriter(count))
 	n, err := io.Copy(w, io.LimitReader(r, limit+1))
 	if cerr := f.Close(); err == nil {
@@ -105,18 +106,11 @@ func (s *Sim) settle(ctx context.Context, rec *Received, path string) error {
 	return nil
 }
 
+// hashFile is the disk digest (package diskdigest) and size of the file
+// at path, as the provider records a disk's.
 func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	s, err := sparsefile.Hash(context.Background(), path)
+	return s.SHA256, s.Bytes, err
 }
 
 var errTooLarge = errors.New("image is larger than the claim")

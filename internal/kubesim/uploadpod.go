@@ -3,7 +3,6 @@ package kubesim
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
@@ -29,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
 )
@@ -542,7 +542,7 @@ type teeBody struct {
 }
 
 func newTeeBody(r io.ReadCloser, counts func(int64)) *teeBody {
-	return &teeBody{r: r, h: sha256.New(), counts: counts}
+	return &teeBody{r: r, h: diskdigest.New(), counts: counts}
 }
 
 func (t *teeBody) Read(p []byte) (int, error) {
@@ -571,7 +571,8 @@ func (t *teeBody) image() sentImage {
 	return img
 }
 
-// hashPrefix returns the hex SHA-256 of the first prefix bytes of the file at
+// hashPrefix returns the hex disk digest (package diskdigest) of the
+// first prefix bytes of the file at
 // path and their count when every byte after them is zero, or else (and
 // when prefix is 0) of the whole file; and the file's length.
 func hashPrefix(path string, prefix int64) (string, int64, int64, error) {
@@ -589,7 +590,7 @@ func hashPrefix(path string, prefix int64) (string, int64, int64, error) {
 		sum, n, err := hashFile(path)
 		return sum, n, total, err
 	}
-	h := sha256.New()
+	h := diskdigest.New()
 	if _, err := io.Copy(h, io.NewSectionReader(f, 0, prefix)); err != nil {
 		return "", 0, 0, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 )
@@ -287,10 +288,10 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"device":           str("Source controller and unit."),
 					"source_path":      str("Source data file."),
 					"size_bytes":       schema.Int64Attribute{Computed: true, MarkdownDescription: "Bytes copied."},
-					"source_sha256":    str("SHA-256 of the source data, computed while streaming."),
+					"source_sha256":    str("Digest of the source data, computed while streaming: " + diskdigest.Explained + "."),
 					"artifact_format":  str("Format of the imported image."),
-					"artifact_sha256":  str("SHA-256 of the imported image."),
-					"converted_sha256": str("SHA-256 of the image after the guest conversion: what the DataVolume holds. Empty without conversion."),
+					"artifact_sha256":  str("Digest of the imported image, as `source_sha256`'s."),
+					"converted_sha256": str("Digest of the image after the guest conversion, as `source_sha256`'s: what the DataVolume holds. Empty without conversion."),
 					"data_volume":      str("DataVolume name."),
 					"data_volume_uid":  str("DataVolume UID."),
 					"copy_job": str("In cluster execution, the Job that copied the disk into its DataVolume's claim (in the destination namespace; " +
@@ -300,7 +301,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 					"chain": schema.ListNestedAttribute{
 						Computed: true,
 						MarkdownDescription: "For a disk that runs on a snapshot chain, every file copied from the host, the descriptor the VM runs on first and the base last, " +
-							"each with the SHA-256 of its copy; `source_sha256` is then the SHA-256 of the flattened, guest-visible disk. In cluster execution the copy Job reads the extent files only " +
+							"each with the digest of its copy; `source_sha256` is then the digest of the flattened, guest-visible disk. In cluster execution the copy Job reads the extent files only " +
 							"(the descriptors were read by the inventory) and flattens the chain in the claim. Empty for a disk on no snapshot.",
 						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 							"link":        schema.Int64Attribute{Computed: true, MarkdownDescription: "Position in the chain: 0 for the descriptor the VM runs on, the highest for the base."},
@@ -310,7 +311,7 @@ func migrationSchema(ctx context.Context) schema.Schema {
 							"cid":         str("The descriptor's `CID` (descriptors only)."),
 							"parent_cid":  str("The descriptor's `parentCID` (descriptors only)."),
 							"size_bytes":  schema.Int64Attribute{Computed: true, MarkdownDescription: "Bytes copied."},
-							"sha256":      str("SHA-256 of the copy, which matched the host's."),
+							"sha256":      str("Digest of the copy (as `source_sha256`'s), which matched the host's."),
 						}},
 					},
 				}},

@@ -5,14 +5,13 @@ package sparsefile
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"syscall"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
@@ -93,21 +92,22 @@ func HoleLen(f *os.File, off, end int64) int64 {
 
 // Sum is a file's content digest as Hash computes it.
 type Sum struct {
-	// SHA256 is the hex SHA-256 of the whole file.
+	// SHA256 is the hex disk digest (package diskdigest) of the whole
+	// file.
 	SHA256 string
 	// Bytes is the file's size; HoleBytes how many of them are holes.
 	Bytes, HoleBytes int64
 }
 
-// Hash is the SHA-256 of the file at path, its holes hashed as the zeros
-// they read as without being read.
+// Hash is the disk digest (package diskdigest) of the file at path, its
+// holes taken as the zeros they read as without being read.
 func Hash(ctx context.Context, path string) (Sum, error) { return HashPrefix(ctx, path, -1) }
 
 // HashPrefix is Hash of the first n bytes of the file or block device at
 // path (all of it when n < 0); a shorter one is an error. A block device
 // reports no holes: all of it is read.
 func HashPrefix(ctx context.Context, path string, n int64) (Sum, error) {
-	h := sha256.New()
+	h := diskdigest.New()
 	buf := make([]byte, 1<<20)
 	var s Sum
 	f, err := os.Open(path)
@@ -145,6 +145,6 @@ func HashPrefix(ctx context.Context, path string, n int64) (Sum, error) {
 	if err != nil {
 		return Sum{}, fmt.Errorf("hash %s: %w", path, err)
 	}
-	s.SHA256 = hex.EncodeToString(h.Sum(nil))
+	s.SHA256 = h.Hex()
 	return s, nil
 }

@@ -5,14 +5,13 @@ package transfer
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/loopdev"
 )
@@ -42,7 +41,7 @@ func newBlockDevice(t *testing.T, size int64) (dev, backing string) {
 	return d.Path, backing
 }
 
-// sha256Prefix hashes the first n bytes of path.
+// sha256Prefix is the disk digest of the first n bytes of path.
 func sha256Prefix(t *testing.T, path string, n int64) string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -50,11 +49,11 @@ func sha256Prefix(t *testing.T, path string, n int64) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := diskdigest.New()
 	if got, err := io.Copy(h, io.LimitReader(f, n)); err != nil || got != n {
 		t.Fatalf("read %d of %d bytes of %s: %v", got, n, path, err)
 	}
-	return fmt.Sprintf("%x", h.Sum(nil))
+	return h.Hex()
 }
 
 // cannotZero makes block devices refuse the zero-out for one test, as

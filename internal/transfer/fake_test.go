@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 )
 
@@ -64,7 +65,10 @@ func patterned(size int) []byte {
 	return b
 }
 
-func sha(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+// sha is the plain SHA-256 a chunk's record holds; digest the disk digest
+// a copy's result holds.
+func sha(b []byte) string    { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+func digest(b []byte) string { return diskdigest.Bytes(b) }
 
 var transientErr = &esxi.Error{Class: esxi.Transient, Kind: esxi.ErrConnection, Msg: "connection dropped"}
 
@@ -106,7 +110,7 @@ func TestCopyRetryPolicy(t *testing.T) {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
 				}
-			} else if err != nil || res.SHA256 != sha(data) {
+			} else if err != nil || res.SHA256 != digest(data) {
 				t.Fatalf("Copy = %+v, %v", res, err)
 			}
 			if src.calls != tc.wantCalls {
@@ -240,7 +244,7 @@ func TestJournalIsAtomicJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{`"version": 1`, `"source": "/p"`, `"size_bytes": 3145728`, `"chunk_size": 1048576`, `"verified_chunks": 3`, `"sha256_state": "`, `"complete": true`, `"zero_bytes"`} {
+	for _, key := range []string{`"version": 2`, `"source": "/p"`, `"size_bytes": 3145728`, `"chunk_size": 1048576`, `"verified_chunks": 3`, `"sha256_state": "`, `"complete": true`, `"zero_bytes"`} {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("journal lacks %s:\n%s", key, b)
 		}
@@ -253,7 +257,7 @@ func TestJournalIsAtomicJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := Copy(context.Background(), src, Disk{Path: "/p", SizeBytes: 3 * mib}, dest, Options{ChunkSize: mib})
-	if err != nil || res.ChunksSkipped != 0 || res.SHA256 != sha(src.data) {
+	if err != nil || res.ChunksSkipped != 0 || res.SHA256 != digest(src.data) {
 		t.Errorf("after a torn journal: %+v, %v", res, err)
 	}
 	if err := Remove(dest); err != nil {
@@ -321,7 +325,7 @@ func TestStreamsStayWithinOneChunkOfTheJournal(t *testing.T) {
 	slowRecord := func(Progress) { time.Sleep(15 * time.Millisecond) }
 	res, err := Copy(context.Background(), src, Disk{Path: "/p", SizeBytes: int64(len(data))}, dest,
 		Options{ChunkSize: mib, Streams: streams, Progress: slowRecord})
-	if err != nil || res.SHA256 != sha(data) {
+	if err != nil || res.SHA256 != digest(data) {
 		t.Fatalf("copy: %+v, %v", res, err)
 	}
 	if src.most > streams {
@@ -344,7 +348,7 @@ func TestResumeWithTheNextChunkAhead(t *testing.T) {
 	}
 	// As if killed with chunks 0-2 in order and 3 and 5 recorded ahead.
 	j := readJournal(t, dest)
-	h := sha256.New()
+	h := diskdigest.New()
 	h.Write(data[:3*mib])
 	j.Complete, j.Result, j.VerifiedChunks = false, nil, 3
 	j.Ahead = map[int]chunkRecord{3: j.Chunks[3], 5: j.Chunks[5]}
@@ -357,7 +361,7 @@ func TestResumeWithTheNextChunkAhead(t *testing.T) {
 	}
 	src := &aheadCounter{src: &fakeSource{data: data}, dest: dest, chunkSize: mib, started: map[int64]bool{}}
 	res, err := Copy(context.Background(), src, disk, dest, Options{ChunkSize: mib, Streams: 2})
-	if err != nil || res.SHA256 != sha(data) {
+	if err != nil || res.SHA256 != digest(data) {
 		t.Fatalf("resumed copy: %+v, %v", res, err)
 	}
 	var read []int64

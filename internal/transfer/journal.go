@@ -1,7 +1,6 @@
 package transfer
 
 import (
-	"crypto/sha256"
 	"encoding"
 	"encoding/json"
 	"errors"
@@ -11,12 +10,15 @@ import (
 	"os"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 )
 
 // journalVersion is the on-disk format version of the journal. A journal
-// with another version is not trusted (the copy starts over).
-const journalVersion = 1
+// with another version is not trusted (the copy starts over). Version 2:
+// the whole-file hash is the disk digest (package diskdigest), not a
+// plain SHA-256.
+const journalVersion = 2
 
 // JournalSuffix is appended to the staging file's path to name its journal.
 const JournalSuffix = ".journal"
@@ -35,8 +37,9 @@ type journal struct {
 	// staging file; Chunks has exactly that many entries.
 	VerifiedChunks int           `json:"verified_chunks"`
 	Chunks         []chunkRecord `json:"chunks"`
-	// SHA256State is the binary-marshaled state of the whole-file SHA-256
-	// after VerifiedChunks chunks (base64 in JSON).
+	// SHA256State is the binary-marshaled state of the whole-file disk
+	// digest (package diskdigest) after VerifiedChunks chunks (base64 in
+	// JSON).
 	SHA256State []byte `json:"sha256_state"`
 	// Ahead holds chunks from VerifiedChunks on that parallel streams
 	// read and fsync-ed out of order, by index (the next one in order
@@ -144,7 +147,7 @@ func (j *journal) saveAt(path string) error {
 	return durable.WriteFile(path, append(b, '\n'))
 }
 
-// marshalHash returns the serialized state of a SHA-256 digest.
+// marshalHash returns the serialized state of the whole-file digest.
 func marshalHash(h hash.Hash) []byte {
 	b, err := h.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
@@ -154,10 +157,10 @@ func marshalHash(h hash.Hash) []byte {
 	return b
 }
 
-// restoreHash returns a SHA-256 digest in the serialized state b.
+// restoreHash returns the whole-file digest in the serialized state b.
 func restoreHash(b []byte) (hash.Hash, error) {
-	h := sha256.New()
-	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(b); err != nil {
+	h := diskdigest.New()
+	if err := h.UnmarshalBinary(b); err != nil {
 		return nil, err
 	}
 	return h, nil

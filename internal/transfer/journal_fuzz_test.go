@@ -11,12 +11,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 // sampleJournal is a journal as a copy of a 3 MiB disk in 1 MiB chunks
 // leaves it after two verified chunks.
 func sampleJournal(t testing.TB) *journal {
-	whole := sha256.New()
+	whole := diskdigest.New()
 	var chunks []chunkRecord
 	for i := range 2 {
 		data := []byte(strings.Repeat(fmt.Sprint(i), 1<<20))
@@ -88,7 +90,7 @@ func TestNumChunksNoOverflow(t *testing.T) {
 func FuzzParseJournal(f *testing.F) {
 	j := sampleJournal(f)
 	f.Add(savedJournal(f, j))
-	j.VerifiedChunks, j.Chunks, j.SHA256State = 0, nil, marshalHash(sha256.New())
+	j.VerifiedChunks, j.Chunks, j.SHA256State = 0, nil, marshalHash(diskdigest.New())
 	f.Add(savedJournal(f, j))
 	f.Add([]byte(`{"version":1,"source":"x","size_bytes":9223372036854775807,"chunk_size":2,"verified_chunks":0,"chunks":[],"sha256_state":"","complete":false}`))
 	f.Add([]byte(`{"version":1,"size_bytes":-1}`))

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
@@ -133,7 +134,8 @@ type Progress struct {
 // Result is the evidence of a completed copy. It is recorded in the journal
 // and returned unchanged by every later Copy of the same disk.
 type Result struct {
-	// SHA256 is the hex SHA-256 of the whole source file.
+	// SHA256 is the hex disk digest (package diskdigest) of the whole
+	// source file.
 	SHA256 string `json:"sha256"`
 	// Bytes is the file's size.
 	Bytes int64 `json:"bytes"`
@@ -394,7 +396,7 @@ func (c *copier) reconcile() (int, error) {
 	if j == nil || !j.matches(c.disk, c.opts.ChunkSize) {
 		// Another copy's journal or none: record this copy's identity
 		// before touching the file, then start over.
-		c.whole = sha256.New()
+		c.whole = diskdigest.New()
 		c.j = &journal{Version: journalVersion, Source: c.disk.Path, SizeBytes: c.disk.SizeBytes,
 			ChunkSize: c.opts.ChunkSize, Chunks: []chunkRecord{}, SHA256State: marshalHash(c.whole)}
 		if err := c.saveJournal(); err != nil {
@@ -496,7 +498,7 @@ func (c *copier) verifyLocal(j *journal, i int) (bool, error) {
 // reverify hashes the recorded chunks from the start of the staging file
 // and returns how many still match, leaving c.whole in the state after them.
 func (c *copier) reverify(j *journal, fileSize int64) (int, error) {
-	c.whole = sha256.New()
+	c.whole = diskdigest.New()
 	for i := 0; i < j.VerifiedChunks; i++ {
 		off := int64(i) * c.opts.ChunkSize
 		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)

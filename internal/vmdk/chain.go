@@ -1,8 +1,6 @@
 package vmdk
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 )
 
@@ -411,11 +410,12 @@ func (c *Chain) WriteTo(w io.Writer) (int64, error) {
 	return total, nil
 }
 
-// SHA256 is the hex SHA-256 of the guest-visible content.
+// SHA256 is the hex disk digest (package diskdigest) of the
+// guest-visible content.
 func (c *Chain) SHA256() (string, error) {
-	h := sha256.New()
+	h := diskdigest.New()
 	if _, err := c.WriteTo(h); err != nil {
 		return "", fmt.Errorf("vmdk: reading the chain: %w", err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return h.Hex(), nil
 }

@@ -2,9 +2,7 @@ package vmdk
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 func pattern(n int, seed byte) []byte {
@@ -27,7 +27,7 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-func shaHex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+func shaHex(b []byte) string { return diskdigest.Bytes(b) }
 
 const mib = 1 << 20
 

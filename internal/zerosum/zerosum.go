@@ -37,8 +37,13 @@ func SHA256(n int64) [32]byte {
 	return sum
 }
 
-// Write writes n zero bytes to w (a hash, typically).
+// Write writes n zero bytes to w (a hash, typically); a w that takes
+// zeros without being shown them (a disk digest's WriteZeros) gets them so.
 func Write(w interface{ Write([]byte) (int, error) }, n int64) {
+	if z, ok := w.(interface{ WriteZeros(int64) }); ok {
+		z.WriteZeros(n)
+		return
+	}
 	for n > 0 {
 		k := min(n, int64(len(page)))
 		w.Write(page[:k])
