@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
@@ -240,6 +241,8 @@ func CheckConversion(c Convert, r convertjob.Result) error {
 	switch {
 	case !r.OK:
 		return fmt.Errorf("the conversion did not succeed: %s", r.Error)
+	case r.Digest != diskdigest.Name:
+		return otherDigest(r.Digest)
 	case len(r.Disks) != len(c.Claims):
 		return fmt.Errorf("the conversion reports %d image(s), the VM has %d disk(s)", len(r.Disks), len(c.Claims))
 	case r.Evidence == nil || r.Evidence.Converted == "":

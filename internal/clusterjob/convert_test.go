@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -117,7 +118,7 @@ func convertTerminated(code int32, msg string) corev1.Pod {
 // The conversion Job's outcome is read as a copy Job's, from its own
 // container, with the conversion's result.
 func TestObserveConvert(t *testing.T) {
-	ok := convertjob.Result{OK: true, Disks: []convertjob.Checked{{SHA256: strings.Repeat("0f", 32), Bytes: 8 << 30}, {SHA256: strings.Repeat("1e", 32), Bytes: 2 << 30}},
+	ok := convertjob.Result{OK: true, Digest: diskdigest.Name, Disks: []convertjob.Checked{{SHA256: strings.Repeat("0f", 32), Bytes: 8 << 30}, {SHA256: strings.Repeat("1e", 32), Bytes: 2 << 30}},
 		Evidence: &convertjob.Evidence{Tool: "virt-v2v-in-place", Converted: "Converting Debian 12 to run on KVM", OS: convertjob.GuestOS{Type: "linux"}}}
 	o := clusterjob.ObserveConvert(jobWith(batchv1.JobComplete, ""), []corev1.Pod{convertTerminated(0, convertResult(t, ok))})
 	if o.State != clusterjob.Succeeded || o.Conversion == nil || o.Result != nil {
@@ -146,6 +147,7 @@ func TestObserveConvert(t *testing.T) {
 		"size differs":    func(r *convertjob.Result) { r.Disks[1].Bytes-- },
 		"not a SHA-256":   func(r *convertjob.Result) { r.Disks[0].SHA256 = "xyz" },
 		"nothing said":    func(r *convertjob.Result) { r.Evidence = nil },
+		"plain SHA-256":   func(r *convertjob.Result) { r.Digest = "" },
 		"nothing convert": func(r *convertjob.Result) { r.Evidence = &convertjob.Evidence{Tool: "virt-v2v-in-place"} },
 	} {
 		var r convertjob.Result

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
@@ -261,7 +262,7 @@ func jobWith(cond batchv1.JobConditionType, reason string) *batchv1.Job {
 // the exit code.
 func TestObserveCopy(t *testing.T) {
 	sha := strings.Repeat("0f", 32)
-	ok := copyjob.Result{OK: true, SHA256: sha, Bytes: 8 << 20, ChunksCopied: 8}
+	ok := copyjob.Result{OK: true, SHA256: sha, Digest: diskdigest.Name, Bytes: 8 << 20, ChunksCopied: 8}
 	okLine, _ := json.Marshal(copyjob.Line{Event: "result", Result: &ok})
 	progress, _ := json.Marshal(copyjob.Line{Event: "progress", ChunksDone: 7})
 	tests := []struct {
@@ -310,7 +311,7 @@ func TestObserveCopy(t *testing.T) {
 func TestCheckResult(t *testing.T) {
 	c := sampleCopy()
 	c.Source.SizeBytes = 130 << 20 // three 64 MiB chunks, the last partial
-	good := copyjob.Result{OK: true, SHA256: strings.Repeat("ab", 32), Bytes: 130 << 20, ZeroBytes: 1 << 20,
+	good := copyjob.Result{OK: true, SHA256: strings.Repeat("ab", 32), Digest: diskdigest.Name, Bytes: 130 << 20, ZeroBytes: 1 << 20,
 		ChunksCopied: 2, ChunksSkipped: 1, HostKeyFingerprint: c.Host.HostKeyFingerprint}
 	if err := clusterjob.CheckResult(c, good); err != nil {
 		t.Fatalf("a good result: %v", err)
@@ -328,6 +329,8 @@ func TestCheckResult(t *testing.T) {
 			r.ZeroBytes = r.Bytes + 1
 		},
 		"another host key": func(r *copyjob.Result) { r.HostKeyFingerprint = "SHA256:" + strings.Repeat("B", 43) },
+		// A worker of a version before the disk digest: plain SHA-256s.
+		"plain SHA-256": func(r *copyjob.Result) { r.Digest = "" },
 	} {
 		r := good
 		change(&r)
@@ -344,7 +347,7 @@ func TestCheckResultOfChain(t *testing.T) {
 	c.Source.SizeBytes = 128 << 20
 	c.Deltas = []copyjob.Delta{{Path: "/vmfs/volumes/ds1/web/web-000001-sesparse.vmdk", Format: "seSparse", SizeBytes: 3 << 20},
 		{Path: "/vmfs/volumes/ds1/web/web-000002-delta.vmdk", Format: "vmfsSparse", SizeBytes: 70 << 20}}
-	good := copyjob.Result{OK: true, SHA256: strings.Repeat("ab", 32), BaseSHA256: strings.Repeat("cd", 32), Bytes: 128 << 20,
+	good := copyjob.Result{OK: true, SHA256: strings.Repeat("ab", 32), Digest: diskdigest.Name, BaseSHA256: strings.Repeat("cd", 32), Bytes: 128 << 20,
 		ChunksCopied: 5, HostKeyFingerprint: c.Host.HostKeyFingerprint,
 		Deltas: []copyjob.DeltaResult{{SHA256: strings.Repeat("01", 32), Bytes: 3 << 20}, {SHA256: strings.Repeat("02", 32), Bytes: 70 << 20}}}
 	if err := clusterjob.CheckResult(c, good); err != nil {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -136,6 +137,8 @@ func CheckResult(c Copy, r copyjob.Result) error {
 	switch {
 	case !r.OK:
 		return fmt.Errorf("the copy did not succeed: %s", r.Error)
+	case r.Digest != diskdigest.Name:
+		return otherDigest(r.Digest)
 	case r.Bytes != size:
 		return fmt.Errorf("the copy reports %d bytes, the source disk has %d", r.Bytes, size)
 	case r.ChunksCopied+r.ChunksSkipped != chunks:
@@ -146,6 +149,15 @@ func CheckResult(c Copy, r copyjob.Result) error {
 		return fmt.Errorf("the copy verified host key %s, not the pinned %s", r.HostKeyFingerprint, c.Host.HostKeyFingerprint)
 	}
 	return nil
+}
+
+// otherDigest is the error of a worker whose checksums are not this
+// provider's disk digest: a worker image of another version.
+func otherDigest(got string) error {
+	if got == "" {
+		got = "plain SHA-256"
+	}
+	return fmt.Errorf("the worker's checksums are %s, not this provider's %s: its image is of another version; set the provider's worker_image to the image released with this version", got, diskdigest.Name)
 }
 
 // checkDeltas checks a flattened chain's evidence: the base's SHA-256 and

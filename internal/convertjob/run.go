@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
@@ -265,7 +266,7 @@ func (j *job) answer(ctx context.Context, reused bool) Result {
 		_ = j.removeOverlays() // a run stopped between recording done and removing them
 	}
 	ev := st.Evidence
-	return Result{OK: true, Disks: st.Disks, Evidence: &ev, Reused: reused}
+	return Result{OK: true, Digest: diskdigest.Name, Disks: st.Disks, Evidence: &ev, Reused: reused}
 }
 
 // removeOverlays removes every disk's overlay, if any, and syncs the

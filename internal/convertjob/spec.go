@@ -272,8 +272,10 @@ const (
 // Result is the worker's outcome. Its JSON stays under MaxResultBytes
 // (copyjob's limit, Kubernetes' termination message).
 type Result struct {
-	OK       bool      `json:"ok"`
-	Disks    []Checked `json:"disks,omitempty"`
+	OK    bool      `json:"ok"`
+	Disks []Checked `json:"disks,omitempty"`
+	// Digest names the digest of the disks' SHA256s (diskdigest.Name).
+	Digest   string    `json:"digest,omitempty"`
 	Evidence *Evidence `json:"evidence,omitempty"`
 	// Reused says the state was already done: nothing was converted by
 	// this run.

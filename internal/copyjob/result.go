@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
@@ -35,6 +36,10 @@ const (
 type Result struct {
 	OK     bool   `json:"ok"`
 	SHA256 string `json:"sha256,omitempty"`
+	// Digest names the digest of SHA256, BaseSHA256 and Deltas
+	// (diskdigest.Name), so that a runner never takes a worker of
+	// another version's checksums for its own.
+	Digest string `json:"digest,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
 	// ZeroBytes were all-zero blocks: holes in a file target, zeros on a
 	// block device.
@@ -63,7 +68,7 @@ type DeltaResult struct {
 
 // succeeded is the Result of a completed copy.
 func succeeded(r transfer.Result, fingerprint string) Result {
-	return Result{OK: true, SHA256: r.SHA256, Bytes: r.Bytes, ZeroBytes: r.ZeroBytes,
+	return Result{OK: true, SHA256: r.SHA256, Digest: diskdigest.Name, Bytes: r.Bytes, ZeroBytes: r.ZeroBytes,
 		ChunksCopied: r.ChunksCopied, ChunksSkipped: r.ChunksSkipped, HostKeyFingerprint: fingerprint}
 }
 

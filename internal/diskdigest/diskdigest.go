@@ -32,6 +32,10 @@ import (
 const Explained = "the SHA-256 of the SHA-256s of its 1 MiB blocks in order (the last one shorter; an all-zero block costs nothing to hash), " +
 	"which `split -b 1M --filter='sha256sum | cut -c1-64 | tr a-f A-F | basenc --base16 -d' FILE | sha256sum` computes"
 
+// Name names this digest where a record, a result or an object says which
+// digest its checksums are.
+const Name = "sha256-of-1mib-sha256s"
+
 // LeafSize is the unit the digest hashes on its own: 1 MiB, the host
 // reader's read size, which every copy chunk size is a multiple of.
 const LeafSize = 1 << 20

@@ -582,6 +582,7 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 			Namespace: namespace, Name: name},
 		Phase:  record.PhaseCompleted,
 		Source: sourceInventoryOf(vm),
+		DiskDigest: record.DigestTree1MiB,
 	}
 	for i, sd := range vm.Disks {
 		j, ok := c.pairs[i]

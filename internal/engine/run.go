@@ -245,6 +245,10 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (record.Record, error) {
 		_, stop := r.failed(runCtx, r.rec().Phase, err)
 		return *r.rec(), stop
 	}
+	if err := r.upgradeDigest(runCtx); err != nil {
+		_, stop := r.interrupted(runCtx, r.rec().Phase, err)
+		return *r.rec(), stop
+	}
 	if r.rec().ConversionMode == "" {
 		// Saved with the next checkpoint, for imports to read back.
 		r.rec().ConversionMode = r.spec.Conversion
@@ -273,7 +277,8 @@ func (r *run) open(ctx context.Context) error {
 			Version: record.RecordVersion,
 			Identity: record.Identity{Host: r.spec.Host, VMID: r.spec.VMID, VMName: r.spec.VMName,
 				Namespace: r.spec.Namespace, Name: r.spec.Name},
-			Phase: record.PhasePending,
+			Phase:      record.PhasePending,
+			DiskDigest: record.DigestTree1MiB,
 		}
 		stamp(&rec.Timestamps.Created, now)
 		// The create may have been applied although its reply was lost:

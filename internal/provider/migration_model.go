@@ -43,6 +43,7 @@ type migrationModel struct {
 	VMUID      types.String `tfsdk:"vm_uid"`
 	PowerOff   types.String `tfsdk:"power_off_action"`
 	Downtime   types.String `tfsdk:"downtime"`
+	DiskDigest types.String `tfsdk:"disk_digest"`
 	GuestOS    types.String `tfsdk:"guest_os"`
 	// ConversionEvidence is what virt-v2v saw and did (empty before it ran).
 	ConversionEvidence types.Map  `tfsdk:"conversion_evidence"`
@@ -244,6 +245,7 @@ func (m *migrationModel) fromRecord(ctx context.Context, rec record.Record) diag
 		m.VMUID = types.StringValue(rec.VM.UID)
 	}
 	m.Downtime = types.StringValue("")
+	m.DiskDigest = types.StringValue(rec.DigestOf())
 	if d := rec.Downtime(); d > 0 {
 		m.Downtime = types.StringValue(d.Round(100 * time.Millisecond).String())
 	}
@@ -364,6 +366,7 @@ func nonNil[T any](s []T) []T {
 // copyComputed carries the computed attributes of state into a plan.
 func (m *migrationModel) copyComputed(state migrationModel) {
 	m.ID, m.Phase, m.SourceVMID, m.VMUID, m.PowerOff, m.Downtime = state.ID, state.Phase, state.SourceVMID, state.VMUID, state.PowerOff, state.Downtime
+	m.DiskDigest = state.DiskDigest
 	m.GuestOS, m.ConversionEvidence = state.GuestOS, state.ConversionEvidence
 	m.Timestamps, m.Disks, m.Conditions, m.Errors, m.Drift = state.Timestamps, state.Disks, state.Conditions, state.Errors, state.Drift
 }

@@ -275,6 +275,9 @@ func migrationSchema(ctx context.Context) schema.Schema {
 			"vm_uid":      str("UID of the destination VirtualMachine."),
 			"downtime": str("How long the service was down: from the source powered off to the migrated VM started " +
 				"(`timestamps.sourcePoweredOff` to `timestamps.vmStarted`), as a duration such as `42s`. Empty until the VM has started."),
+			"disk_digest": str("Which digest the disks' checksums (`source_sha256`, `artifact_sha256`, `converted_sha256`, the chain files' `sha256`) are: `" + record.DigestTree1MiB +
+				"`, " + diskdigest.Explained + "; or `" + record.DigestPlainSHA256 + "`, a plain SHA-256 of the whole file, in migrations that had reached `CreatingVM` before the digest was introduced " +
+				"(one stopped earlier copies its disks again when next applied, keeping its power-off decision)."),
 			"guest_os": str("The guest operating system as virt-v2v inspected it, such as `debian 12.15 (debian12)`. Empty before the conversion ran, and with `conversion = \"none\"`."),
 			"conversion_evidence": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "What the guest conversion saw and did: " + backticked(ConversionEvidenceKeys) + " (`job`: in cluster execution, the conversion Job that converted the guest in the claims; empty locally). Empty before it ran."},

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 )
 
@@ -112,6 +113,24 @@ func (r *Record) ExecutionOf() string {
 	return r.Execution
 }
 
+// The digests a record's checksums can be (Record.DiskDigest).
+const (
+	// DigestTree1MiB is the disk digest of package diskdigest: the
+	// SHA-256 of the SHA-256s of a file's 1 MiB blocks in order.
+	DigestTree1MiB = diskdigest.Name
+	// DigestPlainSHA256 is a plain SHA-256 of the whole file, what records
+	// from before DigestTree1MiB hold.
+	DigestPlainSHA256 = "sha256"
+)
+
+// DigestOf names the digest the record's checksums are.
+func (r *Record) DigestOf() string {
+	if r.DiskDigest == "" {
+		return DigestPlainSHA256
+	}
+	return r.DiskDigest
+}
+
 // RecordVersion is the version of the record's JSON shape.
 const RecordVersion = 1
 
@@ -174,6 +193,12 @@ type Record struct {
 	// field kept them beside disk.img in a Filesystem-mode claim (which
 	// asked for that room too) and in journal claims for Block mode.
 	JournalClaims bool `json:"journalClaims,omitempty"`
+	// DiskDigest names the digest that every checksum of the record is
+	// (source, guest, artifact, converted, upload and chain files):
+	// DigestTree1MiB in records made since it was introduced; empty in
+	// older records, whose checksums are plain SHA-256s of whole files
+	// (DigestPlainSHA256).
+	DiskDigest string `json:"diskDigest,omitempty"`
 	// Validation holds the Validating phase's check results.
 	Validation []CheckResult `json:"validation,omitempty"`
 	// Errors is the history of failed attempts, interruptions and human
