@@ -580,8 +580,8 @@ func (e *Engine) adoptedRecord(namespace, name string, tgt *adoptTarget, c Adopt
 		Version: record.RecordVersion,
 		Identity: record.Identity{Host: c.Host, VMID: vm.VMID, VMName: vm.Name, VMXPath: vm.VMXPath,
 			Namespace: namespace, Name: name},
-		Phase:  record.PhaseCompleted,
-		Source: sourceInventoryOf(vm),
+		Phase:      record.PhaseCompleted,
+		Source:     sourceInventoryOf(vm),
 		DiskDigest: record.DigestTree1MiB,
 	}
 	for i, sd := range vm.Disks {
