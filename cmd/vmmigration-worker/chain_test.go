@@ -80,6 +80,55 @@ func TestChainFlattenedIntoFileClaim(t *testing.T) {
 	}
 }
 
+// A chain flattened in rounds, as a warm migration's precopy and then its
+// cutover, hashes the whole disk once: the next round re-hashes only the
+// leaves its delta touched (the state says its leaves file is current) and
+// its digest is still the guest-visible disk's. A leaf hash the state does
+// not vouch for is never used: leaves of a round that was not recorded are
+// computed again from the disk.
+func TestChainRoundsHashOnlyTouchedLeaves(t *testing.T) {
+	const size = 32 * mib
+	h := newHost(t, esxisim.HostPython())
+	target := filepath.Join(t.TempDir(), "disk.img")
+	disk, s := h.addChainDisk(t, "snap", size, target)
+	statePath := target + ".chain"
+	leaves := func() (bool, float64) {
+		var st map[string]any
+		b, err := os.ReadFile(statePath)
+		if err != nil || json.Unmarshal(b, &st) != nil {
+			t.Fatalf("state: %v %s", err, b)
+		}
+		n, _ := st["leaves_applied"].(float64)
+		return st["leaves_valid"] == true, n
+	}
+	first := s
+	first.Deltas = s.Deltas[:1]
+	code, _, res := runInProcess(t, h.writeSpec(t, first))
+	if code != copyjob.ExitOK || !res.OK || res.SHA256 != sha256Of(t, target, size) {
+		t.Fatalf("round 1: exit %d, %+v; the claim holds %s", code, res, sha256Of(t, target, size))
+	}
+	if ok, n := leaves(); !ok || n != 1 {
+		t.Fatalf("after round 1 the leaves are valid=%v for %v deltas, want the one applied", ok, n)
+	}
+	code, _, res = runInProcess(t, h.writeSpec(t, s))
+	if code != copyjob.ExitOK || res.SHA256 != disk.SHA256() || sha256Of(t, target, size) != disk.SHA256() {
+		t.Fatalf("cutover: exit %d, %+v; the claim holds %s, the chain %s", code, res, sha256Of(t, target, size), disk.SHA256())
+	}
+	if ok, n := leaves(); !ok || n != 2 {
+		t.Errorf("after the cutover the leaves are valid=%v for %v deltas: the disk was hashed whole again", ok, n)
+	}
+	// Leaves the state does not vouch for: every leaf hash made wrong,
+	// and the top delta unrecorded as by a kill before its state was
+	// saved. The run applies it again and hashes the disk whole.
+	if err := os.WriteFile(target+".leaves", make([]byte, size/mib*32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	editState(t, statePath, unrecordTopDelta)
+	if code, _, res := runInProcess(t, h.writeSpec(t, s)); code != 0 || res.SHA256 != disk.SHA256() {
+		t.Fatalf("run after a kill: exit %d, %+v, want %s", code, res, disk.SHA256())
+	}
+}
+
 // A worker killed after applying a delta but before recording it applies
 // it again from its copy (the same bytes at the same places), reading only
 // that delta from the host again; a state left by another chain is never

@@ -151,13 +151,17 @@ func CheckResult(c Copy, r copyjob.Result) error {
 	return nil
 }
 
+// ErrOtherWorker marks a result from a worker of another version than the
+// provider: retrying with the same image cannot help.
+var ErrOtherWorker = errors.New("the worker image is of another version than the provider")
+
 // otherDigest is the error of a worker whose checksums are not this
 // provider's disk digest: a worker image of another version.
 func otherDigest(got string) error {
 	if got == "" {
 		got = "plain SHA-256"
 	}
-	return fmt.Errorf("the worker's checksums are %s, not this provider's %s: its image is of another version; set the provider's worker_image to the image released with this version", got, diskdigest.Name)
+	return fmt.Errorf("%w: its checksums are %s, not this provider's %s", ErrOtherWorker, got, diskdigest.Name)
 }
 
 // checkDeltas checks a flattened chain's evidence: the base's SHA-256 and

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
@@ -54,7 +55,17 @@ type chainState struct {
 	BaseChunks int    `json:"base_chunks"`
 	// Applied are the deltas applied over it, oldest first.
 	Applied []appliedDelta `json:"applied,omitempty"`
+	// LeavesValid says that the leaves file (leavesPath) holds the leaf
+	// hashes of the target with its first LeavesApplied deltas applied:
+	// applying the next one re-hashes only the leaves it touched, and the
+	// flattened disk's digest is diskdigest.FromLeaves of the file.
+	LeavesValid   bool `json:"leaves_valid,omitempty"`
+	LeavesApplied int  `json:"leaves_applied,omitempty"`
 }
+
+// leavesPath is the file of the flattened disk's leaf hashes
+// (diskdigest.Size bytes per MiB), beside the chain state.
+func leavesPath(side string) string { return side + ".leaves" }
 
 type appliedDelta struct {
 	Path   string `json:"path"`
@@ -173,9 +184,21 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 		c.done += a.Bytes
 	}
 	for k := len(st.Applied); k < len(s.Deltas); k++ {
-		a, r, err := c.apply(ctx, k)
+		leavesBefore := st.LeavesValid && st.LeavesApplied == k
+		a, r, touched, err := c.apply(ctx, k)
 		if err != nil {
 			return Result{}, err
+		}
+		if leavesBefore {
+			// The leaves it touched are hashed again before the state
+			// says it was applied: a crash in between applies it and
+			// hashes them again.
+			if err := c.updateLeaves(touched); err != nil {
+				return Result{}, err
+			}
+			st.LeavesApplied = k + 1
+		} else {
+			st.LeavesValid = false
 		}
 		res.ChunksCopied += r.ChunksCopied
 		res.ChunksSkipped += r.ChunksSkipped
@@ -194,14 +217,14 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 	if s.Target.Kind == TargetBlock {
 		n = s.Disk.SizeBytes
 	}
-	sum, err := sparsefile.HashPrefix(ctx, s.Target.Path, n)
+	sum, err := c.digest(ctx, st, n)
 	if err != nil {
 		return Result{}, err
 	}
 	if sum.Bytes != s.Disk.SizeBytes {
 		return Result{}, fmt.Errorf("the flattened disk %s is %d bytes, the base %d", s.Target.Path, sum.Bytes, s.Disk.SizeBytes)
 	}
-	res.OK, res.SHA256, res.Bytes, res.ZeroBytes, res.BaseSHA256 = true, sum.SHA256, sum.Bytes, sum.HoleBytes, st.BaseSHA256
+	res.OK, res.Digest, res.SHA256, res.Bytes, res.ZeroBytes, res.BaseSHA256 = true, diskdigest.Name, sum.SHA256, sum.Bytes, sum.HoleBytes, st.BaseSHA256
 	for _, a := range st.Applied {
 		res.Deltas = append(res.Deltas, DeltaResult{SHA256: a.SHA256, Bytes: a.Bytes})
 	}
@@ -210,32 +233,106 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 
 // apply copies delta k beside the target, applies it and syncs the
 // target.
-func (c *chainCopy) apply(ctx context.Context, k int) (appliedDelta, transfer.Result, error) {
+func (c *chainCopy) apply(ctx context.Context, k int) (appliedDelta, transfer.Result, []int64, error) {
 	d := c.s.Deltas[k]
 	cp := deltaCopyPath(c.s.sideBase(), k)
 	opts := c.opts
 	opts.JournalPath = "" // beside the delta's copy
 	r, err := transfer.Copy(ctx, c.src, transfer.Disk{Path: d.Path, SizeBytes: d.SizeBytes}, cp, opts)
 	if err != nil {
-		return appliedDelta{}, r, err
+		return appliedDelta{}, r, nil, err
 	}
 	f, err := os.OpenFile(c.s.Target.Path, os.O_RDWR, 0)
 	if err != nil {
-		return appliedDelta{}, r, err
+		return appliedDelta{}, r, nil, err
 	}
 	defer f.Close()
-	if _, err := vmdk.ApplyDelta(ctx, cp, vmdk.Format(d.Format), f); err != nil {
+	applied, err := vmdk.ApplyDelta(ctx, cp, vmdk.Format(d.Format), f)
+	if err != nil {
 		if ctx.Err() != nil {
-			return appliedDelta{}, r, err
+			return appliedDelta{}, r, nil, err
 		}
 		// The copy's journal verified it against the host: a delta that
 		// does not parse is what the host holds.
-		return appliedDelta{}, r, classed(fault.Permanent, fmt.Errorf("snapshot delta %s: %w", d.Path, err))
+		return appliedDelta{}, r, nil, classed(fault.Permanent, fmt.Errorf("snapshot delta %s: %w", d.Path, err))
 	}
 	if err := f.Sync(); err != nil {
-		return appliedDelta{}, r, fmt.Errorf("fsync %s: %w", c.s.Target.Path, err)
+		return appliedDelta{}, r, nil, fmt.Errorf("fsync %s: %w", c.s.Target.Path, err)
 	}
-	return appliedDelta{Path: d.Path, SHA256: r.SHA256, Bytes: d.SizeBytes, Chunks: r.ChunksCopied + r.ChunksSkipped}, r, nil
+	return appliedDelta{Path: d.Path, SHA256: r.SHA256, Bytes: d.SizeBytes, Chunks: r.ChunksCopied + r.ChunksSkipped}, r, applied.Touched, nil
+}
+
+// digest is the flattened disk's: from the leaves file when it holds the
+// target as it now is (only the leaves the deltas touched were hashed),
+// else by hashing the target's first n bytes (all of it when n < 0),
+// whose leaves are kept for the next round.
+func (c *chainCopy) digest(ctx context.Context, st *chainState, n int64) (sparsefile.Sum, error) {
+	side := c.s.sideBase()
+	size := c.s.Disk.SizeBytes
+	if st.LeavesValid && st.LeavesApplied == len(st.Applied) {
+		leaves, err := os.ReadFile(leavesPath(side))
+		if err == nil && int64(len(leaves)) == leafCount(size)*diskdigest.Size {
+			holes, err := sparsefile.HoleBytes(c.s.Target.Path, size)
+			if err != nil {
+				return sparsefile.Sum{}, err
+			}
+			return sparsefile.Sum{SHA256: diskdigest.FromLeaves(leaves), Bytes: size, HoleBytes: holes}, nil
+		}
+	}
+	sum, leaves, err := sparsefile.HashPrefixLeaves(ctx, c.s.Target.Path, n)
+	if err != nil {
+		return sparsefile.Sum{}, err
+	}
+	if sum.Bytes != size {
+		return sum, nil // the caller refuses it
+	}
+	if err := durable.WriteFile(leavesPath(side), leaves); err != nil {
+		return sparsefile.Sum{}, err
+	}
+	st.LeavesValid, st.LeavesApplied = true, len(st.Applied)
+	if err := st.save(chainStatePath(side)); err != nil {
+		return sparsefile.Sum{}, err
+	}
+	return sum, nil
+}
+
+// leafCount is how many leaves a disk of size bytes has.
+func leafCount(size int64) int64 { return (size + diskdigest.LeafSize - 1) / diskdigest.LeafSize }
+
+// updateLeaves hashes the target's touched leaves again into the leaves
+// file, and syncs it.
+func (c *chainCopy) updateLeaves(touched []int64) error {
+	if len(touched) == 0 {
+		return nil
+	}
+	size := c.s.Disk.SizeBytes
+	t, err := os.Open(c.s.Target.Path)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	lf, err := os.OpenFile(leavesPath(c.s.sideBase()), os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	buf := make([]byte, diskdigest.LeafSize)
+	for _, i := range touched {
+		if i >= leafCount(size) {
+			break // a device's bytes past the disk
+		}
+		sum, err := sparsefile.HashLeaf(t, i, size, buf)
+		if err != nil {
+			return err
+		}
+		if _, err := lf.WriteAt(sum[:], i*diskdigest.Size); err != nil {
+			return fmt.Errorf("update %s: %w", lf.Name(), err)
+		}
+	}
+	if err := lf.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", lf.Name(), err)
+	}
+	return nil
 }
 
 // progress reports a file's progress as the whole chain's.
@@ -263,7 +360,7 @@ func leaveChain(s Spec) error {
 // chain.
 func (c *chainCopy) startOver() error {
 	t, side := c.s.Target.Path, c.s.sideBase()
-	paths := []string{side + transfer.JournalSuffix, chainStatePath(side)}
+	paths := []string{side + transfer.JournalSuffix, chainStatePath(side), leavesPath(side)}
 	if c.s.Target.Kind == TargetFile {
 		paths = append(paths, t)
 	}

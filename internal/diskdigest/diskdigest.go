@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
@@ -56,6 +57,10 @@ type Hasher struct {
 	// says the leaf holds a non-zero byte (leaf was written to).
 	pos, zeros int64
 	data       bool
+	// leaves, when kept (KeepLeaves), are the hashes of the leaves ended
+	// so far, in order; not part of the marshaled state.
+	leaves []byte
+	keep   bool
 }
 
 var _ hash.Hash = (*Hasher)(nil)
@@ -111,16 +116,53 @@ func (h *Hasher) flushZeros() {
 
 // endLeaf adds the current leaf's hash to the outer hash.
 func (h *Hasher) endLeaf() {
+	var sum [Size]byte
 	if h.data {
 		h.flushZeros()
-		var sum [Size]byte
-		h.outer.Write(h.leaf.Sum(sum[:0]))
+		h.leaf.Sum(sum[:0])
 		h.leaf.Reset()
 	} else {
-		sum := zerosum.SHA256(h.pos)
-		h.outer.Write(sum[:])
+		sum = zerosum.SHA256(h.pos)
+	}
+	h.outer.Write(sum[:])
+	if h.keep {
+		h.leaves = append(h.leaves, sum[:]...)
 	}
 	h.pos, h.zeros, h.data = 0, 0, false
+}
+
+// KeepLeaves makes h keep the hash of every leaf it ends from now on, for
+// Leaves. Call it on a new Hasher.
+func (h *Hasher) KeepLeaves() { h.keep = true }
+
+// Leaves are the hashes of the leaves written, in order, the last one
+// ended even if short (Size bytes each): what FromLeaves takes. Only for a
+// Hasher that kept them from the start.
+func (h *Hasher) Leaves() []byte {
+	if h.pos > 0 {
+		c := h.clone()
+		c.keep = true
+		c.endLeaf()
+		return append(slices.Clip(h.leaves), c.leaves...)
+	}
+	return slices.Clone(h.leaves)
+}
+
+// LeafSum is the hash of one leaf (at most LeafSize bytes): an all-zero
+// one's comes from zerosum without hashing it.
+func LeafSum(p []byte) [Size]byte {
+	if bytes.Equal(p, zeroPage[:len(p)]) {
+		return zerosum.SHA256(int64(len(p)))
+	}
+	return sha256.Sum256(p)
+}
+
+// FromLeaves is the digest, in hexadecimal, of a file whose leaves hash to
+// leaves (Size bytes each, in order): a digest updated for the leaves a
+// change touched needs no other byte of the file.
+func FromLeaves(leaves []byte) string {
+	sum := sha256.Sum256(leaves)
+	return hex.EncodeToString(sum[:])
 }
 
 // Sum appends the digest of what was written to b; the state is unchanged.
@@ -213,7 +255,25 @@ func (h *Hasher) UnmarshalBinary(b []byte) error {
 
 // Bytes is the digest of b, in hexadecimal.
 func Bytes(b []byte) string {
+	sum := Sum(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Zeros is the digest of n zero bytes: no byte is hashed, only one leaf
+// hash per MiB.
+func Zeros(n int64) [Size]byte {
+	h := New()
+	h.WriteZeros(n)
+	var sum [Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// Sum is the digest of b.
+func Sum(b []byte) [Size]byte {
 	h := New()
 	h.Write(b)
-	return h.Hex()
+	var sum [Size]byte
+	h.Sum(sum[:0])
+	return sum
 }

@@ -272,6 +272,9 @@ func (cv *clusterConvert) step(ctx context.Context) (bool, error) {
 	case clusterjob.Succeeded:
 		cv.releaseSlot(ctx, holder)
 		if err := clusterjob.CheckConversion(c, *out.Conversion); err != nil {
+			if errors.Is(err, clusterjob.ErrOtherWorker) {
+				return false, errors.Join(cv.nextAttempt(ctx, "its worker is of another version"), otherWorker("conversion Job "+job.Name, err))
+			}
 			return false, errors.Join(cv.nextAttempt(ctx, "its result was not accepted"),
 				transient("ConversionResultRejected", fmt.Sprintf("conversion Job %s completed, but its result was not accepted: %v", job.Name, err), nil))
 		}

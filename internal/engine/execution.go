@@ -111,3 +111,11 @@ func (e *Engine) executionCheck(spec Spec, vm *esxi.VM) preflight.Check {
 		e.deps.WorkerImage, converts, ExecutionCluster)
 	return c
 }
+
+// otherWorker stops for a person when a Job's worker is of another version
+// than the provider (clusterjob.ErrOtherWorker): its results cannot be
+// checked, and the same image would give the same.
+func otherWorker(what string, err error) error {
+	return needsHuman("WorkerVersionMismatch", what+" completed, but its result was not accepted: "+err.Error(),
+		"set the provider's worker_image to the image released with this provider version (make image builds it), then run apply again", err)
+}

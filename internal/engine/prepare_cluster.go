@@ -440,6 +440,10 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 	case clusterjob.Succeeded:
 		cc.releaseSlot(ctx, holder)
 		if err := clusterjob.CheckResult(c, *out.Result); err != nil {
+			if errors.Is(err, clusterjob.ErrOtherWorker) {
+				return false, errors.Join(cc.nextAttempt(ctx, i, "its worker is of another version"),
+					otherWorker(fmt.Sprintf("disk %d: copy Job %s", i, job.Name), err))
+			}
 			return false, errors.Join(cc.nextAttempt(ctx, i, "its result was not accepted"),
 				transient("CopyResultRejected", fmt.Sprintf("disk %d: copy Job %s completed, but its result was not accepted: %v", i, job.Name, err), nil))
 		}

@@ -3,17 +3,15 @@ package esxi
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"strconv"
 	"strings"
 
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 // sparseReaderSource is the host-side reader (Python 3.5+, standard library
@@ -42,11 +40,11 @@ var sparseReaderScript = func() string {
 // The framed stream written by the host-side reader. All integers are
 // big-endian; offsets are absolute file offsets.
 const (
-	sparseMagic = "VMMSPR1\n"
+	sparseMagic = "VMMSPR2\n"
 
 	frameData = 'D' // offset u64, length u32, then length bytes
 	frameZero = 'Z' // offset u64, length u64
-	frameEnd  = 'E' // total u64, sha256 [32]byte (all zero bytes: see allZeroDigest)
+	frameEnd  = 'E' // total u64, disk digest [32]byte of the range (package diskdigest)
 
 	// maxSparseData bounds one DATA frame (the reader's read size), so a
 	// hostile stream cannot make the decoder allocate more.
@@ -118,13 +116,6 @@ func validateInterpreter(p string) error {
 
 const maxInt64 = 1<<63 - 1
 
-// allZeroDigest in an END frame says the host did not hash the range
-// because it held no data: the decoder accepts it only for a range whose
-// frames were all zero runs, and records the digest of that many zeros.
-// The host's digest of zeros it never read would prove nothing the frames
-// do not.
-var allZeroDigest [32]byte
-
 // SparseSink receives a decoded range in file order. Every byte of the range
 // is passed exactly once, either as data or as part of a zero run.
 type SparseSink interface {
@@ -149,8 +140,8 @@ type SparseStats struct {
 	WireBytes int64
 	// DataFrames and ZeroFrames count the frames of each kind.
 	DataFrames, ZeroFrames int64
-	// SHA256 is the digest of the whole range, zeros included, checked
-	// against the one the host computed.
+	// SHA256 is the disk digest (package diskdigest) of the whole range,
+	// zeros included, checked against the one the host computed.
 	SHA256 [32]byte
 }
 
@@ -182,7 +173,8 @@ var zeroPage = make([]byte, 64<<10)
 // exactly where the previous one ended (in order, no gap, no overlap), no
 // arithmetic overflow, nothing past the range, DATA frames of at most
 // 1 MiB, an END frame whose total equals length, nothing after END, and the
-// SHA-256 of the reconstructed range (zeros included) against END's digest.
+// disk digest of the reconstructed range (zeros included, as the
+// diskdigest package defines it from offset) against END's.
 //
 // Content reaches sink before the digest is checked: on any error the caller
 // must discard what the sink received for this range.
@@ -208,7 +200,7 @@ func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink, serve
 		return SparseStats{}, streamErr("bad stream header %q", magic[:])
 	}
 	d := &sparseDecoder{br: br, sink: sink, offset: offset, length: length, end: offset + length, next: offset, served: served,
-		h: sha256.New(), buf: make([]byte, maxSparseData)}
+		h: diskdigest.New(), buf: make([]byte, maxSparseData)}
 	for {
 		if _, err := io.ReadFull(br, d.hdr[:1]); err != nil {
 			return d.st, streamErr("stream ended at offset %d before the END frame: %v", d.next, err)
@@ -239,16 +231,12 @@ type sparseDecoder struct {
 	sink                      SparseSink
 	offset, length, end, next int64 // next: where the next frame must start
 	st                        SparseStats
-	// Zero runs join the hash only when data follows them: a range that
-	// is all zeros is checked against the digest of zeros, computed once
-	// per length (zerosum), and the host may then send the all-zero
-	// digest sentinel instead of hashing them itself.
-	h       hash.Hash
-	pending int64 // zero bytes not hashed yet
-	hashed  bool  // some data was hashed
-	buf     []byte
-	hdr     [1 + 8 + 32]byte
-	served  bool
+	// h is the range's disk digest: zero runs cost it nothing unless a
+	// 1 MiB leaf holds data too.
+	h      *diskdigest.Hasher
+	buf    []byte
+	hdr    [1 + 8 + 32]byte
+	served bool
 }
 
 // data reads a DATA frame (its type byte read) and passes it on.
@@ -268,8 +256,6 @@ func (d *sparseDecoder) data() error {
 	if _, err := io.ReadFull(d.br, p); err != nil {
 		return streamErr("truncated DATA frame at offset %d: %v", off, err)
 	}
-	zerosum.Write(d.h, d.pending)
-	d.pending, d.hashed = 0, true
 	d.h.Write(p)
 	if err := d.sink.WriteData(off, p); err != nil {
 		return err
@@ -293,7 +279,7 @@ func (d *sparseDecoder) zero() error {
 	if err := checkFrame("ZERO", off, n, d.next, d.end); err != nil {
 		return err
 	}
-	d.pending += n
+	d.h.WriteZeros(n)
 	if err := d.sink.WriteZeros(off, n); err != nil {
 		return err
 	}
@@ -314,15 +300,9 @@ func (d *sparseDecoder) finish() error {
 		return streamErr("END after %d of %d bytes (END says %d)", d.next-d.offset, d.length, total)
 	}
 	var sum [32]byte
-	if d.hashed {
-		zerosum.Write(d.h, d.pending)
-		d.h.Sum(sum[:0])
-	} else {
-		sum = zerosum.SHA256(d.length)
-	}
-	host := d.hdr[9:41]
-	if !bytes.Equal(sum[:], host) && (d.hashed || !bytes.Equal(host, allZeroDigest[:])) {
-		return streamErr("SHA-256 mismatch: host %x, received %x", host, sum)
+	d.h.Sum(sum[:0])
+	if host := d.hdr[9:41]; !bytes.Equal(sum[:], host) {
+		return streamErr("digest mismatch: host %x, received %x", host, sum)
 	}
 	if d.served {
 		// A long-lived reader's stream goes on with the next range.

@@ -13,16 +13,16 @@
 # per range.
 #
 # Stream (all integers big-endian):
-#   magic   b"VMMSPR1\n"
+#   magic   b"VMMSPR2\n"
 #   DATA    b"D" offset:u64 length:u32 bytes[length]   (length <= 1 MiB)
 #   ZERO    b"Z" offset:u64 length:u64
-#   END     b"E" total:u64 sha256[32]
+#   END     b"E" total:u64 digest[32]
 # Frames cover [OFFSET, OFFSET+LENGTH) in order, without gaps or overlap.
-# END carries the SHA-256 of the whole range, zeros included; for a range
-# that held no data at all it carries 32 zero bytes instead, and the client
-# checks the range against its own digest of zeros: a digest of zeros the
-# host never read would prove nothing, and hashing them costs the host a
-# second per GiB.
+# END carries the disk digest of the whole range, zeros included (the
+# provider's package diskdigest): the SHA-256 of the SHA-256s of the
+# range's 1 MiB leaves, from OFFSET, the last one shorter. An all-zero leaf's
+# hash is the same constant every time, so holes and zero runs cost no
+# hashing, here or in the provider.
 #
 # Reads are 1 MiB (VMFS's file block, and dd's block size elsewhere in the
 # provider); each read is classified in 64 KiB grains, the size of the
@@ -35,9 +35,69 @@ import os
 import struct
 import sys
 
-MAGIC = b"VMMSPR1\n"
+MAGIC = b"VMMSPR2\n"
 READ = 1 << 20
 GRAIN = 64 << 10
+LEAF = 1 << 20
+ZEROS = bytes(LEAF)
+ZERO_LEAF = {}
+
+
+def zero_leaf(n):
+    # The SHA-256 of n zero bytes, n <= LEAF: hashed once per length.
+    d = ZERO_LEAF.get(n)
+    if d is None:
+        d = hashlib.sha256(memoryview(ZEROS)[:n]).digest()
+        ZERO_LEAF[n] = d
+    return d
+
+
+class Digest(object):
+    # The disk digest of the bytes added in order: data with update, zeros
+    # with skip (never hashed unless a leaf also holds data).
+    def __init__(self):
+        self.outer = hashlib.sha256()
+        self.leaf = None
+        self.pos = 0
+        self.zeros = 0
+
+    def update(self, mv):
+        i, n = 0, len(mv)
+        while i < n:
+            k = min(n - i, LEAF - self.pos)
+            if self.leaf is None:
+                self.leaf = hashlib.sha256()
+            if self.zeros:
+                self.leaf.update(memoryview(ZEROS)[:self.zeros])
+                self.zeros = 0
+            self.leaf.update(mv[i:i + k])
+            i += k
+            self.pos += k
+            if self.pos == LEAF:
+                self.end()
+
+    def skip(self, n):
+        while n > 0:
+            k = min(n, LEAF - self.pos)
+            self.zeros += k
+            self.pos += k
+            n -= k
+            if self.pos == LEAF:
+                self.end()
+
+    def end(self):
+        if self.leaf is None:
+            self.outer.update(zero_leaf(self.pos))
+        else:
+            if self.zeros:
+                self.leaf.update(memoryview(ZEROS)[:self.zeros])
+            self.outer.update(self.leaf.digest())
+        self.leaf, self.pos, self.zeros = None, 0, 0
+
+    def digest(self):
+        if self.pos:
+            self.end()
+        return self.outer.digest()
 
 
 def fail(msg):
@@ -49,16 +109,11 @@ def fail(msg):
 class Stream(object):
     def __init__(self, out, off):
         self.out = out
-        self.h = hashlib.sha256()
+        self.h = Digest()
         self.zoff = off
         self.zlen = 0
         self.zb = bytes(READ)
         self.zg = bytes(GRAIN)
-        self.zero = memoryview(self.zb)
-        # Zeros not hashed yet: they join the hash before the next data,
-        # and never when no data follows in the whole range.
-        self.unhashed = 0
-        self.hashed = False
 
     def run(self, off, n):
         # Adds [off, off+n) to the pending zero run frame.
@@ -68,21 +123,9 @@ class Stream(object):
 
     def hole(self, off, n):
         self.run(off, n)
-        self.unhashed += n
-
-    def hash_zeros(self):
-        n = self.unhashed
-        while n > 0:
-            k = min(n, READ)
-            self.h.update(self.zero[:k])
-            n -= k
-        self.unhashed = 0
-        self.hashed = True
+        self.h.skip(n)
 
     def digest(self):
-        if not self.hashed:
-            return bytes(32)
-        self.hash_zeros()
         return self.h.digest()
 
     def flush(self):
@@ -102,7 +145,6 @@ class Stream(object):
         if buf == (self.zb if n == READ else bytes(n)):
             self.hole(off, n)
             return
-        self.hash_zeros()
         self.h.update(buf)
         mv = memoryview(buf)
         start = None

@@ -3,7 +3,6 @@ package esxi
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -62,7 +61,7 @@ func TestReadRangeSparseSim(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ReadRangeSparse %v: %v", r, err)
 		}
-		if int64(buf.Len()) != r[1] || sha256.Sum256(buf.Bytes()) != st.SHA256 {
+		if int64(buf.Len()) != r[1] || diskdigest.Sum(buf.Bytes()) != st.SHA256 {
 			t.Fatalf("range %v: %d bytes, digest mismatch with stats", r, buf.Len())
 		}
 		whole.Write(buf.Bytes())

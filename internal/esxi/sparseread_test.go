@@ -2,7 +2,6 @@ package esxi
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 // recordSink rebuilds the range densely and checks that calls arrive in
@@ -166,7 +167,7 @@ func TestSparseReaderRealPython(t *testing.T) {
 				if !bytes.Equal(sink.buf.Bytes(), want) {
 					t.Fatalf("reconstructed range differs from the source")
 				}
-				if sum := sha256.Sum256(want); st.SHA256 != sum {
+				if sum := diskdigest.Sum(want); st.SHA256 != sum {
 					t.Errorf("SHA256 %x, want %x (dense source)", st.SHA256, sum)
 				}
 				if st.LogicalBytes != r.n || st.DataBytes+st.ZeroBytes != r.n || st.ZeroBytes != sink.zeros {
@@ -221,7 +222,7 @@ func TestSparseReaderWireBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.SHA256 != sha256.Sum256(content) {
+			if st.SHA256 != diskdigest.Sum(content) {
 				t.Fatal("digest differs from the dense source")
 			}
 			if st.DataBytes != 4*mib {
@@ -348,7 +349,7 @@ func (f *frames) zero(off, n uint64) *frames {
 func (f *frames) end(total uint64, content []byte) *frames {
 	f.WriteByte(frameEnd)
 	binary.Write(f, binary.BigEndian, total)
-	sum := sha256.Sum256(content)
+	sum := diskdigest.Sum(content)
 	f.Write(sum[:])
 	return f
 }
@@ -451,7 +452,7 @@ func FuzzDecodeSparseStream(f *testing.F) {
 		if st.LogicalBytes != n || st.DataBytes+st.ZeroBytes != n || int64(sink.buf.Len()) != n {
 			t.Fatalf("accepted stream covers %d (data %d zero %d, sink %d), range is %d", st.LogicalBytes, st.DataBytes, st.ZeroBytes, sink.buf.Len(), n)
 		}
-		if sha256.Sum256(sink.buf.Bytes()) != st.SHA256 {
+		if diskdigest.Sum(sink.buf.Bytes()) != st.SHA256 {
 			t.Fatal("accepted stream's digest is not the digest of what the sink received")
 		}
 		if st.WireBytes != int64(len(stream)) {

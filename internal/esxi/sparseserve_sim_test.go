@@ -3,7 +3,6 @@ package esxi
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -35,7 +34,7 @@ func TestSparseReaderServesManyRanges(t *testing.T) {
 		if err != nil {
 			t.Fatalf("range at %d: %v", off, err)
 		}
-		if sha256.Sum256(buf.Bytes()) != st.SHA256 {
+		if diskdigest.Sum(buf.Bytes()) != st.SHA256 {
 			t.Fatalf("range at %d: digest differs from the host's", off)
 		}
 		whole.Write(buf.Bytes())

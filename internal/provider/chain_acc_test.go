@@ -1,7 +1,6 @@
 package provider_test
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
@@ -106,7 +106,7 @@ func fileSHA256(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := diskdigest.New()
 	if _, err := io.Copy(h, f); err != nil {
 		t.Fatal(err)
 	}

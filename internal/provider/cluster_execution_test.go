@@ -1,7 +1,6 @@
 package provider_test
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob/convertjobtest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kubesim"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/testcluster"
@@ -93,7 +93,7 @@ resource "vmmigration_migration" "jobs" {
 		if err != nil {
 			t.Fatal(err)
 		}
-		converted[i] = fmt.Sprintf("%x", sha256.Sum256(convertjobtest.Apply(b, i)))
+		converted[i] = fmt.Sprintf("%x", diskdigest.Sum(convertjobtest.Apply(b, i)))
 		p := fmt.Sprintf("disks.%d.", i)
 		want[p+"data_volume"] = fmt.Sprintf("jobs-disk-%d", i)
 		want[p+"source_sha256"] = d.SHA256()

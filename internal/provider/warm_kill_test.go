@@ -2,7 +2,6 @@ package provider_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/acctest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
@@ -206,7 +206,7 @@ func runWarmKill(t *testing.T, c warmKillCase) {
 	if len(dvs) != 1 || len(vms) != 1 {
 		t.Errorf("DataVolumes %v, VMs %v: want exactly one of each", dvs, vms)
 	}
-	sum := sha256.Sum256(guest)
+	sum := diskdigest.Sum(guest)
 	want := hex.EncodeToString(sum[:])
 	if want == files.Disks[0].SHA256() {
 		t.Fatalf("the guest's writes did not change the disk; the test proves nothing")

@@ -107,7 +107,23 @@ func Hash(ctx context.Context, path string) (Sum, error) { return HashPrefix(ctx
 // path (all of it when n < 0); a shorter one is an error. A block device
 // reports no holes: all of it is read.
 func HashPrefix(ctx context.Context, path string, n int64) (Sum, error) {
+	return hashPrefix(ctx, path, n, diskdigest.New())
+}
+
+// HashPrefixLeaves is HashPrefix, with the hashes of the prefix's 1 MiB
+// leaves (diskdigest.Hasher.Leaves), so that a later change can update
+// the digest by hashing only the leaves it touched (diskdigest.FromLeaves).
+func HashPrefixLeaves(ctx context.Context, path string, n int64) (Sum, []byte, error) {
 	h := diskdigest.New()
+	h.KeepLeaves()
+	s, err := hashPrefix(ctx, path, n, h)
+	if err != nil {
+		return Sum{}, nil, err
+	}
+	return s, h.Leaves(), nil
+}
+
+func hashPrefix(ctx context.Context, path string, n int64, h *diskdigest.Hasher) (Sum, error) {
 	buf := make([]byte, 1<<20)
 	var s Sum
 	f, err := os.Open(path)
@@ -147,4 +163,45 @@ func HashPrefix(ctx context.Context, path string, n int64) (Sum, error) {
 	}
 	s.SHA256 = h.Hex()
 	return s, nil
+}
+
+// HashLeaf is the hash of leaf i (diskdigest.LeafSum) of a disk of size
+// bytes held in f: its holes are not read.
+func HashLeaf(f *os.File, i, size int64, buf []byte) ([diskdigest.Size]byte, error) {
+	off := i * diskdigest.LeafSize
+	n := min(diskdigest.LeafSize, size-off)
+	if off < 0 || n <= 0 {
+		return [diskdigest.Size]byte{}, fmt.Errorf("leaf %d is outside a %d-byte disk", i, size)
+	}
+	p := buf[:n]
+	clear(p)
+	err := Walk(f, off, off+n, func(o, k int64, data bool) error {
+		if !data {
+			return nil
+		}
+		_, err := f.ReadAt(p[o-off:o-off+k], o)
+		return err
+	})
+	if err != nil {
+		return [diskdigest.Size]byte{}, fmt.Errorf("hash leaf %d of %s: %w", i, f.Name(), err)
+	}
+	return diskdigest.LeafSum(p), nil
+}
+
+// HoleBytes is how many of the first n bytes of the file at path are
+// holes (none on a block device); nothing is read.
+func HoleBytes(path string, n int64) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var holes int64
+	err = Walk(f, 0, n, func(_, k int64, data bool) error {
+		if !data {
+			holes += k
+		}
+		return nil
+	})
+	return holes, err
 }

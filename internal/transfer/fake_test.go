@@ -3,7 +3,6 @@ package transfer
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -65,9 +64,9 @@ func patterned(size int) []byte {
 	return b
 }
 
-// sha is the plain SHA-256 a chunk's record holds; digest the disk digest
-// a copy's result holds.
-func sha(b []byte) string    { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+// sha is the digest a chunk's record holds, digest the one a copy's
+// result holds: both the disk digest.
+func sha(b []byte) string    { return diskdigest.Bytes(b) }
 func digest(b []byte) string { return diskdigest.Bytes(b) }
 
 var transientErr = &esxi.Error{Class: esxi.Transient, Kind: esxi.ErrConnection, Msg: "connection dropped"}
@@ -204,7 +203,7 @@ func TestChunkWriterZeroBlocks(t *testing.T) {
 	if err := f.Truncate(2 * n); err != nil {
 		t.Fatal(err)
 	}
-	whole := sha256.New()
+	whole := diskdigest.New()
 	w := newChunkWriter(f, n, n, whole, make([]byte, 0, writeBufferSize), nil)
 	// Odd-sized writes straddle block and buffer boundaries.
 	for p := data; len(p) > 0; {
@@ -228,7 +227,7 @@ func TestChunkWriterZeroBlocks(t *testing.T) {
 	if _, err := w.Write([]byte{1}); !errors.Is(err, errWriterClosed) {
 		t.Errorf("write after finish: %v", err)
 	}
-	w2 := newChunkWriter(f, 0, 10, sha256.New(), make([]byte, 0, writeBufferSize), nil)
+	w2 := newChunkWriter(f, 0, 10, diskdigest.New(), make([]byte, 0, writeBufferSize), nil)
 	if _, err := w2.Write(make([]byte, 11)); err == nil {
 		t.Error("writer accepted more than the chunk")
 	}

@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"fmt"
-	"hash"
 	"io"
 	"os"
 
@@ -14,7 +13,7 @@ import (
 // file's holes as zeros from zerosum, without reading them, the rest read.
 // The staging file of a thin disk is mostly holes, and reading them back
 // only had the kernel fill pages with zeros.
-func hashRange(h hash.Hash, f *os.File, off, n int64) error {
+func hashRange(h io.Writer, f *os.File, off, n int64) error {
 	size, err := fileSize(f)
 	if err != nil {
 		return err
@@ -33,4 +32,21 @@ func hashRange(h hash.Hash, f *os.File, off, n int64) error {
 		}
 		return err
 	})
+}
+
+// multiHash writes to each of its hashes, zero runs as zero runs (a disk
+// digest then hashes none of them).
+type multiHash []io.Writer
+
+func (m multiHash) Write(p []byte) (int, error) {
+	for _, h := range m {
+		h.Write(p)
+	}
+	return len(p), nil
+}
+
+func (m multiHash) WriteZeros(n int64) {
+	for _, h := range m {
+		zerosum.Write(h, n)
+	}
 }

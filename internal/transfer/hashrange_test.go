@@ -1,10 +1,11 @@
 package transfer
 
 import (
-	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 // hashRange hashes what reading the range returns, for ranges that start
@@ -39,15 +40,15 @@ func TestHashRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range [][2]int64{{0, 16 * mib}, {0, 1}, {1 * mib, 1 * mib}, {2 * mib, 3 * mib}, {3*mib + 7, 5 * mib}, {8*mib - 50, 8*mib + 50}, {16*mib - 1, 1}} {
-		h := sha256.New()
+		h := diskdigest.New()
 		if err := hashRange(h, f, r[0], r[1]); err != nil {
 			t.Fatalf("range %v: %v", r, err)
 		}
-		if got, want := h.Sum(nil), sha256.Sum256(content[r[0]:r[0]+r[1]]); string(got) != string(want[:]) {
+		if got, want := h.Sum(nil), diskdigest.Sum(content[r[0]:r[0]+r[1]]); string(got) != string(want[:]) {
 			t.Errorf("range %v: hash differs from the content's", r)
 		}
 	}
-	if err := hashRange(sha256.New(), f, 15*mib, 2*mib); err == nil {
+	if err := hashRange(diskdigest.New(), f, 15*mib, 2*mib); err == nil {
 		t.Error("a range past the end of the file was hashed")
 	}
 	dense := filepath.Join(t.TempDir(), "dense")
@@ -59,11 +60,11 @@ func TestHashRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	h := sha256.New()
+	h := diskdigest.New()
 	if err := hashRange(h, g, mib, mib); err != nil {
 		t.Fatal(err)
 	}
-	if want := sha256.Sum256(content[mib : 2*mib]); string(h.Sum(nil)) != string(want[:]) {
+	if want := diskdigest.Sum(content[mib : 2*mib]); string(h.Sum(nil)) != string(want[:]) {
 		t.Error("dense file: hash differs")
 	}
 }

@@ -1,7 +1,6 @@
 package transfer
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -23,7 +22,7 @@ func sampleJournal(t testing.TB) *journal {
 	for i := range 2 {
 		data := []byte(strings.Repeat(fmt.Sprint(i), 1<<20))
 		whole.Write(data)
-		chunks = append(chunks, chunkRecord{SHA256: fmt.Sprintf("%x", sha256.Sum256(data)), ZeroBytes: int64(i) * 4096})
+		chunks = append(chunks, chunkRecord{SHA256: fmt.Sprintf("%x", diskdigest.Sum(data)), ZeroBytes: int64(i) * 4096})
 	}
 	return &journal{Version: journalVersion, Source: "/vmfs/volumes/ds1/vm/vm-flat.vmdk", SizeBytes: 3 << 20, ChunkSize: 1 << 20,
 		VerifiedChunks: 2, Chunks: chunks, SHA256State: marshalHash(whole), UpdatedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}

@@ -4,12 +4,12 @@ package transfer
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
 )
@@ -89,7 +89,7 @@ func copyZeroSkipping(t *testing.T, python string, streams int, size int64, cont
 	}
 	for i, c := range j.Chunks {
 		part := src[int64(i)*32*mib : min(int64(i+1)*32*mib, size)]
-		if want := fmt.Sprintf("%x", sha256.Sum256(part)); c.SHA256 != want {
+		if want := fmt.Sprintf("%x", diskdigest.Sum(part)); c.SHA256 != want {
 			t.Errorf("chunk %d: journal digest %s, content %s", i, c.SHA256, want)
 		}
 	}

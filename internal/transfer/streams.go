@@ -2,10 +2,10 @@ package transfer
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
-	"io"
 	"sync"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 // runStreams copies the chunks from start on that the journal does not
@@ -263,12 +263,11 @@ func (c *copier) keepAhead(k int, fileSize int64) error {
 		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
 		ok := false
 		if off+n <= fileSize {
-			h := sha256.New()
-			got, err := io.Copy(h, io.NewSectionReader(c.f, off, n))
-			if err != nil {
+			h := diskdigest.New()
+			if err := hashRange(h, c.f, off, n); err != nil {
 				return fmt.Errorf("verify staging file: %w", err)
 			}
-			ok = got == n && fmt.Sprintf("%x", h.Sum(nil)) == r.SHA256
+			ok = h.Hex() == r.SHA256
 		}
 		if !ok {
 			delete(c.j.Ahead, i)

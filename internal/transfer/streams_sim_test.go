@@ -4,7 +4,6 @@ package transfer
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 )
 
@@ -39,7 +39,7 @@ func chunkSums(t *testing.T, path string, chunk int64) []string {
 	defer f.Close()
 	var out []string
 	for {
-		h := sha256.New()
+		h := diskdigest.New()
 		n, err := io.Copy(h, io.LimitReader(f, chunk))
 		if err != nil {
 			t.Fatal(err)

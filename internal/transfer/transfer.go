@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/retry"
-	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
 // Defaults for Options.
@@ -472,7 +470,7 @@ func (c *copier) reconcile() (int, error) {
 // lastDataChunk is the last of the journal's first n chunks (all full
 // chunks) that is not all zeros, or -1.
 func lastDataChunk(j *journal, n int, chunk int64) int {
-	zero := zerosum.SHA256(chunk)
+	zero := diskdigest.Zeros(chunk)
 	zeroHex := hex.EncodeToString(zero[:])
 	for i := n - 1; i >= 0; i-- {
 		if j.Chunks[i].SHA256 != zeroHex {
@@ -487,12 +485,11 @@ func lastDataChunk(j *journal, n int, chunk int64) int {
 func (c *copier) verifyLocal(j *journal, i int) (bool, error) {
 	off := int64(i) * c.opts.ChunkSize
 	n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
-	h := sha256.New()
-	got, err := io.Copy(h, io.NewSectionReader(c.f, off, n))
-	if err != nil {
+	h := diskdigest.New()
+	if err := hashRange(h, c.f, off, n); err != nil {
 		return false, fmt.Errorf("verify staging file: %w", err)
 	}
-	return got == n && fmt.Sprintf("%x", h.Sum(nil)) == j.Chunks[i].SHA256, nil
+	return h.Hex() == j.Chunks[i].SHA256, nil
 }
 
 // reverify hashes the recorded chunks from the start of the staging file
@@ -506,11 +503,11 @@ func (c *copier) reverify(j *journal, fileSize int64) (int, error) {
 			return i, nil
 		}
 		state := marshalHash(c.whole)
-		h := sha256.New()
-		if _, err := io.Copy(io.MultiWriter(h, c.whole), io.NewSectionReader(c.f, off, n)); err != nil {
+		h := diskdigest.New()
+		if err := hashRange(multiHash{h, c.whole}, c.f, off, n); err != nil {
 			return 0, fmt.Errorf("verify staging file: %w", err)
 		}
-		if fmt.Sprintf("%x", h.Sum(nil)) != j.Chunks[i].SHA256 {
+		if h.Hex() != j.Chunks[i].SHA256 {
 			var err error
 			c.whole, err = restoreHash(state)
 			return i, err

@@ -2,15 +2,14 @@ package transfer
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
 
@@ -51,8 +50,8 @@ type chunkWriter struct {
 	zero         int64 // bytes in all-zero blocks (not written)
 	localErr     error // first error writing the staging file
 	onBytes      func(received int64)
-	// unhashed zeros (from WriteZeros) join the chunk's hash only when
-	// data follows; an all-zero chunk's digest comes from zerosum.
+	// unhashed zeros (from WriteZeros) join the chunk's disk digest only
+	// when data follows; an all-zero chunk's digest is diskdigest.Zeros.
 	unhashed int64
 	hashed   bool
 	// external: the chunk's digest comes from the reader (setDigest), or
@@ -72,7 +71,7 @@ type chunkWriter struct {
 }
 
 func newChunkWriter(f *os.File, off, length int64, whole hash.Hash, buf []byte, onBytes func(int64)) *chunkWriter {
-	return &chunkWriter{f: f, base: off, start: off, length: length, buf: buf[:0], whole: whole, chunk: sha256.New(), onBytes: onBytes,
+	return &chunkWriter{f: f, base: off, start: off, length: length, buf: buf[:0], whole: whole, chunk: diskdigest.New(), onBytes: onBytes,
 		out: blockSink{f: f}}
 }
 
@@ -403,8 +402,8 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 		// cut short is discarded by the caller, unhashed.
 		if w.localErr == nil && w.n == w.length {
 			start := time.Now()
-			h := sha256.New()
-			if _, err := io.Copy(h, io.NewSectionReader(w.f, w.start, w.n)); err != nil {
+			h := diskdigest.New()
+			if err := hashRange(h, w.f, w.start, w.n); err != nil {
 				w.localErr = fmt.Errorf("read back the staging file: %w", err)
 			}
 			h.Sum(sum[:0])
@@ -414,7 +413,7 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 		w.hashChunkZeros()
 		w.chunk.Sum(sum[:0])
 	default:
-		sum = zerosum.SHA256(w.n)
+		sum = diskdigest.Zeros(w.n)
 	}
 	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero + w.out.zero}, w.n, w.localErr
 }

@@ -2,11 +2,12 @@ package transfer
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 // piece is a part of a chunk as a sparse source delivers it: data, or a
@@ -54,7 +55,7 @@ func TestChunkWriterWriteZerosMatchesWrite(t *testing.T) {
 				if err := f.Truncate(2 * n); err != nil {
 					t.Fatal(err)
 				}
-				whole := sha256.New()
+				whole := diskdigest.New()
 				var reported int64
 				w := newChunkWriter(f, n, n, whole, make([]byte, 0, writeBufferSize), func(got int64) { reported = got })
 				for _, p := range pieces {
@@ -97,7 +98,7 @@ func TestChunkWriterWriteZerosMatchesWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := newChunkWriter(f, 0, 2*ZeroBlockSize, sha256.New(), make([]byte, 0, writeBufferSize), nil)
+	w := newChunkWriter(f, 0, 2*ZeroBlockSize, diskdigest.New(), make([]byte, 0, writeBufferSize), nil)
 	if err := w.WriteZeros(3 * ZeroBlockSize); err == nil {
 		t.Error("WriteZeros accepted more than the chunk")
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 )
 
@@ -16,6 +17,19 @@ type ApplyStats struct {
 	// grains among them are punched instead, so the image stays sparse);
 	// ZeroBytes were grains the delta marks zero, punched.
 	DataBytes, ZeroBytes int64
+	// Touched are the indexes of the disk's 1 MiB leaves
+	// (diskdigest.LeafSize) that the delta wrote or zeroed, ascending:
+	// the only ones whose digest can have changed.
+	Touched []int64
+}
+
+// touch adds the leaves [off, off+n) overlaps to Touched.
+func (st *ApplyStats) touch(off, n int64) {
+	for i := off / diskdigest.LeafSize; i <= (off+n-1)/diskdigest.LeafSize; i++ {
+		if k := len(st.Touched); k == 0 || st.Touched[k-1] < i {
+			st.Touched = append(st.Touched, i)
+		}
+	}
 }
 
 // applyBuffer bounds what ApplyDelta holds of a run of grains at once.
@@ -68,6 +82,9 @@ func ApplyDelta(ctx context.Context, path string, format Format, dst *os.File) (
 			return st, fmt.Errorf("vmdk: %s: no progress at offset %d", path, off)
 		}
 		n := min(run, capacity-off)
+		if state == stateData || state == stateZero {
+			st.touch(off, n)
+		}
 		switch state {
 		case stateData:
 			if err := copyGrains(e.f, dst, buf, at, off, n, &st); err != nil {

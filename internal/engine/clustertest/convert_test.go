@@ -3,7 +3,6 @@
 package clustertest
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/clusterjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convertjob/convertjobtest"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine/record"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -45,7 +45,7 @@ func convertedSHA256(t *testing.T, path string, i int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(convertjobtest.Apply(b, i))
+	sum := diskdigest.Sum(convertjobtest.Apply(b, i))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -87,7 +87,7 @@ func fileSHA256(t *testing.T, p string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(b)
+	sum := diskdigest.Sum(b)
 	return hex.EncodeToString(sum[:])
 }
 

@@ -4,7 +4,6 @@ package clustertest
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/convert"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/engine"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
@@ -123,7 +123,7 @@ func warmInCluster(t *testing.T, name, ip, volumeMode string) {
 			t.Errorf("the migration never reached the point %q", k)
 		}
 	}
-	sum := sha256.Sum256(content)
+	sum := diskdigest.Sum(content)
 	want := hex.EncodeToString(sum[:])
 	d := rec.Disks[0]
 	if got, err := convert.FileSHA256(e.sim.ReceivedPath(e.ns, d.DataVolume)); err != nil || got != want {
@@ -168,7 +168,7 @@ func warmInCluster(t *testing.T, name, ip, volumeMode string) {
 	}
 	base, _ := os.ReadFile(files.Disks[0].LocalFlat)
 	base = append(base, make([]byte, capacity-len(base))...)
-	if s := sha256.Sum256(base); hex.EncodeToString(s[:]) != want {
+	if s := diskdigest.Sum(base); hex.EncodeToString(s[:]) != want {
 		t.Error("the source's base does not hold the guest's content after the snapshots were removed")
 	}
 	t.Logf("precopy %d + %d bytes; cutover %d bytes; %d bytes from the host with the source off; downtime %s",
