@@ -277,3 +277,38 @@ func Sum(b []byte) [Size]byte {
 	h.Sum(sum[:0])
 	return sum
 }
+
+// AddLeaves adds whole leaves by their hashes (Size bytes each, in order,
+// as Leaves gives them), without their bytes: a copy that already hashed
+// each leaf to check it hashes none again for the file's digest. Only at a
+// leaf boundary, and a short leaf only last: it reports false (and adds
+// nothing) when h is inside a leaf or leaves is not whole hashes.
+func (h *Hasher) AddLeaves(leaves []byte) bool {
+	if h.pos != 0 || len(leaves)%Size != 0 {
+		return false
+	}
+	h.outer.Write(leaves)
+	if h.keep {
+		h.leaves = append(h.leaves, leaves...)
+	}
+	return true
+}
+
+// ZeroLeaves are the leaf hashes of n zero bytes, for AddLeaves.
+func ZeroLeaves(n int64) []byte {
+	out := make([]byte, 0, (n+LeafSize-1)/LeafSize*Size)
+	for n > 0 {
+		k := min(n, LeafSize)
+		sum := zerosum.SHA256(k)
+		out = append(out, sum[:]...)
+		n -= k
+	}
+	return out
+}
+
+// LeavesMatch says that leaves are the leaf hashes of n bytes whose digest
+// is sum (hexadecimal): so much is checked before leaves stand in for the
+// bytes.
+func LeavesMatch(leaves []byte, n int64, sum string) bool {
+	return int64(len(leaves)) == (n+LeafSize-1)/LeafSize*Size && FromLeaves(leaves) == sum
+}

@@ -143,6 +143,11 @@ type SparseStats struct {
 	// SHA256 is the disk digest (package diskdigest) of the whole range,
 	// zeros included, checked against the one the host computed.
 	SHA256 [32]byte
+	// Leaves are the hashes of the range's 1 MiB leaves, counted from
+	// its offset (diskdigest.Hasher.Leaves): SHA256 is their SHA-256, so
+	// a caller adds them to a file's digest without hashing the range
+	// again.
+	Leaves []byte
 }
 
 // ErrSparseStream marks a stream that breaks the framing rules: the host
@@ -201,6 +206,7 @@ func decodeSparse(br *bufio.Reader, offset, length int64, sink SparseSink, serve
 	}
 	d := &sparseDecoder{br: br, sink: sink, offset: offset, length: length, end: offset + length, next: offset, served: served,
 		h: diskdigest.New(), buf: make([]byte, maxSparseData)}
+	d.h.KeepLeaves()
 	for {
 		if _, err := io.ReadFull(br, d.hdr[:1]); err != nil {
 			return d.st, streamErr("stream ended at offset %d before the END frame: %v", d.next, err)
@@ -306,7 +312,7 @@ func (d *sparseDecoder) finish() error {
 	}
 	if d.served {
 		// A long-lived reader's stream goes on with the next range.
-		d.st.SHA256 = sum
+		d.st.SHA256, d.st.Leaves = sum, d.h.Leaves()
 		d.st.LogicalBytes = d.length
 		return nil
 	}
@@ -316,7 +322,7 @@ func (d *sparseDecoder) finish() error {
 		}
 		return streamErr("after the END frame: %v", err)
 	}
-	d.st.SHA256 = sum
+	d.st.SHA256, d.st.Leaves = sum, d.h.Leaves()
 	d.st.LogicalBytes = d.length
 	return nil
 }

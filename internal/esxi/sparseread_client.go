@@ -2,6 +2,7 @@ package esxi
 
 import (
 	"context"
+	"crypto/sha256"
 	"io"
 	"strings"
 	"sync"
@@ -89,18 +90,29 @@ func (c *Client) ReadRangeSkippingZeros(ctx context.Context, path string, offset
 // again (checked is true). Through dd there is no such digest (checked is
 // false).
 func (c *Client) ReadRangeChecked(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, sum [32]byte, checked bool, err error) {
+	n, leaves, checked, err := c.ReadRangeLeaves(ctx, path, offset, length, w)
+	if checked {
+		sum = sha256.Sum256(leaves)
+	}
+	return n, sum, checked, err
+}
+
+// ReadRangeLeaves is [Client.ReadRangeChecked] giving the hashes of the
+// range's 1 MiB leaves (esxi.SparseStats.Leaves), whose SHA-256 is the
+// range's checked digest, instead of that digest.
+func (c *Client) ReadRangeLeaves(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, leaves []byte, checked bool, err error) {
 	ok, err := c.HasPython(ctx)
 	if err != nil {
-		return 0, sum, false, err
+		return 0, nil, false, err
 	}
 	if !ok {
 		n, err = c.ReadRange(ctx, path, offset, length, w)
-		return n, sum, false, err
+		return n, nil, false, err
 	}
 	d := &denseSink{w: w}
 	st, err := c.ReadRangeSparse(ctx, path, offset, length, d)
 	if err != nil {
-		return d.n, sum, false, err
+		return d.n, nil, false, err
 	}
-	return d.n, st.SHA256, true, nil
+	return d.n, st.Leaves, true, nil
 }

@@ -2,9 +2,11 @@ package transfer
 
 import (
 	"fmt"
+	"hash"
 	"io"
 	"os"
 
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/zerosum"
 )
@@ -32,6 +34,16 @@ func hashRange(h io.Writer, f *os.File, off, n int64) error {
 		}
 		return err
 	})
+}
+
+// addToWhole adds chunk [off, off+n) to whole: by the leaf hashes its
+// record carries when they are the chunk's digest's, else by hashing the
+// chunk from the staging file.
+func (c *copier) addToWhole(whole hash.Hash, r chunkRecord, off, n int64) error {
+	if d, ok := whole.(*diskdigest.Hasher); ok && diskdigest.LeavesMatch(r.Leaves, n, r.SHA256) && d.AddLeaves(r.Leaves) {
+		return nil
+	}
+	return c.hashRange(whole, off, n)
 }
 
 // multiHash writes to each of its hashes, zero runs as zero runs (a disk

@@ -57,6 +57,10 @@ type journal struct {
 type chunkRecord struct {
 	SHA256    string `json:"sha256"`
 	ZeroBytes int64  `json:"zero_bytes"`
+	// Leaves are the chunk's leaf hashes (diskdigest), kept while it is
+	// ahead of the verified prefix so that it joins the whole file's
+	// digest without being read back; a chunk of the prefix has none.
+	Leaves []byte `json:"leaves,omitempty"`
 }
 
 func journalPath(dest string) string { return dest + JournalSuffix }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
@@ -63,7 +64,13 @@ func copyZeroSkipping(t *testing.T, python string, streams int, size int64, cont
 	_, disk := env.addDisk(t, "thin", size, content)
 	env.srv.ResetStats()
 	dest := filepath.Join(t.TempDir(), "disk.raw")
-	opts := Options{ChunkSize: 32 * mib, Streams: streams}
+	var mu sync.Mutex
+	var last Progress
+	opts := Options{ChunkSize: 32 * mib, Streams: streams, Progress: func(p Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		last = p
+	}}
 	if streams > 1 {
 		opts.Sources = []RangeReader{env.c, env.c}
 	}
@@ -92,7 +99,16 @@ func copyZeroSkipping(t *testing.T, python string, streams int, size int64, cont
 		if want := fmt.Sprintf("%x", diskdigest.Sum(part)); c.SHA256 != want {
 			t.Errorf("chunk %d: journal digest %s, content %s", i, c.SHA256, want)
 		}
+		if c.Leaves != nil {
+			t.Errorf("chunk %d of the verified prefix keeps %d bytes of leaf hashes in the journal", i, len(c.Leaves))
+		}
 	}
+	// With the host's checked leaf hashes nothing is hashed again: not the
+	// chunk, not the whole file's digest from the staging file.
+	if mu.Lock(); python != "" && last.Stages.Hashing != 0 {
+		t.Errorf("%v spent hashing the staging file although the host's leaf hashes were checked", last.Stages.Hashing)
+	}
+	mu.Unlock()
 	if res.ZeroBytes < size-4*mib {
 		t.Errorf("ZeroBytes %d: the staging file should keep the zero runs as holes", res.ZeroBytes)
 	}

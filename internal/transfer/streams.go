@@ -152,7 +152,7 @@ func (c *copier) readChunkAt(ctx context.Context, src RangeReader, i int, ring c
 			}
 		}
 		first = false
-		w := newChunkWriter(c.f, off, n, nil, nil, nil)
+		w := newChunkWriter(c.f, off, n, nil, nil)
 		w.setVerifyZeros(c.verifyZeros.Load())
 		w.writeBehind(ring)
 		clock := startAttempt()
@@ -208,7 +208,8 @@ func (c *copier) advance(mu *sync.Mutex) error {
 		state := marshalHash(c.whole)
 		off := int64(k) * c.opts.ChunkSize
 		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
-		herr := c.hashRange(c.whole, off, n)
+		herr := c.addToWhole(c.whole, r, off, n)
+		r.Leaves = nil
 		mu.Lock()
 		if herr != nil {
 			// Not trusted: drop it; the next copy reads it again.

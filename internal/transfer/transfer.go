@@ -59,6 +59,14 @@ type CheckedRangeReader interface {
 	ReadRangeChecked(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, sum [32]byte, checked bool, err error)
 }
 
+// LeafRangeReader is a CheckedRangeReader that yields the hashes of the
+// range's 1 MiB leaves (the disk digest's, counted from the range's
+// offset), whose SHA-256 is its checked digest: the chunk then joins the
+// whole file's digest without a byte of it hashed again.
+type LeafRangeReader interface {
+	ReadRangeLeaves(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, leaves []byte, checked bool, err error)
+}
+
 // Sizer is optionally implemented by a RangeReader that can stat files on
 // the source ((*esxi.Client) does). When available, Copy checks that the
 // source file is exactly Disk.SizeBytes long before starting.
@@ -556,7 +564,7 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 		if err != nil {
 			return &localError{err}
 		}
-		w := newChunkWriter(c.f, off, n, whole, nil, func(got int64) { c.report(off+got, i, false) })
+		w := newChunkWriter(c.f, off, n, nil, func(got int64) { c.report(off+got, i, false) })
 		w.setVerifyZeros(c.verifyZeros.Load())
 		w.writeBehind(c.ring)
 		clock := startAttempt()
@@ -572,6 +580,10 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 		if got != n {
 			return fmt.Errorf("read %d bytes of chunk %d at offset %d, expected %d", got, i, off, n)
 		}
+		if err := c.addToWhole(whole, r, off, n); err != nil {
+			return &localError{err}
+		}
+		r.Leaves = nil
 		rec, c.whole = r, whole
 		return nil
 	})
@@ -596,6 +608,21 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 // last chunk.
 func (c *copier) readChunk(ctx context.Context, src RangeReader, off, n int64, w *chunkWriter) error {
 	main := n &^ (chunkAlign - 1)
+	if lr, ok := src.(LeafRangeReader); ok && (main == n || main == 0) {
+		// One range: the reader's checked leaves are the chunk's.
+		w.takeDigest()
+		got, leaves, checked, err := lr.ReadRangeLeaves(ctx, c.disk.Path, off, n, w)
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("read %d bytes at offset %d, expected %d", got, off, n)
+		}
+		if checked {
+			w.setLeaves(leaves)
+		}
+		return nil
+	}
 	if cr, ok := src.(CheckedRangeReader); ok && (main == n || main == 0) {
 		// One range: the reader's checked digest is the chunk's.
 		w.takeDigest()

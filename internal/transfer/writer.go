@@ -2,9 +2,9 @@ package transfer
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"os"
 	"sync"
 	"time"
@@ -29,13 +29,12 @@ var zeroBlock = make([]byte, ZeroBlockSize)
 // after ReadRange returned on cancellation).
 var errWriterClosed = errors.New("transfer: write after the chunk attempt ended")
 
-// chunkWriter receives one attempt at one chunk from a RangeReader. It
-// hashes every byte as it arrives into the whole-file SHA-256 and, unless
-// the reader supplies the chunk's checked digest (takeDigest), into the
-// chunk's own, and writes the data at the chunk's offset in the staging
-// file, skipping all-zero blocks (the region is a hole beforehand).
-// whole may be nil: a chunk read out of order is added to the whole-file
-// hash later, from the staging file.
+// chunkWriter receives one attempt at one chunk from a RangeReader. Unless
+// the reader supplies the chunk's checked digest (takeDigest), it hashes
+// every byte as it arrives into the chunk's disk digest, keeping the leaf
+// hashes (which the whole file's digest then takes instead of the bytes),
+// and writes the data at the chunk's offset in the staging file, skipping
+// all-zero blocks (the region is a hole beforehand).
 // It is safe against writes racing with close.
 type chunkWriter struct {
 	mu     sync.Mutex
@@ -44,8 +43,7 @@ type chunkWriter struct {
 	// base is the file offset of buf[0]; length is the chunk's length.
 	base, length int64
 	buf          []byte
-	whole        hash.Hash
-	chunk        hash.Hash
+	chunk        *diskdigest.Hasher
 	n            int64 // bytes received
 	zero         int64 // bytes in all-zero blocks (not written)
 	localErr     error // first error writing the staging file
@@ -59,6 +57,7 @@ type chunkWriter struct {
 	// arriving bytes are not hashed for it. start is the chunk's offset.
 	external bool
 	digest   *[32]byte
+	leaves   []byte // the reader's leaf hashes (setLeaves), or nil
 	start    int64
 	// out writes the buffers when there is no write-behind (behind).
 	out    blockSink
@@ -70,9 +69,11 @@ type chunkWriter struct {
 	writing, hashing time.Duration
 }
 
-func newChunkWriter(f *os.File, off, length int64, whole hash.Hash, buf []byte, onBytes func(int64)) *chunkWriter {
-	return &chunkWriter{f: f, base: off, start: off, length: length, buf: buf[:0], whole: whole, chunk: diskdigest.New(), onBytes: onBytes,
+func newChunkWriter(f *os.File, off, length int64, buf []byte, onBytes func(int64)) *chunkWriter {
+	w := &chunkWriter{f: f, base: off, start: off, length: length, buf: buf[:0], chunk: diskdigest.New(), onBytes: onBytes,
 		out: blockSink{f: f}}
+	w.chunk.KeepLeaves()
+	return w
 }
 
 // setVerifyZeros makes the writer check that zero blocks read as zeros
@@ -102,6 +103,16 @@ func (w *chunkWriter) takeDigest() {
 	w.external = true
 }
 
+// setLeaves is the checked leaf hashes of the whole chunk, from the
+// reader; the chunk's digest is their SHA-256.
+func (w *chunkWriter) setLeaves(leaves []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.leaves = leaves
+	sum := sha256.Sum256(leaves)
+	w.digest = &sum
+}
+
 // setDigest is the checked digest of the whole chunk, from the reader.
 func (w *chunkWriter) setDigest(sum [32]byte) {
 	w.mu.Lock()
@@ -126,9 +137,6 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 		return 0, w.localErr
 	}
 	w.arrivedLocked()
-	if w.whole != nil {
-		w.whole.Write(p)
-	}
 	if !w.external {
 		w.hashChunkZeros()
 		w.chunk.Write(p)
@@ -160,8 +168,7 @@ func (w *chunkWriter) hashChunkZeros() {
 }
 
 // WriteZeros takes n zero bytes, as a sparse source reports a zero run.
-// The whole-file hash absorbs them; the chunk's own hash only once data
-// follows; the whole zero blocks among them (on the same grid as Write's)
+// The chunk's own hash takes them only once data follows; the whole zero blocks among them (on the same grid as Write's)
 // are neither copied nor compared, only left as holes. The bytes before
 // the first block boundary and after the last go through Write.
 func (w *chunkWriter) WriteZeros(n int64) error {
@@ -200,9 +207,6 @@ func (w *chunkWriter) WriteZeros(n int64) error {
 				w.mu.Unlock()
 				return err
 			}
-		}
-		if w.whole != nil {
-			zerosum.Write(w.whole, body)
 		}
 		w.unhashed += body
 		w.n += body
@@ -394,26 +398,30 @@ func (w *chunkWriter) finish() (chunkRecord, int64, error) {
 	}
 	w.closed = true
 	var sum [32]byte
+	var leaves []byte
 	switch {
 	case w.external && w.digest != nil:
-		sum = *w.digest
+		sum, leaves = *w.digest, w.leaves
 	case w.external:
 		// The reader had no digest (dd): hash the chunk as written. A chunk
 		// cut short is discarded by the caller, unhashed.
 		if w.localErr == nil && w.n == w.length {
 			start := time.Now()
 			h := diskdigest.New()
+			h.KeepLeaves()
 			if err := hashRange(h, w.f, w.start, w.n); err != nil {
 				w.localErr = fmt.Errorf("read back the staging file: %w", err)
 			}
 			h.Sum(sum[:0])
+			leaves = h.Leaves()
 			w.hashing += time.Since(start)
 		}
 	case w.hashed:
 		w.hashChunkZeros()
 		w.chunk.Sum(sum[:0])
+		leaves = w.chunk.Leaves()
 	default:
-		sum = diskdigest.Zeros(w.n)
+		sum, leaves = diskdigest.Zeros(w.n), diskdigest.ZeroLeaves(w.n)
 	}
-	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero + w.out.zero}, w.n, w.localErr
+	return chunkRecord{SHA256: fmt.Sprintf("%x", sum), ZeroBytes: w.zero + w.out.zero, Leaves: leaves}, w.n, w.localErr
 }
