@@ -2,7 +2,6 @@ package esxi
 
 import (
 	"context"
-	"crypto/sha256"
 	"io"
 	"strings"
 	"sync"
@@ -80,26 +79,16 @@ func (c *Client) ReadRangeSparse(ctx context.Context, path string, offset, lengt
 // so that zero runs do not cross the network. Hosts without Python (ESXi
 // 6.x) get dd, whose ranges must be aligned to 512 bytes.
 func (c *Client) ReadRangeSkippingZeros(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error) {
-	n, _, _, err := c.ReadRangeChecked(ctx, path, offset, length, w)
+	n, _, _, err := c.ReadRangeLeaves(ctx, path, offset, length, w)
 	return n, err
 }
 
-// ReadRangeChecked is [Client.ReadRangeSkippingZeros] that also returns
-// the range's SHA-256 when the sparse reader ran: computed on the host,
-// checked against what arrived, so the caller need not hash the range
-// again (checked is true). Through dd there is no such digest (checked is
-// false).
-func (c *Client) ReadRangeChecked(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, sum [32]byte, checked bool, err error) {
-	n, leaves, checked, err := c.ReadRangeLeaves(ctx, path, offset, length, w)
-	if checked {
-		sum = sha256.Sum256(leaves)
-	}
-	return n, sum, checked, err
-}
-
-// ReadRangeLeaves is [Client.ReadRangeChecked] giving the hashes of the
-// range's 1 MiB leaves (esxi.SparseStats.Leaves), whose SHA-256 is the
-// range's checked digest, instead of that digest.
+// ReadRangeLeaves is [Client.ReadRangeSkippingZeros] that also returns
+// the hashes of the range's 1 MiB leaves (SparseStats.Leaves) when the
+// sparse reader ran: computed on the host, checked against what arrived,
+// so the caller need not hash the range again (checked is true); their
+// SHA-256 is the range's disk digest. Through dd there are none (checked
+// is false).
 func (c *Client) ReadRangeLeaves(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, leaves []byte, checked bool, err error) {
 	ok, err := c.HasPython(ctx)
 	if err != nil {

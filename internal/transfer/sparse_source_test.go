@@ -19,7 +19,7 @@ import (
 // Copy uses them.
 var (
 	_ ZeroSkippingReader = (*esxi.Client)(nil)
-	_ CheckedRangeReader = (*esxi.Client)(nil)
+	_ LeafRangeReader    = (*esxi.Client)(nil)
 )
 
 // TestCopyWithZeroSkippingReads copies a thin disk with the ESXi client as

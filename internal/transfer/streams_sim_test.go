@@ -206,10 +206,10 @@ func (s stuckSource) ReadRangeSkippingZeros(ctx context.Context, path string, of
 	return s.RangeReader.(ZeroSkippingReader).ReadRangeSkippingZeros(ctx, path, off, n, w)
 }
 
-func (s stuckSource) ReadRangeChecked(ctx context.Context, path string, off, n int64, w io.Writer) (int64, [32]byte, bool, error) {
+func (s stuckSource) ReadRangeLeaves(ctx context.Context, path string, off, n int64, w io.Writer) (int64, []byte, bool, error) {
 	if off == s.stuck {
 		<-ctx.Done()
-		return 0, [32]byte{}, false, ctx.Err()
+		return 0, nil, false, ctx.Err()
 	}
-	return s.RangeReader.(CheckedRangeReader).ReadRangeChecked(ctx, path, off, n, w)
+	return s.RangeReader.(LeafRangeReader).ReadRangeLeaves(ctx, path, off, n, w)
 }

@@ -50,19 +50,13 @@ type ZeroSkippingReader interface {
 	ReadRangeSkippingZeros(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error)
 }
 
-// CheckedRangeReader is optionally implemented by a ZeroSkippingReader
-// whose read also yields the range's SHA-256, computed by the source and
+// LeafRangeReader is optionally implemented by a ZeroSkippingReader whose
+// read also yields the hashes of the range's 1 MiB leaves (the disk
+// digest's, counted from the range's offset), computed by the source and
 // checked against what arrived ((*esxi.Client) does through its sparse
 // reader; checked is false where it fell back to dd). A chunk read in one
-// such range takes that digest instead of hashing its bytes again.
-type CheckedRangeReader interface {
-	ReadRangeChecked(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, sum [32]byte, checked bool, err error)
-}
-
-// LeafRangeReader is a CheckedRangeReader that yields the hashes of the
-// range's 1 MiB leaves (the disk digest's, counted from the range's
-// offset), whose SHA-256 is its checked digest: the chunk then joins the
-// whole file's digest without a byte of it hashed again.
+// such range takes their SHA-256 as its digest, and the whole file's
+// digest takes the leaves: no byte of it is hashed again.
 type LeafRangeReader interface {
 	ReadRangeLeaves(ctx context.Context, path string, offset, length int64, w io.Writer) (n int64, leaves []byte, checked bool, err error)
 }
@@ -620,21 +614,6 @@ func (c *copier) readChunk(ctx context.Context, src RangeReader, off, n int64, w
 		}
 		if checked {
 			w.setLeaves(leaves)
-		}
-		return nil
-	}
-	if cr, ok := src.(CheckedRangeReader); ok && (main == n || main == 0) {
-		// One range: the reader's checked digest is the chunk's.
-		w.takeDigest()
-		got, sum, checked, err := cr.ReadRangeChecked(ctx, c.disk.Path, off, n, w)
-		if err != nil {
-			return err
-		}
-		if got != n {
-			return fmt.Errorf("read %d bytes at offset %d, expected %d", got, off, n)
-		}
-		if checked {
-			w.setDigest(sum)
 		}
 		return nil
 	}

@@ -52,7 +52,7 @@ type chunkWriter struct {
 	// when data follows; an all-zero chunk's digest is diskdigest.Zeros.
 	unhashed int64
 	hashed   bool
-	// external: the chunk's digest comes from the reader (setDigest), or
+	// external: the chunk's digest comes from the reader (setLeaves), or
 	// when it has none, from the staging file once the chunk is complete;
 	// arriving bytes are not hashed for it. start is the chunk's offset.
 	external bool
@@ -94,7 +94,7 @@ func (w *chunkWriter) writeBehind(ring chan []byte) {
 	w.buf = (<-ring)[:0]
 }
 
-// takeDigest makes the chunk's digest the reader's (setDigest) instead of
+// takeDigest makes the chunk's digest the reader's (setLeaves) instead of
 // one taken of the arriving bytes: the reader already hashed and checked
 // exactly these bytes. Called before the first byte arrives.
 func (w *chunkWriter) takeDigest() {
@@ -110,13 +110,6 @@ func (w *chunkWriter) setLeaves(leaves []byte) {
 	defer w.mu.Unlock()
 	w.leaves = leaves
 	sum := sha256.Sum256(leaves)
-	w.digest = &sum
-}
-
-// setDigest is the checked digest of the whole chunk, from the reader.
-func (w *chunkWriter) setDigest(sum [32]byte) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.digest = &sum
 }
 
