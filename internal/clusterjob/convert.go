@@ -253,7 +253,7 @@ func CheckConversion(c Convert, r convertjob.Result) error {
 			return fmt.Errorf("disk %d: the converted image has %d bytes, the disk %d", i, d.Bytes, c.Sizes[i])
 		}
 		if !sha256Hex.MatchString(d.SHA256) {
-			return fmt.Errorf("disk %d: the converted image's SHA-256 %q is not one", i, d.SHA256)
+			return fmt.Errorf("disk %d: the converted image's digest %q is not one", i, d.SHA256)
 		}
 	}
 	return nil

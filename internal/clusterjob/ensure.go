@@ -171,11 +171,11 @@ func checkDeltas(c Copy, r copyjob.Result) error {
 		return nil
 	}
 	if len(r.BaseSHA256) != 64 || len(r.Deltas) != len(c.Deltas) {
-		return fmt.Errorf("the copy reports %d of the %d snapshot deltas applied (base SHA-256 %q)", len(r.Deltas), len(c.Deltas), r.BaseSHA256)
+		return fmt.Errorf("the copy reports %d of the %d snapshot deltas applied (base digest %q)", len(r.Deltas), len(c.Deltas), r.BaseSHA256)
 	}
 	for k, d := range r.Deltas {
 		if d.Bytes != c.Deltas[k].SizeBytes || len(d.SHA256) != 64 {
-			return fmt.Errorf("the copy reports delta %d as %d bytes (SHA-256 %q), the host's file %s has %d", k, d.Bytes, d.SHA256, c.Deltas[k].Path, c.Deltas[k].SizeBytes)
+			return fmt.Errorf("the copy reports delta %d as %d bytes (digest %q), the host's file %s has %d", k, d.Bytes, d.SHA256, c.Deltas[k].Path, c.Deltas[k].SizeBytes)
 		}
 	}
 	return nil

@@ -139,7 +139,7 @@ func (r *run) prepareImage(ctx context.Context, i int) error {
 		d.ArtifactURL = r.spec.imageURL(i, r.rec().StagingToken)
 	}
 	r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferImage}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
-		Message: fmt.Sprintf("disk %d: %s image ready (sha256 %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
+		Message: fmt.Sprintf("disk %d: %s image ready (digest %s)", i, d.ArtifactFormat, d.ArtifactSHA256)})
 	return nil
 }
 
@@ -243,7 +243,7 @@ func (r *run) recordFlatten(ctx context.Context, f *flattenPlan, res transfer.Re
 	d := &r.rec().Disks[i]
 	d.GuestSHA256, d.SourceSHA256, d.ZeroBytes = res.SHA256, res.SHA256, res.ZeroBytes
 	r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferFlatten}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
-		Message: fmt.Sprintf("disk %d: snapshot chain (%s) flattened (guest sha256 %s)", i, chainSummary(d.Chain), d.GuestSHA256)})
+		Message: fmt.Sprintf("disk %d: snapshot chain (%s) flattened (guest digest %s)", i, chainSummary(d.Chain), d.GuestSHA256)})
 	return r.save(ctx)
 }
 

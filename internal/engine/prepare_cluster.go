@@ -459,7 +459,7 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 			return false, err
 		}
 		r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferCopy}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
-			Message: fmt.Sprintf("disk %d: copy Job %s copied %d bytes (%d chunks, %d verified from its journal), SHA-256 %s",
+			Message: fmt.Sprintf("disk %d: copy Job %s copied %d bytes (%d chunks, %d verified from its journal), digest %s",
 				i, job.Name, out.Result.Bytes, out.Result.ChunksCopied, out.Result.ChunksSkipped, out.Result.SHA256)})
 		return true, nil
 	}
