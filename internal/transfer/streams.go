@@ -191,11 +191,13 @@ func (c *copier) landAhead(i int, rec chunkRecord) error {
 }
 
 // advance moves every leading chunk ahead into the verified prefix, one
-// at a time, adding it to the whole-file hash from the staging file, and
-// records each move; mu guards the journal. The data is trusted as the
-// sequential copy trusts its writes (the chunk's own hash was taken as it
-// arrived; a resumed copy checks the file against it), so each byte is
-// hashed twice, as there, but by different goroutines.
+// at a time, adding it to the whole file's digest, and records each move;
+// mu guards the journal. The chunk joins by the leaf hashes it was checked
+// with as it arrived (the host's, or the writer's), as in the sequential
+// copy, so no byte is hashed twice; a chunk without them (a journal of an
+// earlier run) is hashed from the staging file. The data is trusted as
+// the sequential copy trusts its writes: a resumed copy checks the file
+// against each chunk's digest.
 func (c *copier) advance(mu *sync.Mutex) error {
 	for {
 		mu.Lock()

@@ -98,8 +98,8 @@ type Options struct {
 	RetryDelay time.Duration
 	// Streams is how many chunks of one disk are read at once (1 if < 1).
 	// With more than one, chunks land out of order: each is hashed on its
-	// own as it arrives, joins the whole-file hash in order (read back from
-	// the staging file), and the journal records every chunk that landed,
+	// own as it arrives, joins the whole file's digest in order by its leaf
+	// hashes, and the journal records every chunk that landed,
 	// so a resumed copy checks them against their hashes and skips them.
 	// A stream reads its next chunk while its last one is recorded, and no
 	// further: a copy killed at any point reads at most two chunks per
