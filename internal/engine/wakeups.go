@@ -78,7 +78,12 @@ func (w *wakeups) follow(kind kube.WatchKind, namespace string, names ...string)
 		ctx, cancel := context.WithCancel(context.Background())
 		fd = &feed{followers: map[*follower]struct{}{}, stop: cancel}
 		w.feeds[key] = fd
-		go w.watch(ctx, key, fd)
+		go w.watch(ctx, key, fd, key.kind)
+		if key.kind == kube.WatchJobs {
+			// A Job's pod ending is its Job's change: seen at once,
+			// not when the Job controller gets to mark the Job.
+			go w.watch(ctx, key, fd, kube.WatchJobPods)
+		}
 	}
 	fd.followers[f] = struct{}{}
 	return &following{w: w, key: key, fd: fd, f: f}
@@ -143,16 +148,21 @@ const (
 	watchRetryMax = 30 * time.Second
 )
 
-// watch runs fd's watch until ctx ends.
-func (w *wakeups) watch(ctx context.Context, key feedKey, fd *feed) {
+// watch runs fd's watch of kind (key's own, or the pods of key's Jobs)
+// until ctx ends. Only the watch of key's own kind says whether the feed
+// is live: the pods' is a hint more.
+func (w *wakeups) watch(ctx context.Context, key feedKey, fd *feed, kind kube.WatchKind) {
 	setLive := func(v bool) {
+		if kind != key.kind {
+			return
+		}
 		w.mu.Lock()
 		fd.live = v
 		w.mu.Unlock()
 	}
 	pause := watchRetryMin
 	for ctx.Err() == nil {
-		wi, err := w.kc.WatchNames(ctx, key.kind, key.namespace)
+		wi, err := w.kc.WatchNames(ctx, kind, key.namespace)
 		if kube.IsForbidden(err) {
 			// Credentials without watch: the waits poll, as they would.
 			return
@@ -163,7 +173,9 @@ func (w *wakeups) watch(ctx context.Context, key feedKey, fd *feed) {
 			for ev := range wi.ResultChan() {
 				if m, ok := ev.Object.(*metav1.PartialObjectMetadata); ok {
 					events++
-					w.changed(key, m.Name)
+					if name := kube.WatchedName(kind, m); name != "" {
+						w.changed(key, name)
+					}
 				}
 			}
 			setLive(false)

@@ -12,9 +12,10 @@ import (
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/kube"
 )
 
-// A wait that follows Jobs is woken by a change of the Jobs it names, in
-// the order the API server reports changes, and by no other; one watch
-// per kind and namespace serves every follower and closes with the last.
+// A wait that follows Jobs is woken by a change of the Jobs it names or of
+// their pods, in the order the API server reports changes, and by no
+// other; one feed per kind and namespace serves every follower and closes
+// with the last.
 func TestWakeupsFollowNamedObjects(t *testing.T) {
 	e := newEnv(t)
 	en := e.engine()
@@ -81,6 +82,30 @@ func TestWakeupsFollowNamedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	received(wanted, "the followed Job's update")
+	// Its pod's change wakes it too, under the Job's name: a pod that
+	// ended is seen before the Job controller marks the Job. A pod of
+	// another Job wakes no one.
+	pod := func(name, jobName string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Labels: map[string]string{batchv1.JobNameLabel: jobName}},
+			Spec: corev1.PodSpec{NodeName: "no-such-node", RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "c", Image: "example.invalid/none"}}}}
+	}
+	if err := e.admin.Create(ctx, pod("other-x1", "other")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.Create(ctx, pod("marker-x1", "marker")); err != nil {
+		t.Fatal(err)
+	}
+	received(marker, "the marker Job's pod")
+	select {
+	case <-wanted:
+		t.Fatal("a pod of a Job not followed woke the wait")
+	default:
+	}
+	if err := e.admin.Create(ctx, pod("wanted-x1", "wanted")); err != nil {
+		t.Fatal(err)
+	}
+	received(wanted, "the followed Job's pod")
 	stopWanted()
 	stopMarker()
 	if got := en.Watches(); got != 0 {

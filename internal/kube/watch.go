@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -18,12 +19,33 @@ const (
 	WatchJobs        WatchKind = "Job"
 	WatchVMIs        WatchKind = "VirtualMachineInstance"
 	WatchDataVolumes WatchKind = "DataVolume"
+	// WatchJobPods follows the pods of Jobs: a change is signalled under
+	// the name of the pod's Job (WatchedName), so that a wait on a Job
+	// wakes when its pod ends, before the Job controller (which batches
+	// pod updates) marks the Job.
+	WatchJobPods WatchKind = "Pod"
 )
 
 var watchGVKs = map[WatchKind]schema.GroupVersionKind{
 	WatchJobs:        {Group: "batch", Version: "v1", Kind: "JobList"},
 	WatchVMIs:        {Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstanceList"},
 	WatchDataVolumes: {Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "DataVolumeList"},
+	WatchJobPods:     {Group: "", Version: "v1", Kind: "PodList"},
+}
+
+// WatchedName is the name a change of m, seen by a watch of kind, is
+// signalled under: the object's own, or for a pod its Job's ("" for a pod
+// of no Job).
+func WatchedName(kind WatchKind, m *metav1.PartialObjectMetadata) string {
+	if kind != WatchJobPods {
+		return m.Name
+	}
+	if j := m.Labels[batchv1.JobNameLabel]; j != "" {
+		return j
+	}
+	// The Job controller also sets the older label (kubernetes
+	// pkg/apis/batch LegacyJobNameLabel).
+	return m.Labels["job-name"]
 }
 
 // WatchNames watches the objects of one kind in a namespace, metadata
