@@ -473,8 +473,22 @@ func TestEnsureCopyAdopts(t *testing.T) {
 		}
 		return terminal(o)
 	})
-	// A finished Job no longer holds its host's copy slot; a missing one
-	// does only within the grace after the slot was taken.
+	// A finished Job no longer holds its host's copy slot once the Job
+	// controller marked it (its pod's success ends the copy a little
+	// earlier: until the mark, other runners count the slot as held); a
+	// missing one holds it only within the grace after it was taken.
+	waitFor(t, first, "the Job controller to mark the Job", func(clusterjob.Outcome) bool {
+		j, err := kc.GetJob(ctx, ns, first.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
 	now := time.Now()
 	for _, tc := range []struct {
 		name       string

@@ -287,6 +287,11 @@ func TestObserveCopy(t *testing.T) {
 		{"running", &batchv1.Job{}, []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: clusterjob.CopyContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}}, clusterjob.Running, 0, ""},
 		{"image pull waiting", &batchv1.Job{}, []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: clusterjob.CopyContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"}}}}}}}, clusterjob.Pending, 0, "ImagePullBackOff"},
 		{"a failed pod before the Job decides", &batchv1.Job{}, []corev1.Pod{terminated(11, "Error", "")}, clusterjob.Pending, 0, "not marked"},
+		// The Job controller marks a Job a second or more after its pod
+		// ends: a pod that exited 0 with an OK result is the Job's success.
+		{"a succeeded pod before the Job is marked", &batchv1.Job{}, []corev1.Pod{terminated(0, "Completed", resultJSON(t, ok))}, clusterjob.Succeeded, 0, "succeeded"},
+		{"exit 0 with a failed result before the Job decides", &batchv1.Job{}, []corev1.Pod{terminated(0, "Completed", resultJSON(t, copyjob.Result{Error: "x", Class: "transient"}))}, clusterjob.Pending, 0, "not marked"},
+		{"exit 0 with no result before the Job decides", &batchv1.Job{}, []corev1.Pod{terminated(0, "Completed", "")}, clusterjob.Pending, 0, "not marked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -56,9 +56,10 @@ type Outcome struct {
 }
 
 // ObserveCopy reads the outcome of a copy Job from the Job and its pods
-// (those the Job controller made for it, in any order). Only the Job's own
-// terminal conditions end it: a pod that is gone or failed while the Job
-// controller has not yet decided is still Running or Pending.
+// (those the Job controller made for it, in any order). The Job's own
+// terminal conditions end it, and so does its one pod's success with an
+// OK result; a pod that is gone or failed while the Job controller has not
+// yet decided is still Running or Pending.
 func ObserveCopy(job *batchv1.Job, pods []corev1.Pod) Outcome {
 	var res *copyjob.Result
 	out := observe(job, pods, CopyContainer, func(msg string) (verdict, error) {
@@ -93,6 +94,17 @@ func observe(job *batchv1.Job, pods []corev1.Pod, container string, parse func(s
 		return completed(out, term, parse)
 	case jobCondition(job, batchv1.JobFailed) || jobCondition(job, batchv1.JobFailureTarget):
 		return failed(out, job, term, parse)
+	}
+	// A worker that exited 0 with a well-formed OK result has done its
+	// work: with one completion and backoffLimit 0 the Job controller can
+	// only mark its Job Complete, which it does after batching pod
+	// updates (a second or more later, time a cutover would add to the
+	// downtime). Anything less waits for the controller's verdict.
+	if term != nil && term.ExitCode == 0 && tpod == newestPod(pods) {
+		if o := completed(out, term, parse); o.State == Succeeded {
+			o.Reason = fmt.Sprintf("its pod %s succeeded (the Job controller has not marked the Job yet)", tpod.Name)
+			return o
+		}
 	}
 	for _, p := range pods {
 		for _, cs := range p.Status.ContainerStatuses {
