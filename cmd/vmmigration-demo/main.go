@@ -388,7 +388,7 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 				if !ok || got != d.ConvertedSHA256 {
 					return fmt.Errorf("%s disk %d: converted %s, received %s: the checksums differ", rec.Identity.Name, i, d.ConvertedSHA256, got)
 				}
-				fmt.Printf("    %-20s disk %d  %4d MiB  source = copy sha256 %s…, converted = DataVolume %s sha256 %s…\n",
+				fmt.Printf("    %-20s disk %d  %4d MiB  source = copy digest %s…, converted = DataVolume %s digest %s…\n",
 					rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume, got[:16])
 				continue
 			}
@@ -396,11 +396,11 @@ func verifyEndToEnd(ctx context.Context, cl client.Client, sim *kubesim.Sim, sou
 				return fmt.Errorf("%s disk %d: source %s, received %s: the checksums differ", rec.Identity.Name, i, want, got)
 			}
 			if d.CopyJob != "" {
-				fmt.Printf("    %-20s disk %d  %4d MiB  sha256 %s…  source = claim of DataVolume %s, written by Job %s (attempt %d)\n",
+				fmt.Printf("    %-20s disk %d  %4d MiB  digest %s…  source = claim of DataVolume %s, written by Job %s (attempt %d)\n",
 					rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume, d.CopyJob, d.CopyAttempt)
 				continue
 			}
-			fmt.Printf("    %-20s disk %d  %4d MiB  sha256 %s…  source = copy = DataVolume %s\n", rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume)
+			fmt.Printf("    %-20s disk %d  %4d MiB  digest %s…  source = copy = DataVolume %s\n", rec.Identity.Name, i, d.SizeBytes>>20, want[:16], d.DataVolume)
 		}
 		if dt := rec.Downtime(); dt > 0 {
 			fmt.Printf("    %-20s downtime %s (source powered off to VM started)%s\n", rec.Identity.Name, dt.Round(10*time.Millisecond), copyRate(rec))
