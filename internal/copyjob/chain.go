@@ -271,7 +271,7 @@ func (c *chainCopy) digest(ctx context.Context, st *chainState, n int64) (sparse
 	size := c.s.Disk.SizeBytes
 	if st.LeavesValid && st.LeavesApplied == len(st.Applied) {
 		leaves, err := os.ReadFile(leavesPath(side))
-		if err == nil && int64(len(leaves)) == leafCount(size)*diskdigest.Size {
+		if err == nil && int64(len(leaves)) == diskdigest.LeafCount(size)*diskdigest.Size {
 			holes, err := sparsefile.HoleBytes(c.s.Target.Path, size)
 			if err != nil {
 				return sparsefile.Sum{}, err
@@ -296,9 +296,6 @@ func (c *chainCopy) digest(ctx context.Context, st *chainState, n int64) (sparse
 	return sum, nil
 }
 
-// leafCount is how many leaves a disk of size bytes has.
-func leafCount(size int64) int64 { return (size + diskdigest.LeafSize - 1) / diskdigest.LeafSize }
-
 // updateLeaves hashes the target's touched leaves again into the leaves
 // file, and syncs it.
 func (c *chainCopy) updateLeaves(touched []int64) error {
@@ -318,7 +315,7 @@ func (c *chainCopy) updateLeaves(touched []int64) error {
 	defer lf.Close()
 	buf := make([]byte, diskdigest.LeafSize)
 	for _, i := range touched {
-		if i >= leafCount(size) {
+		if i >= diskdigest.LeafCount(size) {
 			break // a device's bytes past the disk
 		}
 		sum, err := sparsefile.HashLeaf(t, i, size, buf)

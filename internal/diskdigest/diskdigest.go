@@ -296,7 +296,7 @@ func (h *Hasher) AddLeaves(leaves []byte) bool {
 
 // ZeroLeaves are the leaf hashes of n zero bytes, for AddLeaves.
 func ZeroLeaves(n int64) []byte {
-	out := make([]byte, 0, (n+LeafSize-1)/LeafSize*Size)
+	out := make([]byte, 0, LeafCount(n)*Size)
 	for n > 0 {
 		k := min(n, LeafSize)
 		sum := zerosum.SHA256(k)
@@ -310,5 +310,8 @@ func ZeroLeaves(n int64) []byte {
 // is sum (hexadecimal): so much is checked before leaves stand in for the
 // bytes.
 func LeavesMatch(leaves []byte, n int64, sum string) bool {
-	return int64(len(leaves)) == (n+LeafSize-1)/LeafSize*Size && FromLeaves(leaves) == sum
+	return int64(len(leaves)) == LeafCount(n)*Size && FromLeaves(leaves) == sum
 }
+
+// LeafCount is how many leaves n bytes have.
+func LeafCount(n int64) int64 { return (n + LeafSize - 1) / LeafSize }
