@@ -45,7 +45,8 @@
 # each, and the most copy pods seen running at once per host.
 #
 # Needs root. BENCH_SMOKE=1 uses tiny files (a couple of minutes).
-# BENCH_COPIES=0 skips the stream comparison, BENCH_VM=0 the migrations.
+# BENCH_COPIES=0 skips the stream comparison, BENCH_VM=0 the migrations,
+# BENCH_ONLY=cluster all but cluster execution's.
 # BENCH_RATE sets the link's rate (default 1gbit). BENCH_PYTHON=none gives
 # the host no /bin/python, as ESXi 6.x: the provider reads through dd.
 # Everything it creates (namespace, links, sshd, files) is removed on exit,
@@ -316,6 +317,9 @@ if [[ $vms == 1 ]]; then
 	[[ -n ${BENCH_WARM_CPUPROFILE:-} ]] && smoke_flag+=(-warm-cpuprofile "$BENCH_WARM_CPUPROFILE")
 	# BENCH_WAVE_CPUPROFILE=file: the runner's, for the cluster execution wave.
 	[[ -n ${BENCH_WAVE_CPUPROFILE:-} ]] && smoke_flag+=(-wave-cpuprofile "$BENCH_WAVE_CPUPROFILE")
+	# BENCH_ONLY=cluster migrates only in cluster execution (its cold and
+	# warm VMs and its wave), after the `ssh cat` baseline.
+	[[ ${BENCH_ONLY:-} == cluster ]] && smoke_flag+=(-only-cluster)
 	mkdir -p "$work/migrate.d"
 	"$work/migrate" run -work "$work/migrate.d" -root "$root/vmfs/volumes" -listen "$esxi_ip:2222" \
 		-sshd "$esxi_ip:22" -sshd-key "$work/sshd/client_key" -sshd-host-key "$work/sshd/host_key.pub" \

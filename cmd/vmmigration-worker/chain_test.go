@@ -3,6 +3,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/copyjob"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxisim"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/vmdk"
 )
 
@@ -101,14 +104,32 @@ func TestChainRoundsHashOnlyTouchedLeaves(t *testing.T) {
 		n, _ := st["leaves_applied"].(float64)
 		return st["leaves_valid"] == true, n
 	}
+	// Round 0, a warm migration's first precopy: the chain's only frozen
+	// file is the base. Its copy is kept as a chain's, with the leaves
+	// the copy checked.
+	base := s
+	base.Deltas, base.OnSnapshots = nil, true
+	code, _, res := runInProcess(t, h.writeSpec(t, base))
+	if code != copyjob.ExitOK || !res.OK || res.SHA256 != res.BaseSHA256 || res.SHA256 != sha256Of(t, target, size) {
+		t.Fatalf("round 0: exit %d, %+v; the claim holds %s", code, res, sha256Of(t, target, size))
+	}
+	if ok, n := leaves(); !ok || n != 0 {
+		t.Fatalf("after round 0 the leaves are valid=%v for %v deltas, want the base's", ok, n)
+	}
+	if _, want, err := sparsefile.HashPrefixLeaves(context.Background(), target, size); err != nil || !bytes.Equal(readFile(t, target+".leaves"), want) {
+		t.Fatalf("after round 0 the leaves file is not the base's (%v)", err)
+	}
 	first := s
 	first.Deltas = s.Deltas[:1]
-	code, _, res := runInProcess(t, h.writeSpec(t, first))
+	code, _, res = runInProcess(t, h.writeSpec(t, first))
 	if code != copyjob.ExitOK || !res.OK || res.SHA256 != sha256Of(t, target, size) {
 		t.Fatalf("round 1: exit %d, %+v; the claim holds %s", code, res, sha256Of(t, target, size))
 	}
 	if ok, n := leaves(); !ok || n != 1 {
 		t.Fatalf("after round 1 the leaves are valid=%v for %v deltas, want the one applied", ok, n)
+	}
+	if res.ChunksCopied >= size/mib {
+		t.Errorf("round 1 copied %d chunks: the base was read again", res.ChunksCopied)
 	}
 	code, _, res = runInProcess(t, h.writeSpec(t, s))
 	if code != copyjob.ExitOK || res.SHA256 != disk.SHA256() || sha256Of(t, target, size) != disk.SHA256() {
@@ -116,6 +137,9 @@ func TestChainRoundsHashOnlyTouchedLeaves(t *testing.T) {
 	}
 	if ok, n := leaves(); !ok || n != 2 {
 		t.Errorf("after the cutover the leaves are valid=%v for %v deltas: the disk was hashed whole again", ok, n)
+	}
+	if tm := res.Timing; tm == nil || tm.CopySeconds <= 0 || tm.ApplySeconds <= 0 || tm.HashSeconds <= 0 {
+		t.Errorf("the cutover's result tells no copy, apply and hash time: %+v", tm)
 	}
 	// Leaves the state does not vouch for: every leaf hash made wrong,
 	// and the top delta unrecorded as by a kill before its state was
@@ -279,4 +303,13 @@ func (h *host) checkOnlyDeltaReadAgain(t *testing.T, delta string) {
 			t.Errorf("the resumed run read %s at %d: only the unrecorded delta is read again", r.Path, r.Offset)
 		}
 	}
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

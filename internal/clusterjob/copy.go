@@ -112,9 +112,12 @@ type Copy struct {
 	Source copyjob.Disk
 	// Deltas are the snapshot deltas over Source (its chain's base),
 	// oldest first; the worker applies them in the claim.
-	Deltas    []copyjob.Delta
-	ChunkSize int64
-	Streams   int
+	Deltas []copyjob.Delta
+	// OnSnapshots: Source is a chain's base even without Deltas
+	// (copyjob.Spec.OnSnapshots).
+	OnSnapshots bool
+	ChunkSize   int64
+	Streams     int
 	// Owner, when set, owns the Job (the migration's record), so that the
 	// garbage collector removes the Job with the record.
 	Owner *metav1.OwnerReference
@@ -129,7 +132,7 @@ func (c Copy) Spec() copyjob.Spec {
 	} else {
 		h.PasswordFile = CredentialDir + "/" + SecretKeyPassword
 	}
-	s := copyjob.Spec{Host: h, Disk: c.Source, Deltas: c.Deltas, ChunkSize: c.ChunkSize, Streams: c.Streams,
+	s := copyjob.Spec{Host: h, Disk: c.Source, Deltas: c.Deltas, OnSnapshots: c.OnSnapshots, ChunkSize: c.ChunkSize, Streams: c.Streams,
 		Target: copyjob.Target{Kind: copyjob.TargetFile, Path: DataDir + "/disk.img"}}
 	if c.Block {
 		s.Target = copyjob.Target{Kind: copyjob.TargetBlock, Path: DevicePath}

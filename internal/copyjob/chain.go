@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/durable"
@@ -139,6 +142,8 @@ type chainCopy struct {
 	total int64 // bytes of every file of the chain, for progress
 	done  int64 // bytes of the files finished before the current one
 	print func(transfer.Progress)
+	// timing is where the pod's time went, for the result.
+	timing Timing
 }
 
 // runChain flattens s's chain into its target and returns the result.
@@ -162,12 +167,26 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 	}
 	res := Result{}
 	if st == nil {
-		r, err := transfer.Copy(ctx, src, transfer.Disk{Path: s.Disk.Path, SizeBytes: s.Disk.SizeBytes}, s.Target.Path, c.opts)
+		t0 := time.Now()
+		opts := c.opts
+		opts.KeepLeaves = true
+		r, err := transfer.Copy(ctx, src, transfer.Disk{Path: s.Disk.Path, SizeBytes: s.Disk.SizeBytes}, s.Target.Path, opts)
+		c.timing.add(&c.timing.CopySeconds, t0)
 		if err != nil {
 			return Result{}, err
 		}
 		res.ChunksCopied, res.ChunksSkipped = r.ChunksCopied, r.ChunksSkipped
 		st = &chainState{Base: s.Disk.Path, Size: s.Disk.SizeBytes, BaseSHA256: r.SHA256, BaseChunks: r.ChunksCopied + r.ChunksSkipped}
+		// The base's leaves, as the copy checked them, are the target's
+		// until a delta is applied: written before the state vouches for
+		// them. A copy resumed from its journal has none, and the digest
+		// hashes the target once to make them.
+		if r.Leaves != nil {
+			if err := durable.WriteFile(leavesPath(side), r.Leaves); err != nil {
+				return Result{}, err
+			}
+			st.LeavesValid = true
+		}
 		if err := st.save(state); err != nil {
 			return Result{}, err
 		}
@@ -184,18 +203,16 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 		c.done += a.Bytes
 	}
 	for k := len(st.Applied); k < len(s.Deltas); k++ {
+		// With the leaves file holding the target before delta k, the
+		// leaves the delta touches are hashed again as it is applied,
+		// before the state says it was: a crash in between applies it
+		// and hashes them again.
 		leavesBefore := st.LeavesValid && st.LeavesApplied == k
-		a, r, touched, err := c.apply(ctx, k)
+		a, r, err := c.apply(ctx, k, leavesBefore)
 		if err != nil {
 			return Result{}, err
 		}
 		if leavesBefore {
-			// The leaves it touched are hashed again before the state
-			// says it was applied: a crash in between applies it and
-			// hashes them again.
-			if err := c.updateLeaves(touched); err != nil {
-				return Result{}, err
-			}
 			st.LeavesApplied = k + 1
 		} else {
 			st.LeavesValid = false
@@ -217,7 +234,9 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 	if s.Target.Kind == TargetBlock {
 		n = s.Disk.SizeBytes
 	}
+	t0 := time.Now()
 	sum, err := c.digest(ctx, st, n)
+	c.timing.add(&c.timing.HashSeconds, t0)
 	if err != nil {
 		return Result{}, err
 	}
@@ -228,38 +247,58 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 	for _, a := range st.Applied {
 		res.Deltas = append(res.Deltas, DeltaResult{SHA256: a.SHA256, Bytes: a.Bytes})
 	}
+	res.Timing = c.timing.orNil()
 	return res, nil
 }
 
 // apply copies delta k beside the target, applies it and syncs the
-// target.
-func (c *chainCopy) apply(ctx context.Context, k int) (appliedDelta, transfer.Result, []int64, error) {
+// target. With leaves, the leaves file holds the target before delta k:
+// the leaves the delta touches are hashed again into it while the rest of
+// the delta is applied (leafRehash), and it is synced too.
+func (c *chainCopy) apply(ctx context.Context, k int, leaves bool) (appliedDelta, transfer.Result, error) {
 	d := c.s.Deltas[k]
 	cp := deltaCopyPath(c.s.sideBase(), k)
 	opts := c.opts
 	opts.JournalPath = "" // beside the delta's copy
+	t0 := time.Now()
 	r, err := transfer.Copy(ctx, c.src, transfer.Disk{Path: d.Path, SizeBytes: d.SizeBytes}, cp, opts)
+	c.timing.add(&c.timing.CopySeconds, t0)
 	if err != nil {
-		return appliedDelta{}, r, nil, err
+		return appliedDelta{}, r, err
 	}
+	defer c.timing.add(&c.timing.ApplySeconds, time.Now())
 	f, err := os.OpenFile(c.s.Target.Path, os.O_RDWR, 0)
 	if err != nil {
-		return appliedDelta{}, r, nil, err
+		return appliedDelta{}, r, err
 	}
 	defer f.Close()
-	applied, err := vmdk.ApplyDelta(ctx, cp, vmdk.Format(d.Format), f)
+	var rehash *leafRehash
+	var leafDone func(int64)
+	if leaves {
+		if rehash, err = c.startRehash(ctx); err != nil {
+			return appliedDelta{}, r, err
+		}
+		defer rehash.stop()
+		leafDone = rehash.add
+	}
+	_, err = vmdk.ApplyDeltaFunc(ctx, cp, vmdk.Format(d.Format), f, leafDone)
 	if err != nil {
 		if ctx.Err() != nil {
-			return appliedDelta{}, r, nil, err
+			return appliedDelta{}, r, err
 		}
 		// The copy's journal verified it against the host: a delta that
 		// does not parse is what the host holds.
-		return appliedDelta{}, r, nil, classed(fault.Permanent, fmt.Errorf("snapshot delta %s: %w", d.Path, err))
+		return appliedDelta{}, r, classed(fault.Permanent, fmt.Errorf("snapshot delta %s: %w", d.Path, err))
 	}
 	if err := f.Sync(); err != nil {
-		return appliedDelta{}, r, nil, fmt.Errorf("fsync %s: %w", c.s.Target.Path, err)
+		return appliedDelta{}, r, fmt.Errorf("fsync %s: %w", c.s.Target.Path, err)
 	}
-	return appliedDelta{Path: d.Path, SHA256: r.SHA256, Bytes: d.SizeBytes, Chunks: r.ChunksCopied + r.ChunksSkipped}, r, applied.Touched, nil
+	if rehash != nil {
+		if err := rehash.finish(); err != nil {
+			return appliedDelta{}, r, err
+		}
+	}
+	return appliedDelta{Path: d.Path, SHA256: r.SHA256, Bytes: d.SizeBytes, Chunks: r.ChunksCopied + r.ChunksSkipped}, r, nil
 }
 
 // digest is the flattened disk's: from the leaves file when it holds the
@@ -296,40 +335,107 @@ func (c *chainCopy) digest(ctx context.Context, st *chainState, n int64) (sparse
 	return sum, nil
 }
 
-// updateLeaves hashes the target's touched leaves again into the leaves
-// file, and syncs it.
-func (c *chainCopy) updateLeaves(touched []int64) error {
-	if len(touched) == 0 {
-		return nil
-	}
-	size := c.s.Disk.SizeBytes
-	t, err := os.Open(c.s.Target.Path)
-	if err != nil {
-		return err
-	}
-	defer t.Close()
+// maxRehashers bounds the goroutines of a leafRehash.
+const maxRehashers = 4
+
+// leafRehash hashes leaves of the target again into the leaves file as
+// they are handed over, on as many goroutines as the pod has CPUs (at most
+// maxRehashers), each reading the target through its own descriptor.
+type leafRehash struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	lf      *os.File
+	size    int64
+	queue   chan int64
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	err     error
+	drained bool
+}
+
+func (c *chainCopy) startRehash(ctx context.Context) (*leafRehash, error) {
 	lf, err := os.OpenFile(leavesPath(c.s.sideBase()), os.O_RDWR, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer lf.Close()
-	buf := make([]byte, diskdigest.LeafSize)
-	for _, i := range touched {
-		if i >= diskdigest.LeafCount(size) {
-			break // a device's bytes past the disk
-		}
-		sum, err := sparsefile.HashLeaf(t, i, size, buf)
+	h := &leafRehash{lf: lf, size: c.s.Disk.SizeBytes, queue: make(chan int64, 256)}
+	h.ctx, h.cancel = context.WithCancel(ctx)
+	for range min(runtime.GOMAXPROCS(0), maxRehashers) {
+		t, err := os.Open(c.s.Target.Path)
 		if err != nil {
-			return err
+			h.stop()
+			return nil, err
 		}
-		if _, err := lf.WriteAt(sum[:], i*diskdigest.Size); err != nil {
-			return fmt.Errorf("update %s: %w", lf.Name(), err)
+		h.wg.Add(1)
+		go h.work(t)
+	}
+	return h, nil
+}
+
+func (h *leafRehash) work(t *os.File) {
+	defer h.wg.Done()
+	defer t.Close()
+	buf := make([]byte, diskdigest.LeafSize)
+	for i := range h.queue {
+		if h.ctx.Err() != nil {
+			continue // drained, so that add never blocks
+		}
+		sum, err := sparsefile.HashLeaf(t, i, h.size, buf)
+		if err == nil {
+			if _, werr := h.lf.WriteAt(sum[:], i*diskdigest.Size); werr != nil {
+				err = fmt.Errorf("update %s: %w", h.lf.Name(), werr)
+			}
+		}
+		if err != nil {
+			h.fail(err)
 		}
 	}
-	if err := lf.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", lf.Name(), err)
+}
+
+func (h *leafRehash) fail(err error) {
+	h.mu.Lock()
+	if h.err == nil {
+		h.err = err
+	}
+	h.mu.Unlock()
+	h.cancel()
+}
+
+// add hands leaf i over; a device's leaves past the disk are not the
+// disk's.
+func (h *leafRehash) add(i int64) {
+	if i < diskdigest.LeafCount(h.size) {
+		h.queue <- i
+	}
+}
+
+// finish waits for every leaf handed over and syncs the leaves file.
+func (h *leafRehash) finish() error {
+	h.drain()
+	if h.err != nil {
+		return h.err
+	}
+	if err := h.lf.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", h.lf.Name(), err)
 	}
 	return nil
+}
+
+// drain waits for the goroutines to hash what was handed over.
+func (h *leafRehash) drain() {
+	if !h.drained {
+		h.drained = true
+		close(h.queue)
+		h.wg.Wait()
+	}
+}
+
+// stop ends the goroutines and closes the leaves file; after finish, or
+// instead of it when the apply failed.
+func (h *leafRehash) stop() {
+	h.drain()
+	h.cancel()
+	_ = h.lf.Close()
 }
 
 // progress reports a file's progress as the whole chain's.

@@ -184,7 +184,7 @@ func TestResultEncodeAndExitCode(t *testing.T) {
 		r    Result
 		code int
 	}{
-		{succeeded(transfer.Result{SHA256: "x"}, ""), ExitOK},
+		{succeeded(transfer.Result{SHA256: "x"}, "", Timing{CopySeconds: 1}), ExitOK},
 		{Failed(ctx, long, ""), ExitPermanent},
 		{Failed(ctx, &os.PathError{Op: "write", Err: os.ErrDeadlineExceeded}, ""), ExitTransient},
 		{Failed(ctx, classed(fault.NeedsHuman, long), ""), ExitNeedsHuman},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
@@ -54,10 +55,48 @@ type Result struct {
 	// HostKeyFingerprint is the host key this copy verified ("" when it
 	// never connected, as when the journal already held the whole copy).
 	HostKeyFingerprint string `json:"host_key_fingerprint,omitempty"`
-	Error              string `json:"error,omitempty"`
+	// Timing is where the copy's time went, for the runner's report.
+	Timing *Timing `json:"timing,omitempty"`
+	Error  string  `json:"error,omitempty"`
 	// Class is fault.Class's name: transient, permanent, needs-human or
 	// interrupted.
 	Class string `json:"class,omitempty"`
+}
+
+// Timing is where a copy's seconds went in its pod: reading from the
+// host into the target or a delta's copy (with the hashing done as the
+// bytes arrive), applying deltas over the target (the leaves they touched
+// hashed again meanwhile, and the syncs), and the flattened disk's
+// digest. It is reported, never checked.
+type Timing struct {
+	CopySeconds  float64 `json:"copy_s,omitempty"`
+	ApplySeconds float64 `json:"apply_s,omitempty"`
+	HashSeconds  float64 `json:"hash_s,omitempty"`
+}
+
+// add adds the time since t0 to *field, one of t's.
+func (t *Timing) add(field *float64, t0 time.Time) { *field += time.Since(t0).Seconds() }
+
+// orNil is t, or nil when nothing was timed.
+func (t Timing) orNil() *Timing {
+	if t == (Timing{}) {
+		return nil
+	}
+	return &t
+}
+
+// String is t as the runner reports it: "copy 1.2 s, apply 0.3 s".
+func (t Timing) String() string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		s    float64
+	}{{"copy", t.CopySeconds}, {"apply", t.ApplySeconds}, {"hash", t.HashSeconds}} {
+		if p.s > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f s", p.name, p.s))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // DeltaResult is the evidence of one applied delta file.
@@ -67,8 +106,8 @@ type DeltaResult struct {
 }
 
 // succeeded is the Result of a completed copy.
-func succeeded(r transfer.Result, fingerprint string) Result {
-	return Result{OK: true, SHA256: r.SHA256, Digest: diskdigest.Name, Bytes: r.Bytes, ZeroBytes: r.ZeroBytes,
+func succeeded(r transfer.Result, fingerprint string, t Timing) Result {
+	return Result{OK: true, Timing: t.orNil(), SHA256: r.SHA256, Digest: diskdigest.Name, Bytes: r.Bytes, ZeroBytes: r.ZeroBytes,
 		ChunksCopied: r.ChunksCopied, ChunksSkipped: r.ChunksSkipped, HostKeyFingerprint: fingerprint}
 }
 

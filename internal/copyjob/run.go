@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
@@ -48,7 +49,7 @@ func run(ctx context.Context, s Spec, p *progressPrinter) Result {
 	if err := clearJournalClaim(s); err != nil {
 		return Failed(ctx, err, "")
 	}
-	if len(s.Deltas) == 0 {
+	if len(s.Deltas) == 0 && !s.OnSnapshots {
 		// A chain flattened here earlier (its snapshots consolidated
 		// since): the target holds deltas the journal knows nothing of.
 		if err := leaveChain(s); err != nil {
@@ -62,11 +63,14 @@ func run(ctx context.Context, s Spec, p *progressPrinter) Result {
 		res.HostKeyFingerprint = c.HostKeyFingerprint()
 		return res
 	}
+	var t Timing
+	t0 := time.Now()
 	r, err := transfer.Copy(ctx, c, transfer.Disk{Path: s.Disk.Path, SizeBytes: s.Disk.SizeBytes}, s.Target.Path, opts)
 	if err != nil {
 		return Failed(ctx, err, c.HostKeyFingerprint())
 	}
-	return succeeded(r, c.HostKeyFingerprint())
+	t.add(&t.CopySeconds, t0)
+	return succeeded(r, c.HostKeyFingerprint(), t)
 }
 
 // hostConfig is the client's configuration, with the credential read

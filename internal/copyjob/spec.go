@@ -50,10 +50,16 @@ type Spec struct {
 	// Deltas are the snapshot deltas the disk runs on, oldest first: Disk
 	// is then the chain's base (its flat extent), and the worker applies
 	// each delta's grains over the base's copy in order (chain.go).
-	Deltas    []Delta `json:"deltas,omitempty"`
-	ChunkSize int64   `json:"chunk_size,omitempty"`
-	Streams   int     `json:"streams,omitempty"`
-	Target    Target  `json:"target"`
+	Deltas []Delta `json:"deltas,omitempty"`
+	// OnSnapshots says that Disk is a snapshot chain's base even when
+	// Deltas is empty (a warm migration's first precopy, whose only delta
+	// is the one the running source writes to): the copy is kept as a
+	// chain's (chain.go), with the base's leaf hashes, so that the next
+	// run applies the deltas over it and hashes only what they touched.
+	OnSnapshots bool   `json:"on_snapshots,omitempty"`
+	ChunkSize   int64  `json:"chunk_size,omitempty"`
+	Streams     int    `json:"streams,omitempty"`
+	Target      Target `json:"target"`
 	// JournalPath, when set, is the journal in a folder that holds only
 	// this copy's files (the disk's journal claim): the chain's state and
 	// the deltas' copies are kept beside it, and the copy removes the

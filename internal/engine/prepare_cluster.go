@@ -275,7 +275,7 @@ func (cc *clusterCopy) copyOf(i int) clusterjob.Copy {
 	r.chainCopy(i, &src, &deltas, cc.precopy)
 	c := clusterjob.Copy{Namespace: r.spec.Namespace, Migration: r.spec.Name, Disk: i, Attempt: d.CopyAttempt,
 		Image: r.e.deps.WorkerImage, Claim: d.DataVolume, Secret: workerSecretName(r.spec.Name), PrivateKey: cc.privateKey,
-		Host: cc.host, Source: src, Deltas: deltas,
+		Host: cc.host, Source: src, Deltas: deltas, OnSnapshots: len(r.chainExtents(i)) > 1,
 		ChunkSize: r.chunkSize(), Streams: cc.streams, Owner: cc.owner}
 	c.Block = r.spec.block()
 	if r.journalClaims() {
@@ -449,8 +449,8 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 		}
 		if cc.precopy {
 			cc.precopied[i] = true
-			r.report(ctx, Event{Kind: EventInfo, Disk: i, Message: fmt.Sprintf("disk %d: precopy Job %s applied %d snapshot delta(s) over the base in the claim while the source runs (%d chunks copied, %d verified from the claim)",
-				i, job.Name, len(out.Result.Deltas), out.Result.ChunksCopied, out.Result.ChunksSkipped)})
+			r.report(ctx, Event{Kind: EventInfo, Disk: i, Message: fmt.Sprintf("disk %d: precopy Job %s applied %d snapshot delta(s) over the base in the claim while the source runs (%d chunks copied, %d verified from the claim)%s",
+				i, job.Name, len(out.Result.Deltas), out.Result.ChunksCopied, out.Result.ChunksSkipped, podTiming(out.Result))})
 			return true, nil
 		}
 		d.SourceSHA256, d.ZeroBytes, d.Acquired = out.Result.SHA256, out.Result.ZeroBytes, true
@@ -459,8 +459,8 @@ func (cc *clusterCopy) step(ctx context.Context, i int) (bool, error) {
 			return false, err
 		}
 		r.report(ctx, Event{Kind: EventProgress, Disk: i, Transfer: Transfer{Kind: TransferCopy}, BytesDone: d.SizeBytes, BytesTotal: d.SizeBytes, Percent: 100,
-			Message: fmt.Sprintf("disk %d: copy Job %s copied %d bytes (%d chunks, %d verified from its journal), digest %s",
-				i, job.Name, out.Result.Bytes, out.Result.ChunksCopied, out.Result.ChunksSkipped, out.Result.SHA256)})
+			Message: fmt.Sprintf("disk %d: copy Job %s copied %d bytes (%d chunks, %d verified from its journal), digest %s%s",
+				i, job.Name, out.Result.Bytes, out.Result.ChunksCopied, out.Result.ChunksSkipped, out.Result.SHA256, podTiming(out.Result))})
 		return true, nil
 	}
 	cc.releaseSlot(ctx, holder)
@@ -672,4 +672,13 @@ func (r *run) claimReplaced(ctx context.Context, i int) {
 		rec.ConvertAttempt++
 		rec.ConvertJob, rec.ConvertJobUID = "", ""
 	}
+}
+
+// podTiming is where a copy Job's pod says its time went, for a message:
+// " (in its pod: copy 1.2 s, apply 0.3 s)", or "".
+func podTiming(r *copyjob.Result) string {
+	if r.Timing == nil {
+		return ""
+	}
+	return " (in its pod: " + r.Timing.String() + ")"
 }

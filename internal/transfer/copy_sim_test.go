@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -52,11 +53,11 @@ func TestCopySparseDisk(t *testing.T) {
 		t.Errorf("last progress %+v after %d calls", last, calls)
 	}
 	j := readJournal(t, dest)
-	if !j.Complete || j.VerifiedChunks != 11 || *j.Result != res || j.Source != df.Flat {
+	if !j.Complete || j.VerifiedChunks != 11 || !sameResult(*j.Result, res) || j.Source != df.Flat {
 		t.Errorf("journal = %+v", j)
 	}
 	st, err := Inspect(diskOf(df), dest, 4*mib)
-	if err != nil || st.State != StateComplete || *st.Result != res {
+	if err != nil || st.State != StateComplete || !sameResult(*st.Result, res) {
 		t.Errorf("Inspect = %+v, %v", st, err)
 	}
 }
@@ -196,7 +197,7 @@ func TestCopyIsIdempotent(t *testing.T) {
 	dead := newClient(t, esxi.HostConfig{Name: "gone", Address: "127.0.0.1", Port: 1, Password: "x", InsecureIgnoreHostKey: true, DialTimeout: time.Second})
 	for _, src := range []RangeReader{env.c, dead} {
 		again, err := Copy(ctxT(t), src, diskOf(df), dest, opts)
-		if err != nil || again != first {
+		if err != nil || !sameResult(again, first) {
 			t.Errorf("second Copy = %+v, %v; want %+v", again, err, first)
 		}
 	}
@@ -376,4 +377,10 @@ func TestCopyAllParallel(t *testing.T) {
 	if _, err := CopyAll(ctxT(t), env.c, jobs, 2, Options{}); err == nil {
 		t.Error("CopyAll accepted two disks with one destination")
 	}
+}
+
+// sameResult compares two results' evidence (Leaves are only returned).
+func sameResult(a, b Result) bool {
+	a.Leaves, b.Leaves = nil, nil
+	return reflect.DeepEqual(a, b)
 }

@@ -37,13 +37,13 @@ func hashRange(h io.Writer, f *os.File, off, n int64) error {
 }
 
 // addToWhole adds chunk [off, off+n) to whole: by the leaf hashes its
-// record carries when they are the chunk's digest's, else by hashing the
-// chunk from the staging file.
-func (c *copier) addToWhole(whole hash.Hash, r chunkRecord, off, n int64) error {
+// record carries when they are the chunk's digest's (and returns them),
+// else by hashing the chunk from the staging file (nil leaves).
+func (c *copier) addToWhole(whole hash.Hash, r chunkRecord, off, n int64) ([]byte, error) {
 	if d, ok := whole.(*diskdigest.Hasher); ok && diskdigest.LeavesMatch(r.Leaves, n, r.SHA256) && d.AddLeaves(r.Leaves) {
-		return nil
+		return r.Leaves, nil
 	}
-	return c.hashRange(whole, off, n)
+	return nil, c.hashRange(whole, off, n)
 }
 
 // multiHash writes to each of its hashes, zero runs as zero runs (a disk

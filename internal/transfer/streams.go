@@ -210,7 +210,7 @@ func (c *copier) advance(mu *sync.Mutex) error {
 		state := marshalHash(c.whole)
 		off := int64(k) * c.opts.ChunkSize
 		n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
-		herr := c.addToWhole(c.whole, r, off, n)
+		leaves, herr := c.addToWhole(c.whole, r, off, n)
 		r.Leaves = nil
 		mu.Lock()
 		if herr != nil {
@@ -220,6 +220,7 @@ func (c *copier) advance(mu *sync.Mutex) error {
 			c.j.Chunks = append(c.j.Chunks, r)
 			c.j.VerifiedChunks = k + 1
 			delete(c.j.Ahead, k)
+			c.keepLeaves(off, leaves)
 		}
 		if len(c.j.Ahead) == 0 {
 			c.j.Ahead = nil

@@ -3,6 +3,7 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 )
 
 // streamSources gives a copy n streams of the env's host, each on its own
@@ -212,4 +214,57 @@ func (s stuckSource) ReadRangeLeaves(ctx context.Context, path string, off, n in
 		return 0, nil, false, ctx.Err()
 	}
 	return s.RangeReader.(LeafRangeReader).ReadRangeLeaves(ctx, path, off, n, w)
+}
+
+// With KeepLeaves a copy that read every chunk returns the file's leaf
+// hashes, from the ones each chunk was checked with (dd or the host's
+// reader, one stream or several); a copy that resumed from a journal has
+// not got the leaves of the chunks verified before, and returns none.
+func TestCopyKeepsLeaves(t *testing.T) {
+	const size = 24*mib + 4096 // a last, shorter leaf
+	for _, m := range readModes {
+		for _, streams := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d_streams", m.name, streams), func(t *testing.T) {
+				env := newSimWith(t, m.python)
+				_, df := env.addDisk(t, "leaves", size, mixedContent(size))
+				c, srcs := streamSources(t, env, 4, streams)
+				dest := destIn(t, "disk.raw")
+				opts := Options{ChunkSize: 4 * mib, Streams: streams, Sources: srcs, KeepLeaves: true}
+				res, err := Copy(ctxT(t), c, diskOf(df), dest, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, want, err := sparsefile.HashPrefixLeaves(ctxT(t), dest, -1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(res.Leaves, want) || diskdigest.FromLeaves(res.Leaves) != df.SHA256() {
+					t.Fatalf("leaves of %d bytes (digest %s), want the file's %d bytes (%s)", len(res.Leaves), diskdigest.FromLeaves(res.Leaves), len(want), df.SHA256())
+				}
+				if j := readJournal(t, dest); j.Result == nil || len(j.Result.Leaves) != 0 {
+					t.Errorf("the journal keeps leaves: %+v", j.Result)
+				}
+
+				// Resumed: chunks verified by the first call have no leaves here.
+				dest2 := destIn(t, "disk2.raw")
+				ctx, cancel := context.WithCancel(ctxT(t))
+				opts.ProgressInterval, opts.Progress = time.Nanosecond, func(p Progress) {
+					if p.ChunksDone >= 2 {
+						cancel()
+					}
+				}
+				if _, err := Copy(ctx, c, diskOf(df), dest2, opts); !errors.Is(err, context.Canceled) {
+					t.Fatalf("cancelled copy: %v", err)
+				}
+				opts.Progress = nil
+				res, err = Copy(ctxT(t), c, diskOf(df), dest2, opts)
+				if err != nil || res.SHA256 != df.SHA256() || res.ChunksSkipped == 0 {
+					t.Fatalf("resumed copy: %+v %v", res, err)
+				}
+				if res.Leaves != nil {
+					t.Errorf("a resumed copy returns %d bytes of leaves", len(res.Leaves))
+				}
+			})
+		}
+	}
 }

@@ -114,6 +114,10 @@ type Options struct {
 	// A block-device destination needs one, on a file system that
 	// outlives the process (a device node has no place beside it).
 	JournalPath string
+	// KeepLeaves asks for the copied file's leaf hashes (package
+	// diskdigest) in Result.Leaves, from the hashes each chunk was checked
+	// with: nothing is hashed again for them.
+	KeepLeaves bool
 }
 
 // Progress reports how far one disk's copy has come.
@@ -146,6 +150,10 @@ type Result struct {
 	// already verified by interrupted earlier calls.
 	ChunksCopied  int `json:"chunks_copied"`
 	ChunksSkipped int `json:"chunks_skipped"`
+	// Leaves are the file's leaf hashes, with Options.KeepLeaves, when
+	// this call read every chunk (nil when it resumed a copy: the leaves
+	// of chunks an earlier call verified are not kept). Never journaled.
+	Leaves []byte `json:"-"`
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -246,6 +254,25 @@ type copier struct {
 	lastDone    int64 // the most BytesDone reported
 	lastChunks  int   // the most ChunksDone reported
 	stages      stageClock
+	// leaves are the leaf hashes of the verified prefix while
+	// Options.KeepLeaves and every chunk of it had them (leavesLost
+	// otherwise).
+	leaves     []byte
+	leavesLost bool
+}
+
+// keepLeaves adds the leaf hashes of chunk [off, off+n), which has just
+// joined the verified prefix, to c.leaves: nil hashes, or a chunk that
+// does not follow the ones kept (a resumed copy's), lose them.
+func (c *copier) keepLeaves(off int64, leaves []byte) {
+	if !c.opts.KeepLeaves || c.leavesLost {
+		return
+	}
+	if leaves == nil || int64(len(c.leaves)) != off/diskdigest.LeafSize*diskdigest.Size {
+		c.leaves, c.leavesLost = nil, true
+		return
+	}
+	c.leaves = append(c.leaves, leaves...)
 }
 
 // sync fsyncs the destination, timed.
@@ -545,6 +572,7 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 	n := min(c.opts.ChunkSize, c.disk.SizeBytes-off)
 	state := marshalHash(c.whole)
 	var rec chunkRecord
+	var leaves []byte
 	first := true
 	err := c.retry(ctx, func() error {
 		if !first {
@@ -574,7 +602,7 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 		if got != n {
 			return fmt.Errorf("read %d bytes of chunk %d at offset %d, expected %d", got, i, off, n)
 		}
-		if err := c.addToWhole(whole, r, off, n); err != nil {
+		if leaves, err = c.addToWhole(whole, r, off, n); err != nil {
 			return &localError{err}
 		}
 		r.Leaves = nil
@@ -584,6 +612,7 @@ func (c *copier) copyChunk(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("chunk %d at offset %d: %w", i, off, err)
 	}
+	c.keepLeaves(off, leaves)
 	if err := c.sync(); err != nil {
 		return fmt.Errorf("fsync staging file: %w", err)
 	}
@@ -647,6 +676,9 @@ func (c *copier) finish(skipped int) (Result, error) {
 	}
 	res := Result{SHA256: fmt.Sprintf("%x", c.whole.Sum(nil)), Bytes: c.disk.SizeBytes,
 		ChunksCopied: c.chunks - skipped, ChunksSkipped: skipped}
+	if !c.leavesLost && int64(len(c.leaves)) == diskdigest.LeafCount(c.disk.SizeBytes)*diskdigest.Size {
+		res.Leaves = c.leaves
+	}
 	for _, r := range c.j.Chunks {
 		res.ZeroBytes += r.ZeroBytes
 	}

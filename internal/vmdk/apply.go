@@ -47,7 +47,23 @@ const applyBuffer = 1 << 20
 // killed while applying runs it again from the start. dst is not synced:
 // the caller syncs before recording that the delta was applied.
 func ApplyDelta(ctx context.Context, path string, format Format, dst *os.File) (ApplyStats, error) {
+	return ApplyDeltaFunc(ctx, path, format, dst, nil)
+}
+
+// ApplyDeltaFunc is ApplyDelta that also calls leafDone with the index of
+// each touched leaf, in ascending order, as soon as the apply has passed
+// it: the leaf's bytes in dst are then final (not yet synced), and can be
+// hashed while the rest of the delta is applied. leafDone is called from
+// ApplyDeltaFunc's goroutine; every touched leaf is passed exactly once
+// when it returns without an error.
+func ApplyDeltaFunc(ctx context.Context, path string, format Format, dst *os.File, leafDone func(leaf int64)) (ApplyStats, error) {
 	var st ApplyStats
+	passed := 0 // st.Touched[:passed] were given to leafDone
+	pass := func(upTo int64) {
+		for ; leafDone != nil && passed < len(st.Touched) && (st.Touched[passed]+1)*diskdigest.LeafSize <= upTo; passed++ {
+			leafDone(st.Touched[passed])
+		}
+	}
 	e, err := openSparse(path, format)
 	if err != nil {
 		return st, fmt.Errorf("vmdk: %w", err)
@@ -97,7 +113,9 @@ func ApplyDelta(ctx context.Context, path string, format Format, dst *os.File) (
 			st.ZeroBytes += n
 		}
 		off += n
+		pass(off)
 	}
+	pass(capacity + diskdigest.LeafSize) // with the last, shorter leaf
 	return st, nil
 }
 

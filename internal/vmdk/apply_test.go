@@ -3,10 +3,14 @@ package vmdk
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/diskdigest"
 )
 
 // Applying each delta of a chain in order over a copy of its base gives
@@ -80,4 +84,54 @@ func TestApplyDeltaRefusesAnotherCapacity(t *testing.T) {
 	if !bytes.Equal(got, make([]byte, 20*mib)) {
 		t.Fatal("the image changed")
 	}
+}
+
+// ApplyDeltaFunc hands over each touched leaf once, in order, only when
+// its bytes in the image are final: a leaf hashed in the callback hashes
+// as the same leaf of the finished image.
+func TestApplyDeltaFuncPassesFinishedLeaves(t *testing.T) {
+	const capacity = 40*mib + 1536
+	for _, format := range []Format{SESparse, VMFSSparse} {
+		t.Run(string(format), func(t *testing.T) {
+			dir := t.TempDir()
+			testChain(t, dir, capacity, format, format)
+			img := filepath.Join(dir, "disk.img")
+			f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(capacity); err != nil {
+				t.Fatal(err)
+			}
+			top := filepath.Join(dir, "disk-000002"+format.ExtentSuffix())
+			var order []int64
+			early := map[int64][32]byte{}
+			st, err := ApplyDeltaFunc(context.Background(), top, format, f, func(leaf int64) {
+				order = append(order, leaf)
+				early[leaf] = leafSHA(t, f, leaf, capacity)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Touched) == 0 || !slices.Equal(order, st.Touched) {
+				t.Fatalf("leaves passed %v, touched %v", order, st.Touched)
+			}
+			for _, leaf := range st.Touched {
+				if early[leaf] != leafSHA(t, f, leaf, capacity) {
+					t.Errorf("leaf %d was passed before it was final", leaf)
+				}
+			}
+		})
+	}
+}
+
+func leafSHA(t *testing.T, f *os.File, leaf, capacity int64) [32]byte {
+	t.Helper()
+	off := leaf * diskdigest.LeafSize
+	p := make([]byte, min(diskdigest.LeafSize, capacity-off))
+	if _, err := f.ReadAt(p, off); err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(p)
 }

@@ -519,6 +519,7 @@ type runFlags struct {
 	// chroot (for the control socket and vmInventory.xml).
 	sshd, sshdKey, sshdHostKey, chroot string
 	sshdPID                            int
+	onlyCluster                        bool
 }
 
 func runMain(args []string) error {
@@ -533,6 +534,7 @@ func runMain(args []string) error {
 	fl.IntVar(&f.wave, "wave", 4, "VMs in the wave")
 	fl.StringVar(&f.worker, "worker", "", "the worker binary (cmd/vmmigration-worker): also migrate in cluster execution, its Jobs run by a simulated node")
 	fl.IntVar(&f.modeWave, "mode-wave", 40, "with -worker, VMs of the wave migrated in each execution, local then cluster, spread over the hosts")
+	fl.BoolVar(&f.onlyCluster, "only-cluster", false, "with -worker, migrate only in cluster execution (after the `ssh cat` baseline): its cold and warm VMs and its wave")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the provider's CPU profile of the cold migration to this file")
 	fl.StringVar(&f.waveCPUProfile, "wave-cpuprofile", "", "with -worker, write the runner's CPU profile of the cluster execution wave to this file")
 	fl.StringVar(&f.warmCPUProfile, "warm-cpuprofile", "", "write the provider's CPU profile of the warm migration's cutover (from the power-off) to this file")
@@ -732,6 +734,33 @@ func run(ctx context.Context, f runFlags) error {
 		linkRate = catRates[0]
 	}
 
+	// The cluster execution part, after the local one or, with
+	// -only-cluster, instead of it.
+	clusterPart := func() error {
+		hosts := []string{hostName}
+		if realSSHD {
+			hosts = append(hosts, simHostName)
+		}
+		return runJobs(ctx, jobsRun{en: en, kc: kc, cluster: cl, hostCPU: hostCPU, spec: spec, lay: lay, hosts: hosts, waveProfile: f.waveCPUProfile,
+			hook: func(h func(engine.Event)) {
+				evMu.Lock()
+				hooks = append(hooks, h)
+				evMu.Unlock()
+			},
+			write: func(vm string, n int64) error {
+				_, err := host.ask(fmt.Sprintf("write %s %d", vm, n))
+				return err
+			},
+			catRates: catRates, linkRate: linkRate, root: f.root, events: func() []engine.Event {
+				evMu.Lock()
+				defer evMu.Unlock()
+				return slices.Clone(events)
+			}})
+	}
+	if f.onlyCluster && f.worker != "" {
+		return clusterPart()
+	}
+
 	fmt.Println("== cold migration of \"cold\"")
 	stopProfile, err := startCPUProfile(f.cpuProfile)
 	if err != nil {
@@ -928,25 +957,7 @@ func run(ctx context.Context, f runFlags) error {
 	if f.worker == "" {
 		return nil
 	}
-	hosts := []string{hostName}
-	if realSSHD {
-		hosts = append(hosts, simHostName)
-	}
-	return runJobs(ctx, jobsRun{en: en, kc: kc, cluster: cl, hostCPU: hostCPU, spec: spec, lay: lay, hosts: hosts, waveProfile: f.waveCPUProfile,
-		hook: func(h func(engine.Event)) {
-			evMu.Lock()
-			hooks = append(hooks, h)
-			evMu.Unlock()
-		},
-		write: func(vm string, n int64) error {
-			_, err := host.ask(fmt.Sprintf("write %s %d", vm, n))
-			return err
-		},
-		catRates: catRates, linkRate: linkRate, root: f.root, events: func() []engine.Event {
-			evMu.Lock()
-			defer evMu.Unlock()
-			return slices.Clone(events)
-		}})
+	return clusterPart()
 }
 
 func verdict(ok bool) string {
