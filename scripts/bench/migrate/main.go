@@ -698,7 +698,9 @@ func run(ctx context.Context, f runFlags) error {
 			events = append(events, ev)
 			hs := append([]func(engine.Event){}, hooks...)
 			key := ev.Name + "/" + strconv.Itoa(ev.Disk)
-			show := ev.Kind == engine.EventProgress && ev.RateText() != "" && time.Since(lastPrint[key]) > 5*time.Second
+			// A disk's progress every 5 s, and its last (a copy Job's
+			// result with where its pod's time went).
+			show := ev.Kind == engine.EventProgress && ev.RateText() != "" && (time.Since(lastPrint[key]) > 5*time.Second || ev.Percent >= 100)
 			if show {
 				lastPrint[key] = time.Now()
 			}
