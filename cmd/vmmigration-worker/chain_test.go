@@ -116,8 +116,9 @@ func TestChainRoundsHashOnlyTouchedLeaves(t *testing.T) {
 	if ok, n := leaves(); !ok || n != 0 {
 		t.Fatalf("after round 0 the leaves are valid=%v for %v deltas, want the base's", ok, n)
 	}
-	if _, want, err := sparsefile.HashPrefixLeaves(context.Background(), target, size); err != nil || !bytes.Equal(readFile(t, target+".leaves"), want) {
-		t.Fatalf("after round 0 the leaves file is not the base's (%v)", err)
+	_, want, err := sparsefile.HashPrefixLeaves(context.Background(), target, size)
+	if got, rerr := os.ReadFile(target + ".leaves"); err != nil || rerr != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after round 0 the leaves file is not the base's (%v, %v)", err, rerr)
 	}
 	first := s
 	first.Deltas = s.Deltas[:1]
@@ -303,13 +304,4 @@ func (h *host) checkOnlyDeltaReadAgain(t *testing.T, delta string) {
 			t.Errorf("the resumed run read %s at %d: only the unrecorded delta is read again", r.Path, r.Offset)
 		}
 	}
-}
-
-func readFile(t *testing.T, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
