@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -176,9 +177,23 @@ func warmInCluster(t *testing.T, name, ip, volumeMode string) {
 	if n := len(e.messages("keeps the copy's journal and side files beside the claim")); n != 1 {
 		t.Errorf("%d journal claims made, want one for the disk", n)
 	}
+	// Round 1 copied the base as a chain's, with its block hashes: round
+	// 2's Job applies its delta over it, verifying the base from the
+	// claim's chain state rather than copying or hashing it again.
+	round2 := e.messages("applied 1 snapshot delta(s) over the base")
+	if len(round2) != 1 {
+		t.Fatalf("round 2's Job results: %q", round2)
+	}
+	if m := chunksSaid.FindStringSubmatch(round2[0]); m == nil || m[2] == "0" {
+		t.Errorf("round 2's Job did not build on round 1's copy in the claim: %q", round2[0])
+	}
 	e.checkClaimsHoldDisks(rec)
 	e.checkCleanedUp(name)
 }
+
+// chunksSaid reads a precopy Job's result event: chunks copied, and
+// verified from what the claim held.
+var chunksSaid = regexp.MustCompile(`\((\d+) chunks copied, (\d+) verified from the claim\)`)
 
 // A runner killed while a warm migration's second precopy round runs its
 // Job leaves the Job running; the next run adopts it (no third snapshot,
