@@ -66,6 +66,15 @@ type chainState struct {
 	LeavesApplied int  `json:"leaves_applied,omitempty"`
 }
 
+// leavesWhole reports whether the leaves file beside side has one hash
+// per leaf of a disk of size bytes: one that does not is never built on
+// (hashing the touched leaves into a short one would leave it whole in
+// length, with zeros for the hashes it lacked).
+func leavesWhole(side string, size int64) bool {
+	fi, err := os.Stat(leavesPath(side))
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == diskdigest.LeafCount(size)*diskdigest.Size
+}
+
 // leavesPath is the file of the flattened disk's leaf hashes
 // (diskdigest.Size bytes per MiB), beside the chain state.
 func leavesPath(side string) string { return side + ".leaves" }
@@ -207,7 +216,7 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 		// leaves the delta touches are hashed again as it is applied,
 		// before the state says it was: a crash in between applies it
 		// and hashes them again.
-		leavesBefore := st.LeavesValid && st.LeavesApplied == k
+		leavesBefore := st.LeavesValid && st.LeavesApplied == k && leavesWhole(side, s.Disk.SizeBytes)
 		a, r, err := c.apply(ctx, k, leavesBefore)
 		if err != nil {
 			return Result{}, err

@@ -252,3 +252,30 @@ func TestChainResultFitsTerminationMessage(t *testing.T) {
 		t.Fatalf("parsed back %+v, %v", back, err)
 	}
 }
+
+// A leaves file is built on only when it holds one hash per leaf of the
+// disk: absent, short, long or not a file, it is not.
+func TestLeavesWhole(t *testing.T) {
+	const size = 3<<20 + 512 // four leaves, the last short
+	side := filepath.Join(t.TempDir(), "disk-0")
+	if leavesWhole(side, size) {
+		t.Error("an absent leaves file is whole")
+	}
+	for n, want := range map[int]bool{0: false, 3 * 32: false, 4 * 32: true, 5 * 32: false} {
+		if err := os.WriteFile(leavesPath(side), make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := leavesWhole(side, size); got != want {
+			t.Errorf("a leaves file of %d bytes: whole %v, want %v", n, got, want)
+		}
+	}
+	if err := os.Remove(leavesPath(side)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(leavesPath(side), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if leavesWhole(side, size) {
+		t.Error("a directory is a whole leaves file")
+	}
+}
