@@ -139,7 +139,7 @@ func TestChainRoundsHashOnlyTouchedLeaves(t *testing.T) {
 	if ok, n := leaves(); !ok || n != 2 {
 		t.Errorf("after the cutover the leaves are valid=%v for %v deltas: the disk was hashed whole again", ok, n)
 	}
-	if tm := res.Timing; tm == nil || tm.CopySeconds <= 0 || tm.ApplySeconds <= 0 || tm.HashSeconds <= 0 {
+	if tm := res.Timing; tm == nil || tm.CopySeconds <= 0 || tm.ApplySeconds <= 0 || tm.HashSeconds <= 0 || tm.Streams == nil || tm.Streams.Reading+tm.Streams.Waiting <= 0 {
 		t.Errorf("the cutover's result tells no copy, apply and hash time: %+v", tm)
 	}
 	// Leaves the state does not vouch for: every leaf hash made wrong,

@@ -184,6 +184,7 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 		if err != nil {
 			return Result{}, err
 		}
+		c.timing.addStages(r.Stages)
 		res.ChunksCopied, res.ChunksSkipped = r.ChunksCopied, r.ChunksSkipped
 		st = &chainState{Base: s.Disk.Path, Size: s.Disk.SizeBytes, BaseSHA256: r.SHA256, BaseChunks: r.ChunksCopied + r.ChunksSkipped}
 		// The base's leaves, as the copy checked them, are the target's
@@ -275,6 +276,7 @@ func (c *chainCopy) apply(ctx context.Context, k int, leaves bool) (appliedDelta
 	if err != nil {
 		return appliedDelta{}, r, err
 	}
+	c.timing.addStages(r.Stages)
 	defer c.timing.add(&c.timing.ApplySeconds, time.Now())
 	f, err := os.OpenFile(c.s.Target.Path, os.O_RDWR, 0)
 	if err != nil {

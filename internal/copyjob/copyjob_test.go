@@ -239,7 +239,9 @@ func TestLastProgress(t *testing.T) {
 // a termination message whole.
 func TestChainResultFitsTerminationMessage(t *testing.T) {
 	r := Result{OK: true, SHA256: strings.Repeat("a", 64), BaseSHA256: strings.Repeat("b", 64), Bytes: 1 << 50, ZeroBytes: 1 << 49,
-		ChunksCopied: 1 << 30, ChunksSkipped: 1 << 30, HostKeyFingerprint: "SHA256:" + strings.Repeat("A", 43)}
+		ChunksCopied: 1 << 30, ChunksSkipped: 1 << 30, HostKeyFingerprint: "SHA256:" + strings.Repeat("A", 43),
+		Timing: &Timing{CopySeconds: 1e9 / 3, ApplySeconds: 1e9 / 7, HashSeconds: 1e9 / 11,
+			Streams: &StreamSeconds{Waiting: 1e9 / 3, Reading: 1e9 / 7, Writing: 1e9 / 11, Syncing: 1e9 / 13, Hashing: 1e9 / 17, Journal: 1e9 / 19}}}
 	for range MaxDeltas {
 		r.Deltas = append(r.Deltas, DeltaResult{SHA256: strings.Repeat("c", 64), Bytes: 1 << 50})
 	}
@@ -277,5 +279,21 @@ func TestLeavesWhole(t *testing.T) {
 	}
 	if leavesWhole(side, size) {
 		t.Error("a directory is a whole leaves file")
+	}
+}
+
+// The runner's report of where a Job's time went names each stage that
+// took time, the copy's summed over its streams, and nothing else.
+func TestTimingString(t *testing.T) {
+	var tm Timing
+	tm.CopySeconds, tm.ApplySeconds = 1.44, 0.36
+	tm.addStages(transfer.Stages{Waiting: 100 * time.Millisecond, Reading: 2500 * time.Millisecond, Syncing: 10 * time.Millisecond})
+	tm.addStages(transfer.Stages{Reading: 500 * time.Millisecond, Journal: 200 * time.Millisecond})
+	want := "copy 1.4 s (summed over streams: waiting 0.1 s, reading 3.0 s, journal 0.2 s), apply 0.4 s"
+	if got := tm.String(); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if (Timing{}).orNil() != nil || tm.orNil() == nil {
+		t.Error("orNil: an empty timing is reported, or a timed one is not")
 	}
 }

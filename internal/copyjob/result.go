@@ -72,29 +72,81 @@ type Timing struct {
 	CopySeconds  float64 `json:"copy_s,omitempty"`
 	ApplySeconds float64 `json:"apply_s,omitempty"`
 	HashSeconds  float64 `json:"hash_s,omitempty"`
+	// Streams is where the copies' seconds went, summed over their
+	// streams (transfer.Stages).
+	Streams *StreamSeconds `json:"streams,omitempty"`
+}
+
+// StreamSeconds are transfer.Stages in seconds.
+type StreamSeconds struct {
+	Waiting float64 `json:"waiting_s,omitempty"`
+	Reading float64 `json:"reading_s,omitempty"`
+	Writing float64 `json:"writing_s,omitempty"`
+	Syncing float64 `json:"fsync_s,omitempty"`
+	Hashing float64 `json:"hashing_s,omitempty"`
+	Journal float64 `json:"journal_s,omitempty"`
 }
 
 // add adds the time since t0 to *field, one of t's.
 func (t *Timing) add(field *float64, t0 time.Time) { *field += time.Since(t0).Seconds() }
 
+// addStages adds one copy's stages to t.Streams.
+func (t *Timing) addStages(st transfer.Stages) {
+	if st == (transfer.Stages{}) {
+		return
+	}
+	if t.Streams == nil {
+		t.Streams = &StreamSeconds{}
+	}
+	s := t.Streams
+	s.Waiting += st.Waiting.Seconds()
+	s.Reading += st.Reading.Seconds()
+	s.Writing += st.Writing.Seconds()
+	s.Syncing += st.Syncing.Seconds()
+	s.Hashing += st.Hashing.Seconds()
+	s.Journal += st.Journal.Seconds()
+}
+
 // orNil is t, or nil when nothing was timed.
 func (t Timing) orNil() *Timing {
-	if t == (Timing{}) {
+	if t.CopySeconds == 0 && t.ApplySeconds == 0 && t.HashSeconds == 0 && t.Streams == nil {
 		return nil
 	}
 	return &t
 }
 
-// String is t as the runner reports it: "copy 1.2 s, apply 0.3 s".
+// String is t as the runner reports it: "copy 1.2 s (summed over
+// streams: waiting 0.1 s, reading 2.2 s), apply 0.3 s".
 func (t Timing) String() string {
 	var parts []string
 	for _, p := range []struct {
 		name string
 		s    float64
 	}{{"copy", t.CopySeconds}, {"apply", t.ApplySeconds}, {"hash", t.HashSeconds}} {
-		if p.s > 0 {
+		if p.s <= 0 {
+			continue
+		}
+		part := fmt.Sprintf("%s %.1f s", p.name, p.s)
+		if p.name == "copy" && t.Streams != nil {
+			part += " (summed over streams: " + t.Streams.String() + ")"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (s StreamSeconds) String() string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		s    float64
+	}{{"waiting", s.Waiting}, {"reading", s.Reading}, {"writing", s.Writing}, {"fsync", s.Syncing}, {"hashing", s.Hashing}, {"journal", s.Journal}} {
+		if p.s >= 0.05 {
 			parts = append(parts, fmt.Sprintf("%s %.1f s", p.name, p.s))
 		}
+	}
+	if len(parts) == 0 {
+		return "all under 0.1 s"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -70,6 +70,7 @@ func run(ctx context.Context, s Spec, p *progressPrinter) Result {
 		return Failed(ctx, err, c.HostKeyFingerprint())
 	}
 	t.add(&t.CopySeconds, t0)
+	t.addStages(r.Stages)
 	return succeeded(r, c.HostKeyFingerprint(), t)
 }
 

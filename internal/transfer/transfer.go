@@ -154,6 +154,8 @@ type Result struct {
 	// this call read every chunk (nil when it resumed a copy: the leaves
 	// of chunks an earlier call verified are not kept). Never journaled.
 	Leaves []byte `json:"-"`
+	// Stages is where this call spent its time (not journaled).
+	Stages Stages `json:"-"`
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -679,6 +681,7 @@ func (c *copier) finish(skipped int) (Result, error) {
 	if !c.leavesLost && int64(len(c.leaves)) == diskdigest.LeafCount(c.disk.SizeBytes)*diskdigest.Size {
 		res.Leaves = c.leaves
 	}
+	res.Stages = c.stages.snapshot()
 	for _, r := range c.j.Chunks {
 		res.ZeroBytes += r.ZeroBytes
 	}
