@@ -178,7 +178,7 @@ func runChain(ctx context.Context, s Spec, src transfer.RangeReader, opts transf
 	if st == nil {
 		t0 := time.Now()
 		opts := c.opts
-		opts.KeepLeaves = true
+		opts.KeepLeaves = diskdigest.LeafCount(s.Disk.SizeBytes)*diskdigest.Size <= maxKeptLeaves
 		r, err := transfer.Copy(ctx, src, transfer.Disk{Path: s.Disk.Path, SizeBytes: s.Disk.SizeBytes}, s.Target.Path, opts)
 		c.timing.add(&c.timing.CopySeconds, t0)
 		if err != nil {
@@ -345,6 +345,11 @@ func (c *chainCopy) digest(ctx context.Context, st *chainState, n int64) (sparse
 	}
 	return sum, nil
 }
+
+// maxKeptLeaves bounds the leaf hashes a base's copy holds in memory
+// while its streams copy (those of a 2 TiB disk): a larger disk's are made
+// by hashing the target once after the copy.
+const maxKeptLeaves = 64 << 20
 
 // maxRehashers bounds the goroutines of a leafRehash.
 const maxRehashers = 4
