@@ -425,11 +425,15 @@ func (h *leafRehash) add(i int64) {
 	}
 }
 
-// finish waits for every leaf handed over and syncs the leaves file.
+// finish waits for every leaf handed over and syncs the leaves file. A
+// stopped context is an error: its goroutines skipped what was left.
 func (h *leafRehash) finish() error {
 	h.drain()
 	if h.err != nil {
 		return h.err
+	}
+	if err := h.ctx.Err(); err != nil {
+		return err
 	}
 	if err := h.lf.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", h.lf.Name(), err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/esxi"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/fault"
+	"github.com/vmmigration/terraform-provider-vmmigration/internal/sparsefile"
 	"github.com/vmmigration/terraform-provider-vmmigration/internal/transfer"
 )
 
@@ -295,5 +296,56 @@ func TestTimingString(t *testing.T) {
 	}
 	if (Timing{}).orNil() != nil || tm.orNil() == nil {
 		t.Error("orNil: an empty timing is reported, or a timed one is not")
+	}
+}
+
+// leafRehash writes the hashes of the leaves handed over into the leaves
+// file; stopped before it hashed them all, it says so rather than leave
+// a leaves file the state would vouch for.
+func TestLeafRehash(t *testing.T) {
+	const size = 3<<20 + 512 // four leaves, the last short
+	dir := t.TempDir()
+	target := filepath.Join(dir, "disk.img")
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*7 + i>>20)
+	}
+	if err := os.WriteFile(target, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	side := filepath.Join(dir, "disk-0")
+	c := &chainCopy{s: Spec{Disk: Disk{SizeBytes: size}, Target: Target{Kind: TargetFile, Path: target},
+		JournalPath: side + transfer.JournalSuffix}}
+	_, want, err := sparsefile.HashPrefixLeaves(t.Context(), target, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stopped := range []bool{false, true} {
+		if err := os.WriteFile(leavesPath(side), make([]byte, len(want)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		h, err := c.startRehash(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stopped {
+			cancel()
+		}
+		for i := range int64(5) { // leaf 4 is past the disk: not hashed
+			h.add(i)
+		}
+		err = h.finish()
+		h.stop()
+		cancel()
+		got, rerr := os.ReadFile(leavesPath(side))
+		switch {
+		case rerr != nil:
+			t.Fatal(rerr)
+		case stopped && err == nil:
+			t.Error("a rehash stopped before its leaves were hashed reports no error")
+		case !stopped && (err != nil || !bytes.Equal(got, want)):
+			t.Errorf("rehash: %v; the leaves file equals the target's leaves: %v", err, bytes.Equal(got, want))
+		}
 	}
 }
