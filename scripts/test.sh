@@ -48,7 +48,8 @@ if [[ $(id -u) -eq 0 ]] && command -v renice >/dev/null && command -v pgrep >/de
 		local p=$1 stat
 		while [[ -n $p && $p -gt 1 ]]; do
 			[[ $p -eq $$ ]] && return 0
-			stat=$(<"/proc/$p/stat") 2>/dev/null || return 1
+			# A process may end between pgrep and here: quietly not ours.
+			{ stat=$(<"/proc/$p/stat"); } 2>/dev/null || return 1
 			# After the command name: state, then the parent's PID.
 			stat=${stat##*) }
 			p=${stat#* }
